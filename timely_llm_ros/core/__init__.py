@@ -1,0 +1,1 @@
+"""ROS-free, torch-free scheduling core of timely_llm_ros."""

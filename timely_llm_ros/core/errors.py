@@ -1,0 +1,33 @@
+"""Error codes shared by the core and the ROS interfaces (mirrored as constants in action/Plan.action)."""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    """Why a plan request ended the way it did (0 = success)."""
+
+    NONE = 0
+    INVALID_TASK = 1            # empty or oversized task/context text
+    INVALID_TIME_REQUIREMENT = 2  # NaN/negative ERT, alpha > 0, beta <= 0, ...
+    UNKNOWN_ROBOT_TYPE = 3
+    UNKNOWN_URGENCY_CLASS = 4
+    INVALID_LIMITS = 5          # bad generation limits
+    UNKNOWN_AGENT = 6           # no executor known for this agent
+    CANCELLED = 10
+    DROPPED = 11                # utility could no longer be positive (drop rule)
+    EXECUTOR_UNAVAILABLE = 20   # executor action server not found
+    EXECUTOR_TIMEOUT = 21       # executor did not answer in time
+    EXECUTION_FAILED = 22       # executor reported failure
+    GENERATION_FAILED = 30      # engine error or plan invalid under the skill grammar
+    PLAN_TOO_LONG = 31          # hit the plan length cap without finishing
+    SERVER_SHUTDOWN = 40
+
+
+class RequestError(ValueError):
+    """A request rejected with an error code and a message that says what to do."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

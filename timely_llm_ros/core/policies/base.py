@@ -1,0 +1,66 @@
+"""The policy interface: order waiting generations and choose each engine step's batch."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping, Sequence
+
+from ..request import Generation
+
+
+@dataclass
+class SchedulingContext:
+    """What a policy may know about the engine when it picks a batch."""
+
+    now: float
+    kv_free_bytes: float           # KV budget left on the device (inf if unbounded)
+    kv_bytes_per_token: float      # approximate KV size of one token of context
+    step_time_s: float | None      # duration of the last decode step (None before the first)
+
+
+class Policy(ABC):
+    """A scheduling policy. The same object drives the simulator and the real engines.
+
+    Class flags say how the scheduler treats segments:
+      segmented:       suspend a generation as soon as a segment is executable;
+      stream_segments: dispatch each segment when found (False: only after the whole plan).
+    """
+
+    name: ClassVar[str] = ""
+    segmented: ClassVar[bool] = True
+    stream_segments: ClassVar[bool] = True
+
+    def __init__(self, max_batch: int = 8, options: Mapping[str, Any] | None = None) -> None:
+        self.max_batch = max_batch
+        self.options = dict(options or {})
+
+    @abstractmethod
+    def priority(self, gen: Generation, now: float) -> float:
+        """Priority of a waiting generation at time now (higher runs first)."""
+
+    def should_drop(self, gen: Generation, now: float) -> str | None:
+        """Reason to drop a waiting generation now, or None to keep it (default: never drop)."""
+        return None
+
+    def select(self, waiting: Sequence[Generation], running: Sequence[Generation],
+               ctx: SchedulingContext) -> list[Generation]:
+        """The batch for the next engine step: running ones stay, waiting ones join by priority
+        while the batch has room and KV memory allows."""
+        batch = list(running)
+        budget = ctx.kv_free_bytes
+        for gen in sorted(waiting, key=lambda g: self.priority(g, ctx.now), reverse=True):
+            if len(batch) >= self.max_batch:
+                break
+            need = _kv_need(gen, ctx)
+            if need > budget and batch:
+                break
+            budget -= need
+            batch.append(gen)
+        return batch
+
+
+def _kv_need(gen: Generation, ctx: SchedulingContext) -> float:
+    """KV bytes a waiting generation adds to the device when it joins (0 if already resident)."""
+    if gen.prefilled and not gen.offloaded:
+        return 0.0
+    return (len(gen.prompt_ids) + len(gen.output_ids) + 1) * ctx.kv_bytes_per_token

@@ -1,0 +1,35 @@
+"""First-come-first-served policies (no deadline awareness)."""
+from __future__ import annotations
+
+from ..request import Generation
+from .base import Policy
+from .registry import register
+
+
+@register
+class SegmentedFcfs(Policy):
+    """Segmented generation, waiting generations served in order of (re)entering the queue."""
+
+    name = "fcfs"
+
+    def priority(self, gen: Generation, now: float) -> float:
+        return -gen.enqueued_at
+
+
+@register
+class VllmStream(Policy):
+    """vLLM-like FCFS continuous batching; segments streamed to the robot as found, never suspended."""
+
+    name = "vllm-stream"
+    segmented = False
+
+    def priority(self, gen: Generation, now: float) -> float:
+        return -gen.req.arrival
+
+
+@register
+class Vllm(VllmStream):
+    """vLLM-like FCFS continuous batching; the whole plan is generated, then executed."""
+
+    name = "vllm"
+    stream_segments = False

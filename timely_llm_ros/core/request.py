@@ -1,0 +1,111 @@
+"""Plain dataclasses for plan requests, segments and the scheduler's view of a generation."""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from .tuf import TimeUtility
+
+
+class RequestState(str, Enum):
+    """Lifecycle of a plan request, as published in Plan feedback."""
+
+    QUEUED = "queued"          # waiting for its first prefill/decode
+    GENERATING = "generating"  # in the engine's running batch
+    SUSPENDED = "suspended"    # a segment is out; KV kept, waiting to be resumed
+    EXECUTING = "executing"    # generation finished, robot still executing segments
+    DONE = "done"
+    CANCELLED = "cancelled"
+    DROPPED = "dropped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class SkillCall:
+    """One executable skill call parsed from plan text, e.g. mf(50) -> name='mf', args=(50,)."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+
+
+@dataclass
+class PlanRequest:
+    """A validated planning request (the core's form of a Plan action goal)."""
+
+    req_id: str
+    agent_id: str              # robot namespace, e.g. "drone_3"
+    robot_type: str            # skill set name, e.g. "drone" / "arm" / "chat"
+    task: str
+    tuf: TimeUtility
+    arrival: float             # clock time the request was received (s)
+    context: str = ""          # scene / world description
+    urgency: str = ""          # named class it came from ("" if explicit TUF)
+    max_new_tokens: int = 200  # hard cap on plan length (tokens)
+    forced_plan: str | None = None  # trace replay: emit exactly this plan (benchmarks)
+    task_type: str = ""        # label for metrics (e.g. LRTrace trace id)
+
+
+@dataclass
+class Segment:
+    """An executable piece of a plan and its timeline (all times on the scheduler clock, s)."""
+
+    index: int
+    text: str
+    skills: list[SkillCall]
+    gen_started: float         # when generation of this segment began (first token step)
+    gen_finished: float        # when the segment became executable
+    est_exec_s: float          # minimum execution-time estimate (priority uses it)
+    dispatched: float | None = None   # sent to the executor
+    exec_started: float | None = None
+    exec_finished: float | None = None
+    ok: bool | None = None
+
+    @property
+    def exec_s(self) -> float | None:
+        """Actual execution time, once known."""
+        if self.exec_started is None or self.exec_finished is None:
+            return None
+        return self.exec_finished - self.exec_started
+
+
+@dataclass
+class Generation:
+    """The scheduler's mutable view of one request's generation (policies read it, never the engine)."""
+
+    req: PlanRequest
+    prompt_ids: list[int]
+    state: RequestState = RequestState.QUEUED
+    output_ids: list[int] = field(default_factory=list)
+    text: str = ""                 # detokenized output so far
+    seg_text_start: int = 0        # offset in text where the current segment starts
+    seg_token_start: int = 0       # index in output_ids where the current segment starts
+    seg_gen_started: float | None = None
+    segments: list[Segment] = field(default_factory=list)
+    prefilled: bool = False
+    finished_generating: bool = False
+    expected_exec_end: float | None = None  # E: expected (then actual) end of the last dispatched segment
+    step_times: deque = field(default_factory=lambda: deque(maxlen=8))  # recent per-token step durations
+    enqueued_at: float = 0.0       # when it (re)entered the waiting queue
+    offloaded: bool = False        # KV lives in host memory
+
+    @property
+    def req_id(self) -> str:
+        return self.req.req_id
+
+    @property
+    def k(self) -> int:
+        """Index of the segment being generated next (0 = first segment, TUF_0 applies)."""
+        return len(self.segments)
+
+    @property
+    def tokens_in_segment(self) -> int:
+        return len(self.output_ids) - self.seg_token_start
+
+    def token_rate(self) -> float | None:
+        """Recent generation speed (tokens/s), None before any step."""
+        if not self.step_times:
+            return None
+        mean = sum(self.step_times) / len(self.step_times)
+        return 1.0 / mean if mean > 0 else None

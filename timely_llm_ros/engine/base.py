@@ -1,0 +1,82 @@
+"""The engine interface the scheduler drives, one decode step at a time.
+
+Torch-free so the simulator (core.sim) implements it too. Generations are identified by the
+request id. A step runs exactly the generations it is given: those not yet prefilled are
+prefilled (their first output token comes from the prefill), the others decode one token.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Sequence
+
+
+class EngineError(RuntimeError):
+    """An engine failure the server reports as GENERATION_FAILED."""
+
+
+@dataclass
+class StepResult:
+    """Output of one engine step."""
+
+    tokens: dict[str, int]                            # gen id -> token emitted this step
+    finished: set[str] = field(default_factory=set)   # gens that emitted EOS or hit their cap
+    elapsed_s: float = 0.0                            # measured (real) or modelled (simulated) step time
+    prefilled: list[str] = field(default_factory=list)  # gens prefilled in this step
+
+
+@dataclass
+class MemoryStats:
+    """KV memory accounting (bytes)."""
+
+    kv_device_bytes: float          # KV resident on the compute device
+    kv_host_bytes: float            # KV of suspended generations offloaded to host memory
+    kv_budget_bytes: float          # configured device KV budget (inf = unbounded)
+    kv_bytes_per_token: float       # KV size of one token of context
+    generations: int = 0            # generations holding state
+
+
+class Engine(ABC):
+    """A step-controlled LLM engine with suspend/resume that keeps KV and token ids."""
+
+    eos_token_id: int | None = None
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Tokenize a prompt."""
+
+    @abstractmethod
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Detokenize output ids (the scheduler calls it incrementally on the whole output)."""
+
+    @abstractmethod
+    def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
+            forced_ids: Sequence[int] | None = None) -> None:
+        """Register a generation; its prefill runs in the first step that includes it.
+
+        forced_ids (trace replay): emit exactly these tokens, then finish, while still running
+        real forward passes.
+        """
+
+    @abstractmethod
+    def step(self, gen_ids: Sequence[str]) -> StepResult:
+        """Run one batched step for exactly these generations."""
+
+    @abstractmethod
+    def suspend(self, gen_id: str) -> None:
+        """Take a generation out of the running set, keeping its KV cache and token ids."""
+
+    @abstractmethod
+    def resume(self, gen_id: str) -> None:
+        """Bring a suspended generation back (reloads offloaded KV); no prefill, no re-tokenization."""
+
+    @abstractmethod
+    def release(self, gen_id: str) -> None:
+        """Free everything a generation holds (cancel or completion)."""
+
+    @abstractmethod
+    def memory(self) -> MemoryStats:
+        """Current KV memory accounting."""
+
+    def close(self) -> None:
+        """Free the model (lifecycle cleanup)."""
