@@ -1,0 +1,94 @@
+"""SchedulerThread: runs a PlanScheduler on its own thread and serialises calls into it.
+
+The ROS node's callbacks run on executor threads; they never touch the scheduler directly but
+`post()` or `call()` functions into this thread's inbox. Between inbox items the thread runs
+scheduler steps while there is work, and sleeps on the inbox when there is none.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable, Iterable
+
+from .scheduler import Event, PlanScheduler
+
+log = logging.getLogger(__name__)
+
+
+class SchedulerThread:
+    """Owns a PlanScheduler; every event it produces is handed to `on_events` on this thread."""
+
+    def __init__(self, scheduler: PlanScheduler, on_events: Callable[[list[Event]], None],
+                 on_idle: Callable[[], None] | None = None, idle_poll_s: float = 0.05) -> None:
+        self.scheduler = scheduler
+        self._on_events = on_events
+        self._on_idle = on_idle
+        self._idle_poll_s = idle_poll_s
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="timely-scheduler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._inbox.put(None)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def post(self, fn: Callable[[PlanScheduler], Iterable[Event] | None]) -> None:
+        """Run fn(scheduler) on the scheduler thread; events it returns are dispatched."""
+        self._inbox.put((fn, None))
+
+    def call(self, fn: Callable[[PlanScheduler], Any]) -> Future:
+        """Like post, but returns a Future with fn's return value (events are not dispatched)."""
+        fut: Future = Future()
+        self._inbox.put((fn, fut))
+        return fut
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            busy = self.scheduler.busy()
+            self._drain_inbox(block=not busy)
+            if self._stop.is_set():
+                break
+            if self.scheduler.busy():
+                self._guard(self.scheduler.step)
+            if self._on_idle is not None:
+                self._guard(self._on_idle)
+
+    def _drain_inbox(self, block: bool) -> None:
+        try:
+            item = self._inbox.get(timeout=self._idle_poll_s) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while item is not None:
+            fn, fut = item
+            if fut is None:
+                self._guard(lambda: fn(self.scheduler))
+            else:
+                try:
+                    fut.set_result(fn(self.scheduler))
+                except BaseException as exc:  # handed to the caller
+                    fut.set_exception(exc)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+        self._stop.set()
+
+    def _guard(self, fn: Callable[[], Any]) -> None:
+        """Run fn; dispatch returned events; a bug in one request must not stop the server."""
+        try:
+            events = fn()
+        except Exception:
+            log.exception("scheduler thread: unexpected error (the server keeps serving)")
+            return
+        if events:
+            try:
+                self._on_events(list(events))
+            except Exception:
+                log.exception("scheduler thread: event handler failed")

@@ -1,0 +1,401 @@
+"""PlanScheduler: the ROS-free loop that turns plan requests into executed segments.
+
+It couples a Policy (which generations run in the next engine step), an Engine (one batched
+step at a time), each robot type's skill-set Segmenter (when is the text so far executable) and
+its execution-time model (when will the robot need the next segment). The ROS server node and
+the discrete-event simulator both drive it, through the same four calls:
+
+    submit(request)                  a validated request arrives
+    step()                           one scheduling iteration (pick, engine step, segmentation)
+    on_execution_started/finished()  the robot's executor reports real progress
+    cancel(request id)
+
+Every call returns the events it produced (SegmentReady: send this segment to the robot now;
+StateChanged; RequestFinished with the measured outcome). Single-threaded: callers serialise calls.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence, Union
+
+from ..engine.base import Engine, EngineError
+from .errors import ErrorCode, RequestError
+from .policies.base import Policy, SchedulingContext
+from .request import Generation, PlanRequest, RequestState, Segment
+
+Clock = Callable[[], float]
+
+
+@dataclass
+class SchedulerConfig:
+    """Scheduler tunables (the server node exposes them as ROS parameters)."""
+
+    network_delay_s: float = 0.0      # server -> robot latency added to expected execution starts
+    max_prompt_tokens: int = 4096     # longer prompts are rejected (INVALID_TASK)
+    max_waiting: int = 10_000         # queue bound; beyond it new requests are rejected
+
+
+@dataclass
+class RequestOutcome:
+    """How a request ended, with the user-visible latencies (seconds) and utilities."""
+
+    req: PlanRequest
+    state: RequestState
+    error_code: ErrorCode
+    message: str
+    plan_text: str
+    segments: list[Segment]
+    tokens: int
+    response_time: float = math.nan     # arrival -> first action starts (W(s0))
+    waiting_time: float = math.nan      # total time the robot waited for the planner (sum of W(s_k))
+    completion_time: float = math.nan   # arrival -> last action ends
+    utility: float = 0.0                # Eq. 1: TUF_0 of the response time (0 if never served)
+    total_utility: float = 0.0          # Eq. 3: TUF_0(W(s0)) + sum_k TUF_1(W(s_k))
+    finished_at: float = math.nan
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code == ErrorCode.NONE
+
+
+@dataclass(frozen=True)
+class SegmentReady:
+    """Dispatch this segment to the request's robot now (the robot is free; segments come in order)."""
+
+    req_id: str
+    segment: Segment
+
+
+@dataclass(frozen=True)
+class StateChanged:
+    req_id: str
+    state: RequestState
+
+
+@dataclass(frozen=True)
+class RequestFinished:
+    req_id: str
+    outcome: RequestOutcome
+
+
+Event = Union[SegmentReady, StateChanged, RequestFinished]
+
+
+@dataclass
+class _Track:
+    """Per-request bookkeeping beyond the policy-visible Generation."""
+
+    gen: Generation
+    segmenter: object
+    exec_model: object
+    to_dispatch: deque = field(default_factory=deque)   # generated segments not yet sent
+    in_flight: Segment | None = None                    # segment the robot is executing
+    max_new: int = 200                                  # effective plan-length cap (tokens)
+    error: tuple[ErrorCode, str] | None = None          # error to report at the end (plan kept)
+    engine_held: bool = True
+
+
+class PlanScheduler:
+    """Segmented plan generation under a pluggable policy (see module docstring)."""
+
+    def __init__(self, engine: Engine, policy: Policy, skill_sets: Mapping[str, object],
+                 exec_models: Mapping[str, object], clock: Clock,
+                 config: SchedulerConfig | None = None) -> None:
+        self.engine = engine
+        self.policy = policy
+        self.skill_sets = dict(skill_sets)
+        self.exec_models = dict(exec_models)
+        self.clock = clock
+        self.config = config or SchedulerConfig()
+        self.outcomes: dict[str, RequestOutcome] = {}
+        self.last_step_time: float | None = None
+        self.steps = 0
+        self._tracks: dict[str, _Track] = {}
+        self._waiting: dict[str, Generation] = {}   # insertion-ordered: queued and suspended
+        self._running: dict[str, Generation] = {}
+        self._events: list[Event] = []
+
+    # ----------------------------------------------------------------- queries
+    def busy(self) -> bool:
+        """True when there is something to generate right now."""
+        return bool(self._waiting or self._running)
+
+    def active(self) -> int:
+        """Requests accepted and not finished (generating, waiting or executing)."""
+        return len(self._tracks)
+
+    def generations(self) -> list[Generation]:
+        """Every unfinished request's generation (for state publishing)."""
+        return [t.gen for t in self._tracks.values()]
+
+    def is_running(self, req_id: str) -> bool:
+        return req_id in self._running
+
+    # ----------------------------------------------------------------- inputs
+    def submit(self, req: PlanRequest) -> list[Event]:
+        """Accept a validated request; raises RequestError if the scheduler cannot take it."""
+        if req.req_id in self._tracks or req.req_id in self.outcomes:
+            raise RequestError(ErrorCode.INVALID_TASK, f"duplicate request id {req.req_id!r}")
+        skill_set = self.skill_sets.get(req.robot_type)
+        if skill_set is None:
+            raise RequestError(ErrorCode.UNKNOWN_ROBOT_TYPE,
+                               f"unknown robot type {req.robot_type!r}; known: {', '.join(sorted(self.skill_sets))}")
+        if len(self._waiting) >= self.config.max_waiting:
+            raise RequestError(ErrorCode.INVALID_LIMITS, f"queue full ({self.config.max_waiting} waiting); retry later")
+        prompt_ids = self.engine.encode(skill_set.build_prompt(req.task, req.context))
+        if len(prompt_ids) > self.config.max_prompt_tokens:
+            raise RequestError(ErrorCode.INVALID_TASK,
+                               f"prompt is {len(prompt_ids)} tokens, over the limit of {self.config.max_prompt_tokens};"
+                               " shorten the task or context")
+        max_new = min(req.max_new_tokens, skill_set.max_plan_tokens) if req.max_new_tokens else skill_set.max_plan_tokens
+        forced = self.engine.encode(" " + req.forced_plan) if req.forced_plan is not None else None
+        self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced)
+        gen = Generation(req=req, prompt_ids=list(prompt_ids), enqueued_at=self.clock())
+        exec_profile = getattr(skill_set, "exec_profile", req.robot_type)
+        self._tracks[req.req_id] = _Track(gen, skill_set.segmenter(), self.exec_models[exec_profile], max_new=max_new)
+        self._waiting[req.req_id] = gen
+        self._set_state(gen, RequestState.QUEUED)
+        return self._drain()
+
+    def cancel(self, req_id: str, code: ErrorCode = ErrorCode.CANCELLED, message: str = "cancelled by the client") -> list[Event]:
+        """Stop a request wherever it is; its engine state is freed. Unknown ids are ignored."""
+        track = self._tracks.get(req_id)
+        if track is not None:
+            state = RequestState.CANCELLED if code == ErrorCode.CANCELLED else RequestState.FAILED
+            self._finish(track, state, code, message)
+        return self._drain()
+
+    def on_execution_started(self, req_id: str, index: int, t: float) -> list[Event]:
+        """The robot began executing segment `index` at time t."""
+        seg = self._segment(req_id, index)
+        if seg is not None:
+            seg.exec_started = t
+        return self._drain()
+
+    def on_execution_finished(self, req_id: str, index: int, t: float, ok: bool = True, error: str = "",
+                              code: ErrorCode = ErrorCode.EXECUTION_FAILED) -> list[Event]:
+        """The robot finished segment `index` at time t: the real completion replaces the estimate."""
+        track = self._tracks.get(req_id)
+        seg = self._segment(req_id, index)
+        if track is None or seg is None:
+            return self._drain()
+        seg.exec_finished = t
+        seg.ok = ok
+        if seg.exec_started is None:
+            seg.exec_started = seg.dispatched if seg.dispatched is not None else t
+        track.in_flight = None
+        if not ok:
+            self._finish(track, RequestState.FAILED, code, f"segment {index} failed: {error or 'executor reported failure'}")
+            return self._drain()
+        self._update_expected_end(track, actual_end=t)
+        self._dispatch_next(track, t)
+        self._maybe_complete(track, t)
+        return self._drain()
+
+    # ----------------------------------------------------------------- the loop
+    def step(self) -> list[Event]:
+        """One iteration: drop hopeless requests, let the policy pick a batch, run one engine step."""
+        now = self.clock()
+        for gen in list(self._waiting.values()):
+            reason = self.policy.should_drop(gen, now)
+            if reason:
+                self._finish(self._tracks[gen.req_id], RequestState.DROPPED, ErrorCode.DROPPED, reason)
+        if not self.busy():
+            return self._drain()
+        mem = self.engine.memory()
+        ctx = SchedulingContext(now=now, kv_free_bytes=max(0.0, mem.kv_budget_bytes - mem.kv_device_bytes),
+                                kv_bytes_per_token=mem.kv_bytes_per_token, step_time_s=self.last_step_time)
+        batch = self.policy.select(list(self._waiting.values()), list(self._running.values()), ctx)
+        if not batch:
+            return self._drain()
+        self._apply_batch(batch, now)
+        ids = [g.req_id for g in batch]
+        try:
+            result = self.engine.step(ids)
+        except EngineError as exc:
+            for gen in batch:
+                self._finish(self._tracks[gen.req_id], RequestState.FAILED, ErrorCode.GENERATION_FAILED,
+                             f"engine step failed: {exc}")
+            return self._drain()
+        t = self.clock()
+        self.last_step_time = result.elapsed_s
+        self.steps += 1
+        for gen in batch:
+            self._absorb(self._tracks[gen.req_id], result.tokens.get(gen.req_id),
+                         gen.req_id in result.finished, result.elapsed_s, t)
+        return self._drain()
+
+    # ----------------------------------------------------------------- internals
+    def _apply_batch(self, batch: Sequence[Generation], now: float) -> None:
+        chosen = {g.req_id for g in batch}
+        for req_id, gen in list(self._running.items()):
+            if req_id not in chosen:  # preempted by the policy mid-segment
+                self.engine.suspend(req_id)
+                del self._running[req_id]
+                gen.enqueued_at = now
+                self._waiting[req_id] = gen
+                self._set_state(gen, RequestState.SUSPENDED if gen.prefilled else RequestState.QUEUED)
+        for gen in batch:
+            if gen.req_id in self._running:
+                continue
+            del self._waiting[gen.req_id]
+            if gen.prefilled:
+                self.engine.resume(gen.req_id)
+            self._running[gen.req_id] = gen
+            if gen.seg_gen_started is None:
+                gen.seg_gen_started = now
+            self._set_state(gen, RequestState.GENERATING)
+
+    def _absorb(self, track: _Track, token: int | None, finished: bool, elapsed: float, t: float) -> None:
+        """Take one step's output for one generation: text, segments, suspension, completion."""
+        gen = track.gen
+        req_id = gen.req_id
+        gen.prefilled = True
+        gen.step_times.append(elapsed)
+        n_segments = len(gen.segments)
+        eos = self.engine.eos_token_id
+        if token is not None and token != eos:
+            gen.output_ids.append(token)
+            text = self.engine.decode(gen.output_ids)
+            if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+                delta = text[len(gen.text):]
+                gen.text = text
+                for parsed in track.segmenter.feed(delta):
+                    if not self._new_segment(track, parsed, t):
+                        return
+        capped = len(gen.output_ids) >= track.max_new and token != eos
+        if finished or capped:
+            tail = track.segmenter.finish()
+            if tail is not None and not self._new_segment(track, tail, t):
+                return
+            self._generation_done(track, t, capped)
+        elif self.policy.segmented and len(gen.segments) > n_segments:
+            self.engine.suspend(req_id)
+            del self._running[req_id]
+            gen.enqueued_at = t
+            self._waiting[req_id] = gen
+            self._set_state(gen, RequestState.SUSPENDED)
+
+    def _new_segment(self, track: _Track, parsed, t: float) -> bool:
+        """Record an executable segment and dispatch it if the robot is free; False if the request failed."""
+        gen = track.gen
+        try:
+            est = track.exec_model.min_time(parsed.skills)
+        except KeyError as exc:
+            self._finish(track, RequestState.FAILED, ErrorCode.GENERATION_FAILED,
+                         f"the plan uses a skill the {gen.req.robot_type} robot does not have: {exc}", t)
+            return False
+        seg = Segment(index=len(gen.segments), text=parsed.text, skills=list(parsed.skills),
+                      gen_started=gen.seg_gen_started if gen.seg_gen_started is not None else t,
+                      gen_finished=t, est_exec_s=est)
+        gen.segments.append(seg)
+        gen.seg_token_start = len(gen.output_ids)
+        gen.seg_text_start = len(gen.text)
+        gen.seg_gen_started = t
+        track.to_dispatch.append(seg)
+        self._update_expected_end(track)
+        if self.policy.stream_segments:
+            self._dispatch_next(track, t)
+        return True
+
+    def _update_expected_end(self, track: _Track, actual_end: float | None = None) -> None:
+        """E = expected end of the robot's last known segment: the actual completion when reported,
+        then each generated-but-unsent segment adds its minimum execution estimate."""
+        gen = track.gen
+        end = actual_end
+        if end is None:
+            last_done = [s.exec_finished for s in gen.segments if s.exec_finished is not None]
+            end = last_done[-1] if last_done else -math.inf
+            if track.in_flight is not None:
+                s = track.in_flight
+                start = s.exec_started if s.exec_started is not None else (s.dispatched or s.gen_finished) + self.config.network_delay_s
+                end = max(end, start + s.est_exec_s)
+        for seg in track.to_dispatch:
+            end = max(end, seg.gen_finished + self.config.network_delay_s) + seg.est_exec_s
+        gen.expected_exec_end = end if math.isfinite(end) else None
+
+    def _dispatch_next(self, track: _Track, t: float) -> None:
+        gen = track.gen
+        if track.in_flight is not None or not track.to_dispatch:
+            return
+        if not self.policy.stream_segments and not gen.finished_generating:
+            return
+        seg = track.to_dispatch.popleft()
+        seg.dispatched = t
+        track.in_flight = seg
+        self._events.append(SegmentReady(gen.req_id, seg))
+
+    def _generation_done(self, track: _Track, t: float, capped: bool) -> None:
+        gen = track.gen
+        gen.finished_generating = True
+        self._running.pop(gen.req_id, None)
+        self._waiting.pop(gen.req_id, None)
+        self.engine.release(gen.req_id)
+        track.engine_held = False
+        if not gen.segments:
+            self._finish(track, RequestState.FAILED, ErrorCode.GENERATION_FAILED,
+                         f"the model produced no executable {gen.req.robot_type} skill: {gen.text.strip()[:120]!r}")
+            return
+        if capped and track.error is None:
+            track.error = (ErrorCode.PLAN_TOO_LONG,
+                           f"plan hit the {gen.req.max_new_tokens}-token cap before it ended; executed what was complete")
+        self._set_state(gen, RequestState.EXECUTING)
+        self._dispatch_next(track, t)
+        self._maybe_complete(track, t)
+
+    def _maybe_complete(self, track: _Track, t: float) -> None:
+        gen = track.gen
+        if gen.finished_generating and track.in_flight is None and not track.to_dispatch:
+            code, msg = track.error or (ErrorCode.NONE, "")
+            self._finish(track, RequestState.DONE if code == ErrorCode.NONE else RequestState.FAILED, code, msg, t)
+
+    def _finish(self, track: _Track, state: RequestState, code: ErrorCode, message: str, t: float | None = None) -> None:
+        gen = track.gen
+        req_id = gen.req_id
+        if track.engine_held:
+            self.engine.release(req_id)
+            track.engine_held = False
+        self._running.pop(req_id, None)
+        self._waiting.pop(req_id, None)
+        del self._tracks[req_id]
+        gen.state = state
+        outcome = measure_outcome(gen, state, code, message, self.clock() if t is None else t)
+        self.outcomes[req_id] = outcome
+        self._events.append(StateChanged(req_id, state))
+        self._events.append(RequestFinished(req_id, outcome))
+
+    def _segment(self, req_id: str, index: int) -> Segment | None:
+        track = self._tracks.get(req_id)
+        if track is None or not 0 <= index < len(track.gen.segments):
+            return None
+        return track.gen.segments[index]
+
+    def _set_state(self, gen: Generation, state: RequestState) -> None:
+        if gen.state != state:
+            gen.state = state
+            self._events.append(StateChanged(gen.req_id, state))
+
+    def _drain(self) -> list[Event]:
+        events, self._events = self._events, []
+        return events
+
+
+def measure_outcome(gen: Generation, state: RequestState, code: ErrorCode, message: str, t: float) -> RequestOutcome:
+    """Response time, waiting time, completion time and utilities from a generation's executed segments."""
+    req = gen.req
+    out = RequestOutcome(req=req, state=state, error_code=code, message=message, plan_text=gen.text,
+                         segments=list(gen.segments), tokens=len(gen.output_ids), finished_at=t)
+    executed = [s for s in gen.segments if s.exec_started is not None and s.exec_finished is not None]
+    if not executed or gen.segments[0] is not executed[0]:
+        return out
+    waits = [executed[0].exec_started - req.arrival]
+    for prev, seg in zip(executed, executed[1:]):
+        waits.append(max(0.0, seg.exec_started - prev.exec_finished))
+    out.response_time = waits[0]
+    out.waiting_time = sum(waits)
+    out.completion_time = executed[-1].exec_finished - req.arrival
+    out.utility = req.tuf(waits[0])
+    out.total_utility = req.tuf(waits[0]) + sum(req.tuf.resumed(w) for w in waits[1:])
+    return out

@@ -1,0 +1,80 @@
+"""Turn raw Plan goal fields into a PlanRequest, or a RequestError saying what is wrong and what to do."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+from .errors import ErrorCode, RequestError
+from .request import PlanRequest
+from .tuf import TimeUtility
+
+_AGENT_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/")
+
+
+@dataclass(frozen=True)
+class GoalLimits:
+    """Input bounds the server enforces (ROS parameters)."""
+
+    max_task_chars: int = 2000
+    max_context_chars: int = 8000
+    max_new_tokens: int = 512
+
+
+@dataclass(frozen=True)
+class GoalFields:
+    """The Plan goal as plain Python values."""
+
+    agent_id: str
+    robot_type: str
+    task: str
+    context: str = ""
+    urgency_class: str = ""
+    ert: float = 0.0
+    alpha: float = 0.0
+    beta: float = 0.0
+    max_new_tokens: int = 0
+
+
+def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Mapping[str, object],
+                  urgency_classes: Mapping[str, TimeUtility], limits: GoalLimits = GoalLimits()) -> PlanRequest:
+    """Check every field; raise RequestError(code, message) on the first problem."""
+    agent = goal.agent_id.strip().strip("/")
+    if not agent or not set(agent) <= _AGENT_CHARS or agent[0].isdigit():
+        raise RequestError(ErrorCode.UNKNOWN_AGENT,
+                           f"agent_id {goal.agent_id!r} is not a valid ROS namespace (e.g. 'drone_3')")
+    if goal.robot_type not in robot_types:
+        raise RequestError(ErrorCode.UNKNOWN_ROBOT_TYPE,
+                           f"unknown robot_type {goal.robot_type!r}; known: {', '.join(sorted(robot_types))}")
+    task = goal.task.strip()
+    if not task:
+        raise RequestError(ErrorCode.INVALID_TASK, "task is empty; say what the robot should do")
+    if len(goal.task) > limits.max_task_chars:
+        raise RequestError(ErrorCode.INVALID_TASK,
+                           f"task is {len(goal.task)} characters, over the limit of {limits.max_task_chars}")
+    if len(goal.context) > limits.max_context_chars:
+        raise RequestError(ErrorCode.INVALID_TASK,
+                           f"context is {len(goal.context)} characters, over the limit of {limits.max_context_chars}")
+    if goal.max_new_tokens < 0 or goal.max_new_tokens > limits.max_new_tokens:
+        raise RequestError(ErrorCode.INVALID_LIMITS,
+                           f"max_new_tokens must be 0 (server default) .. {limits.max_new_tokens}, got {goal.max_new_tokens}")
+    tuf = _time_requirement(goal, urgency_classes)
+    return PlanRequest(req_id=req_id, agent_id=agent, robot_type=goal.robot_type, task=task, tuf=tuf,
+                       arrival=arrival, context=goal.context.strip(), urgency=goal.urgency_class,
+                       max_new_tokens=goal.max_new_tokens, task_type=goal.urgency_class or "custom")
+
+
+def _time_requirement(goal: GoalFields, classes: Mapping[str, TimeUtility]) -> TimeUtility:
+    if goal.urgency_class:
+        if goal.urgency_class not in classes:
+            raise RequestError(ErrorCode.UNKNOWN_URGENCY_CLASS,
+                               f"unknown urgency_class {goal.urgency_class!r}; known: {', '.join(sorted(classes))};"
+                               " or leave it empty and set ert/alpha/beta")
+        return classes[goal.urgency_class]
+    values = (goal.ert, goal.alpha, goal.beta)
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+        raise RequestError(ErrorCode.INVALID_TIME_REQUIREMENT, f"ert/alpha/beta must be finite numbers, got {values}")
+    if goal.ert == 0.0 and goal.alpha == 0.0 and goal.beta == 0.0:
+        raise RequestError(ErrorCode.INVALID_TIME_REQUIREMENT,
+                           "no time requirement: set urgency_class (e.g. 'normal') or ert/alpha/beta")
+    return TimeUtility(goal.ert, goal.alpha, goal.beta)  # raises INVALID_TIME_REQUIREMENT with the reason
