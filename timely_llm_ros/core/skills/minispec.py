@@ -1,0 +1,265 @@
+"""Parser for statement-mode plans (MiniSpec for drones; its call-only subset for arms).
+
+Grammar (whitespace allowed between tokens)::
+
+    program   := statement*
+    statement := ';'                               empty (e.g. the optional ';' after a block)
+               | call end | VAR '=' operand end | '->' operand end
+               | INT '{' program '}'               loop, body repeated INT times
+               | '?' condition '{' program '}'     conditional, body runs at most once
+    end       := ';' | (before '}' or the end of the text: the last ';' may be left out)
+    condition := comparison (('&' | '|') comparison)*
+    comparison:= '(' condition ')' | operand (('==' | '!=' | '>' | '<' | '>=' | '<=') operand)?
+    operand   := call | VAR | NUMBER | STRING | True | False
+    call      := SKILL '(' [operand (',' operand)*] ')'
+
+VAR is an identifier starting with '_' (``_1``). ``parse`` returns the skill calls in execution order with loops
+unrolled and a conditional's condition followed by its body once (its worst case), plus every problem found.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..request import SkillCall
+from .spec import SkillSpec
+
+FORMS = ("call", "assign", "return", "loop", "conditional")
+MAX_LOOP = 1000
+
+_TOKEN = re.compile(
+    r"""(?P<ws>\s+)
+    |(?P<num>-?\d+(?:\.\d+)?)
+    |(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
+    |(?P<name>[A-Za-z_][A-Za-z0-9_]*)
+    |(?P<op>->|==|!=|>=|<=|[<>=&|?;,(){}])""",
+    re.X | re.S,
+)
+_ESCAPE = re.compile(r"\\(.)", re.S)
+_COMPARATORS = ("==", "!=", ">", "<", ">=", "<=")
+
+
+@dataclass(frozen=True)
+class _Tok:
+    kind: str   # num | str | name | op | end
+    text: str
+    pos: int
+
+
+class _Stop(Exception):
+    """A syntax error: parsing cannot continue."""
+
+
+@dataclass
+class ParseResult:
+    """Skill calls in execution order and the problems found ([] = valid)."""
+
+    skills: list[SkillCall] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def tokenize(text: str) -> list[_Tok]:
+    """Split plan text into tokens; raises _Stop on a character no token can start with."""
+    toks: list[_Tok] = []
+    pos, n = 0, len(text)
+    while pos < n:
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            if text[pos] in "'\"":
+                raise _Stop(f"unterminated string starting at offset {pos}")
+            raise _Stop(f"unexpected character {text[pos]!r} at offset {pos}")
+        if m.lastgroup != "ws":
+            toks.append(_Tok(m.lastgroup or "", m.group(), pos))
+        pos = m.end()
+    toks.append(_Tok("end", "", n))
+    return toks
+
+
+class _Parser:
+    def __init__(self, text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, ...]) -> None:
+        self.toks = tokenize(text)
+        self.i = 0
+        self.skills = skills
+        self.forms = forms
+        self.problems: list[str] = []
+
+    # -- token helpers
+    @property
+    def tok(self) -> _Tok:
+        return self.toks[self.i]
+
+    def _at(self, text: str) -> bool:
+        return self.tok.kind == "op" and self.tok.text == text
+
+    def _expect(self, text: str, what: str) -> None:
+        if not self._at(text):
+            raise _Stop(f"expected {text!r} {what} at offset {self.tok.pos}, got {self._show()}")
+        self.i += 1
+
+    def _show(self) -> str:
+        return "end of text" if self.tok.kind == "end" else repr(self.tok.text)
+
+    def _form(self, form: str, pos: int) -> None:
+        if form not in self.forms:
+            raise _Stop(f"{form} statements are not allowed in this skill set (offset {pos}); "
+                        f"allowed: {', '.join(self.forms)}")
+
+    # -- grammar
+    def program(self, in_block: bool) -> list[SkillCall]:
+        out: list[SkillCall] = []
+        while True:
+            if self.tok.kind == "end":
+                if in_block:
+                    raise _Stop("unbalanced braces: '{' is never closed")
+                return out
+            if self._at("}"):
+                if not in_block:
+                    raise _Stop(f"unbalanced braces: '}}' at offset {self.tok.pos} closes nothing")
+                return out
+            out.extend(self.statement())
+
+    def statement(self) -> list[SkillCall]:
+        tok = self.tok
+        if self._at(";"):
+            self.i += 1
+            return []
+        if tok.kind == "num" and self.toks[self.i + 1].text == "{":
+            return self.loop()
+        if self._at("?"):
+            self._form("conditional", tok.pos)
+            self.i += 1
+            calls = self.condition()
+            return calls + self.block()
+        if self._at("->"):
+            self._form("return", tok.pos)
+            self.i += 1
+            calls = self.operand()[1]
+        elif tok.kind == "name" and tok.text.startswith("_"):
+            self._form("assign", tok.pos)
+            self.i += 1
+            self._expect("=", f"after variable {tok.text}")
+            calls = self.operand()[1]
+        elif tok.kind == "name" and self.toks[self.i + 1].text == "(":
+            self._form("call", tok.pos)
+            calls = self.call()
+        else:
+            raise _Stop(f"expected a statement at offset {tok.pos}, got {self._show()}")
+        self.statement_end()
+        return calls
+
+    def statement_end(self) -> None:
+        if self._at(";"):
+            self.i += 1
+        elif not (self._at("}") or self.tok.kind == "end"):
+            raise _Stop(f"expected ';' at offset {self.tok.pos}, got {self._show()}")
+
+    def loop(self) -> list[SkillCall]:
+        tok = self.tok
+        self._form("loop", tok.pos)
+        self.i += 1
+        count = float(tok.text)
+        if not count.is_integer() or not 1 <= count <= MAX_LOOP:
+            self.problems.append(f"loop count {tok.text} at offset {tok.pos} must be an integer in 1..{MAX_LOOP}")
+            count = 1
+        return self.block() * int(count)
+
+    def block(self) -> list[SkillCall]:
+        self._expect("{", "to open a block")
+        body = self.program(in_block=True)
+        self._expect("}", "to close a block")
+        return body
+
+    def condition(self) -> list[SkillCall]:
+        calls = self.comparison()
+        while self._at("&") or self._at("|"):
+            self.i += 1
+            calls += self.comparison()
+        return calls
+
+    def comparison(self) -> list[SkillCall]:
+        if self._at("("):
+            self.i += 1
+            calls = self.condition()
+            self._expect(")", "to close a condition")
+            return calls
+        calls = self.operand()[1]
+        if self.tok.kind == "op" and self.tok.text in _COMPARATORS:
+            self.i += 1
+            calls += self.operand()[1]
+        return calls
+
+    def operand(self) -> tuple[Any, list[SkillCall]]:
+        """(value, calls it makes); a variable's value is its name, a call's value is its SkillCall."""
+        tok = self.tok
+        if tok.kind == "num":
+            self.i += 1
+            return (float(tok.text) if "." in tok.text else int(tok.text)), []
+        if tok.kind == "str":
+            self.i += 1
+            return _ESCAPE.sub(r"\1", tok.text[1:-1]), []
+        if tok.kind == "name":
+            if tok.text in ("True", "False"):
+                self.i += 1
+                return tok.text == "True", []
+            if tok.text.startswith("_"):
+                self.i += 1
+                return tok.text, []
+            if self.toks[self.i + 1].text == "(":
+                calls = self.call()
+                return calls[-1], calls
+            raise _Stop(f"unknown name {tok.text!r} at offset {tok.pos} (skills are called with '(...)')")
+        raise _Stop(f"expected a value at offset {tok.pos}, got {self._show()}")
+
+    def call(self) -> list[SkillCall]:
+        name = self.tok
+        self.i += 2  # name and '('
+        values: list[Any] = []
+        nested: list[SkillCall] = []
+        if not self._at(")"):
+            while True:
+                value, calls = self.operand()
+                values.append(value)
+                nested += calls
+                if not self._at(","):
+                    break
+                self.i += 1
+        self._expect(")", f"to close the call to {name.text}")
+        self._check(name, values)
+        return nested + [SkillCall(name.text, tuple(values))]
+
+    def _check(self, name: _Tok, values: list[Any]) -> None:
+        spec = self.skills.get(name.text)
+        if spec is None:
+            self.problems.append(f"unknown skill {name.text!r} at offset {name.pos}")
+            return
+        if len(values) != len(spec.args):
+            self.problems.append(f"{name.text} ({spec.long}) takes {len(spec.args)} argument(s), "
+                                 f"got {len(values)} at offset {name.pos}")
+            return
+        for k, (kind, value) in enumerate(zip(spec.args, values), 1):
+            if not _fits(kind, value):
+                self.problems.append(f"{name.text} argument {k} must be {kind}, got {value!r} at offset {name.pos}")
+
+
+def _fits(kind: str, value: Any) -> bool:
+    """Whether a parsed argument can have this kind (variables and call results can be anything)."""
+    if kind == "any" or isinstance(value, SkillCall) or (isinstance(value, str) and value.startswith("_")
+                                                          and value.isidentifier()):
+        return True
+    if kind == "int":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, str)
+
+
+def parse(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, ...] = FORMS) -> ParseResult:
+    """Parse a whole plan (or segment) text."""
+    try:
+        parser = _Parser(text, skills, forms)
+    except _Stop as stop:
+        return ParseResult([], [str(stop)])
+    try:
+        calls = parser.program(in_block=False)
+    except _Stop as stop:
+        return ParseResult([], parser.problems + [str(stop)])
+    return ParseResult(calls, parser.problems)

@@ -1,0 +1,41 @@
+"""What a skill set declares about one skill: names, argument kinds, whether it acts."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+ARG_KINDS = ("int", "str", "any")
+SKILL_KINDS = ("action", "query")
+
+
+@dataclass(frozen=True)
+class SkillSpec:
+    """One skill of a robot: short name used in plans (``mf``), long name (``move_forward``), argument kinds."""
+
+    short: str
+    long: str
+    args: tuple[str, ...]   # each of ARG_KINDS; "int" accepts any number
+    kind: str               # "action" makes a segment executable; "query" does not
+
+    @property
+    def is_action(self) -> bool:
+        return self.kind == "action"
+
+    @classmethod
+    def from_config(cls, entry: Mapping[str, Any], where: str) -> "SkillSpec":
+        """Build from one YAML entry {short, long, args, kind}; ValueError says what is wrong and where."""
+        try:
+            short = str(entry["short"])
+            long = str(entry.get("long", short))
+            args = tuple(str(a) for a in entry.get("args", []) or [])
+            kind = str(entry.get("kind", "action"))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{where}: a skill needs at least 'short' ({exc})") from None
+        if not short.isidentifier() or short.startswith("_"):
+            raise ValueError(f"{where}: skill name {short!r} must be an identifier not starting with '_'")
+        bad = [a for a in args if a not in ARG_KINDS]
+        if bad:
+            raise ValueError(f"{where}: skill {short!r} has unknown argument kinds {bad}; use {ARG_KINDS}")
+        if kind not in SKILL_KINDS:
+            raise ValueError(f"{where}: skill {short!r} kind must be one of {SKILL_KINDS}, got {kind!r}")
+        return cls(short, long, args, kind)
