@@ -1,0 +1,37 @@
+# Two commands for a fresh machine: `make demo` and `make test` (both set everything up first).
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
+export ROS_LOG_DIR ?= $(CURDIR)/build/ros_log
+export PYTHONUNBUFFERED := 1
+
+.PHONY: setup demo test test-fast bench model clean help
+
+help:
+	@echo "make demo   set up .venv, build the interfaces, run the demo fleet (4 drones + 1 arm)"
+	@echo "make test   set up if needed, run the whole test suite"
+	@echo "make bench  run the benchmarks (simulated policies, engine micro-benchmarks)"
+	@echo "make model  retrain the embedded default planner model (not needed: it is committed)"
+
+setup:
+	@tools/setup_venv.sh
+	@VENV=$(VENV) tools/build_interfaces.sh
+	@[ -f $(VENV)/.timely-editable ] || { $(PY) -m pip install -q --no-deps --no-build-isolation -e . \
+	  --config-settings editable_mode=compat && touch $(VENV)/.timely-editable; }
+	@$(PY) -c "import timely_llm_ros.action, timely_llm_ros.core.scheduler; print('[setup] timely_llm_ros ready')"
+
+demo: setup
+	$(VENV)/bin/timely_bringup --params-file config/demo_fleet.yaml
+
+test: setup
+	$(PY) -m pytest test -q -p no:cacheprovider
+
+bench: setup
+	$(PY) benchmarks/compare_policies.py --workload WID1 --out out/bench_wid1
+	$(PY) benchmarks/scheduling_overhead.py
+
+model: setup
+	$(PY) -m timely_llm_ros.model.train --out models/default_planner
+
+clean:
+	rm -rf build out .pytest_cache

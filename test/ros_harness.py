@@ -1,0 +1,156 @@
+"""Helpers for tests that run real nodes as separate processes and talk to them over DDS on loopback."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import rclpy
+from rclpy.action import ActionClient
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+
+from timely_llm_ros.action import Plan
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def ros_env() -> dict[str, str]:
+    """Environment for child nodes: loopback discovery, this session's domain id, logs in build/."""
+    env = dict(os.environ)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    env.setdefault("ROS_LOG_DIR", str(REPO / "build" / "ros_log"))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class NodeProcess:
+    """A node started as its own process; its output is collected for assertions and failure messages."""
+
+    def __init__(self, module: str, ros_args: list[str], ready: str) -> None:
+        cmd = [sys.executable, "-m", module, "--ros-args", *ros_args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ros_env(),
+                                     cwd=REPO)
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        self._marker = ready
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+            if self._marker in line:
+                self._ready.set()
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        if not self._ready.wait(timeout):
+            self.stop()
+            raise RuntimeError(f"node did not become ready in {timeout} s:\n" + "\n".join(self.lines[-40:]))
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(2)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def start_server(*params: str) -> NodeProcess:
+    args = ["-r", "__node:=timely_server"]
+    for p in params:
+        args += ["-p", p]
+    node = NodeProcess("timely_llm_ros.ros.server_node", args, "timely_server ready")
+    node.wait_ready()
+    return node
+
+
+def start_executor(agent: str, robot_type: str, time_scale: float) -> NodeProcess:
+    node = NodeProcess("timely_llm_ros.ros.executor_node",
+                       ["-r", f"__ns:=/{agent}", "-r", "__node:=executor", "-p", f"robot_type:={robot_type}",
+                        "-p", f"time_scale:={time_scale}"], "executor ready")
+    node.wait_ready()
+    return node
+
+
+class PlanClient:
+    """An in-process rclpy client (own Context) for the /plan action."""
+
+    def __init__(self) -> None:
+        self.context = Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node("test_plan_client", context=self.context)
+        self.client = ActionClient(self.node, Plan, "/plan")
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self._spin = threading.Thread(target=self.executor.spin, daemon=True)
+        self._spin.start()
+        assert self.client.wait_for_server(timeout_sec=30.0), "no /plan server"
+
+    def send(self, **fields) -> "GoalRun":
+        run = GoalRun()
+        goal = Plan.Goal(**fields)
+        fut = self.client.send_goal_async(goal, feedback_callback=lambda m: run.feedback.append(m.feedback))
+        run.handle = wait(fut, 30.0)
+        assert run.handle is not None and run.handle.accepted, "goal was not accepted"
+        run.result_future = run.handle.get_result_async()
+        return run
+
+    def close(self) -> None:
+        self.client.destroy()
+        self.executor.shutdown()
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+
+class GoalRun:
+    """A goal in flight: its feedback as it arrives, and its result."""
+
+    def __init__(self) -> None:
+        self.feedback: list = []
+        self.handle = None
+        self.result_future = None
+
+    def result(self, timeout: float = 120.0):
+        wrapped = wait(self.result_future, timeout)
+        assert wrapped is not None, f"no result within {timeout} s"
+        return wrapped.status, wrapped.result
+
+    def cancel(self) -> None:
+        wait(self.handle.cancel_goal_async(), 10.0)
+
+    def wait_for(self, predicate, timeout: float = 60.0) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if any(predicate(fb) for fb in list(self.feedback)):
+                return True
+            time.sleep(0.01)
+        return False
+
+
+def wait(future, timeout: float):
+    end = time.monotonic() + timeout
+    while not future.done():
+        if time.monotonic() > end:
+            return None
+        time.sleep(0.005)
+    return future.result()
+
+
+@contextmanager
+def plan_client() -> Iterator[PlanClient]:
+    client = PlanClient()
+    try:
+        yield client
+    finally:
+        client.close()

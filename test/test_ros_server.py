@@ -1,0 +1,164 @@
+"""The server, executors and a client as separate processes over DDS on loopback, with the real model."""
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from rclpy.action import ActionServer, CancelResponse, GoalResponse  # noqa: E402
+from action_msgs.msg import GoalStatus  # noqa: E402
+
+from timely_llm_ros.action import ExecuteSegment, Plan  # noqa: E402
+
+from ros_harness import plan_client, start_executor, start_server  # noqa: E402
+
+R = Plan.Result
+DRONE_TASK = dict(agent_id="drone_1", robot_type="drone", task="look for the cat",
+                  context="cat, chair, table, lamp", urgency_class="normal")
+ARM_TASK = dict(agent_id="arm_1", robot_type="arm", task="stack the red block on the blue block",
+                context="red block, blue block, green block, table", urgency_class="normal")
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    nodes = []
+    try:
+        nodes.append(start_server("executor_timeout_s:=1.5", "executor_discovery_timeout_s:=1.0", "max_batch:=4"))
+        nodes.append(start_executor("drone_1", "drone", 0.05))
+        nodes.append(start_executor("drone_2", "drone", 0.05))
+        nodes.append(start_executor("arm_1", "arm", 0.05))
+        nodes.append(start_executor("arm_slow", "arm", 1.0))
+        with plan_client() as client:
+            yield client, nodes[0]
+    finally:
+        for n in reversed(nodes):
+            n.stop()
+
+
+def _check_done(status, result, run):
+    assert status == GoalStatus.STATUS_SUCCEEDED, (result.error_code, result.error_message)
+    assert result.error_code == R.ERROR_NONE
+    assert len(result.segments) >= 1
+    assert [s.index for s in result.segments] == list(range(len(result.segments)))
+    assert all(s.executed and s.exec_time > 0 for s in result.segments)
+    assert "".join(s.text for s in result.segments).strip() in result.plan.strip()
+    assert result.response_time > 0 and result.waiting_time >= result.response_time - 1e-6
+    assert result.completion_time >= result.response_time
+    assert math.isfinite(result.utility)
+    streamed = [fb.segment.index for fb in run.feedback if fb.new_segment]
+    assert streamed == list(range(len(result.segments))), "segments must stream in order as feedback"
+
+
+def test_plan_round_trip_executes_segments_in_order(fleet):
+    client, _ = fleet
+    run = client.send(**DRONE_TASK)
+    status, result = run.result()
+    _check_done(status, result, run)
+    states = {fb.state for fb in run.feedback}
+    assert "generating" in states
+
+
+def test_two_agents_at_once(fleet):
+    client, _ = fleet
+    runs = [client.send(**DRONE_TASK), client.send(**dict(DRONE_TASK, agent_id="drone_2")), client.send(**ARM_TASK)]
+    for run in runs:
+        status, result = run.result()
+        _check_done(status, result, run)
+
+
+@pytest.mark.parametrize("fields,code", [
+    (dict(DRONE_TASK, task="   "), R.INVALID_TASK),
+    (dict(DRONE_TASK, task="x" * 100_000), R.INVALID_TASK),
+    (dict(DRONE_TASK, urgency_class="", ert=float("nan"), alpha=-1.0, beta=1.0), R.INVALID_TIME_REQUIREMENT),
+    (dict(DRONE_TASK, urgency_class="", ert=-1.0, alpha=-1.0, beta=1.0), R.INVALID_TIME_REQUIREMENT),
+    (dict(DRONE_TASK, urgency_class="", ert=1.0, alpha=float("nan"), beta=1.0), R.INVALID_TIME_REQUIREMENT),
+    (dict(DRONE_TASK, urgency_class="", ert=1.0, alpha=2.0, beta=1.0), R.INVALID_TIME_REQUIREMENT),
+    (dict(DRONE_TASK, robot_type="submarine"), R.UNKNOWN_ROBOT_TYPE),
+    (dict(DRONE_TASK, urgency_class="whenever"), R.UNKNOWN_URGENCY_CLASS),
+    (dict(DRONE_TASK, agent_id=""), R.UNKNOWN_AGENT),
+    (dict(DRONE_TASK, agent_id="drone_99"), R.EXECUTOR_UNAVAILABLE),
+])
+def test_malformed_goal_gets_its_error_code_while_valid_goal_completes(fleet, fields, code):
+    client, _ = fleet
+    valid = client.send(**ARM_TASK)
+    bad = client.send(**fields)
+    status, result = bad.result(30)
+    assert status == GoalStatus.STATUS_ABORTED
+    assert result.error_code == code, result.error_message
+    assert result.error_message
+    status, result = valid.result()
+    _check_done(status, result, valid)
+
+
+def test_cancel_during_generation(fleet):
+    client, _ = fleet
+    run = client.send(**dict(ARM_TASK, max_new_tokens=0))
+    run.cancel()
+    status, result = run.result(30)
+    assert status == GoalStatus.STATUS_CANCELED
+    assert result.error_code == R.CANCELLED
+    # the server keeps serving
+    again = client.send(**DRONE_TASK)
+    _check_done(*again.result(), again)
+
+
+def test_cancel_during_execution_stops_the_robot_promptly(fleet):
+    client, _ = fleet
+    run = client.send(**dict(ARM_TASK, agent_id="arm_slow"))
+    assert run.wait_for(lambda fb: fb.new_segment, 60), "no segment was produced"
+    time.sleep(0.3)  # the slow arm is now executing its first segment (>= 0.8 s at time_scale 1)
+    t0 = time.monotonic()
+    run.cancel()
+    status, result = run.result(30)
+    assert status == GoalStatus.STATUS_CANCELED
+    assert result.error_code == R.CANCELLED
+    assert time.monotonic() - t0 < 3.0
+
+
+class _SilentExecutor:
+    """A broken robot: accepts segments and never finishes them (a real action server that hangs)."""
+
+    def __init__(self, agent: str) -> None:
+        from rclpy.context import Context
+        from rclpy.executors import MultiThreadedExecutor
+        self.context = Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node("executor", namespace=f"/{agent}", context=self.context)
+        self.release = threading.Event()
+        self.server = ActionServer(self.node, ExecuteSegment, "execute_segment", execute_callback=self._hang,
+                                   goal_callback=lambda g: GoalResponse.ACCEPT,
+                                   cancel_callback=lambda g: CancelResponse.ACCEPT)
+        self.executor = MultiThreadedExecutor(num_threads=4, context=self.context)
+        self.executor.add_node(self.node)
+        threading.Thread(target=self.executor.spin, daemon=True).start()
+
+    def _hang(self, goal_handle):
+        self.release.wait(30)
+        goal_handle.abort()
+        return ExecuteSegment.Result(success=False)
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.destroy()
+        self.executor.shutdown()
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+
+def test_executor_that_never_answers_gives_timeout_error_not_a_hang(fleet):
+    client, _ = fleet
+    ghost = _SilentExecutor("drone_ghost")
+    try:
+        run = client.send(**dict(DRONE_TASK, agent_id="drone_ghost"))
+        t0 = time.monotonic()
+        status, result = run.result(30)
+        assert status == GoalStatus.STATUS_ABORTED
+        assert result.error_code == R.EXECUTOR_TIMEOUT, result.error_message
+        assert "drone_ghost" in result.error_message
+        assert time.monotonic() - t0 < 15.0
+    finally:
+        ghost.close()

@@ -1,0 +1,154 @@
+"""PlanScheduler behaviour, driven by the simulated engine on a virtual clock."""
+from __future__ import annotations
+
+import pytest
+
+from timely_llm_ros.core.errors import ErrorCode, RequestError
+from timely_llm_ros.core.exec_time import load_exec_models
+from timely_llm_ros.core.policies import make_policy
+from timely_llm_ros.core.request import PlanRequest, RequestState
+from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, SegmentReady
+from timely_llm_ros.core.sim.clock import VirtualClock
+from timely_llm_ros.core.sim.latency_model import LatencyModel
+from timely_llm_ros.core.sim.sim_engine import SimEngine
+from timely_llm_ros.core.skills import load_skill_sets
+from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
+
+LATENCY = LatencyModel(prefill_a=0.0, prefill_b=1e-4, prefill_c=0.01, decode_base=0.02, decode_per_seq=0.001,
+                       decode_per_kv_token=0.0)
+DRONE_PLAN = "s('cat');?iv('cat')==True{g('cat');tp();};mf(50);tc(90);"
+ARM_PLAN = "sc('apple');gt('apple');pi('apple');gt('fruit basket');dr();"
+
+
+def make(policy: str = "fcfs", **opts):
+    clock = VirtualClock()
+    engine = SimEngine(LATENCY, clock)
+    sched = PlanScheduler(engine, make_policy(policy, max_batch=opts.pop("max_batch", 4)), load_skill_sets(),
+                          load_exec_models(), clock)
+    return sched, engine, clock
+
+
+def request(rid: str, plan: str = DRONE_PLAN, robot: str = "drone", urgency: str = "normal", t: float = 0.0):
+    return PlanRequest(req_id=rid, agent_id=f"{robot}_{rid}", robot_type=robot, task="look for the cat",
+                       tuf=DEFAULT_URGENCY_CLASSES[urgency], arrival=t, urgency=urgency, forced_plan=plan)
+
+
+def run_to_end(sched, clock, exec_s: float = 0.5, max_steps: int = 10_000):
+    """Step the scheduler; execute every dispatched segment for exec_s on the virtual clock."""
+    dispatched, finished, executing = [], {}, []
+    for _ in range(max_steps):
+        events = sched.step() if sched.busy() else []
+        if not events and not sched.busy():
+            if not executing:
+                break
+            rid, idx, end = executing.pop(0)
+            clock.advance_to(max(clock(), end))
+            events = sched.on_execution_finished(rid, idx, clock())
+        for ev in events:
+            if isinstance(ev, SegmentReady):
+                dispatched.append((ev.req_id, ev.segment.index, ev.segment.text))
+                events_start = sched.on_execution_started(ev.req_id, ev.segment.index, clock())
+                assert not events_start
+                executing.append((ev.req_id, ev.segment.index, clock() + exec_s))
+                executing.sort(key=lambda x: x[2])
+            elif isinstance(ev, RequestFinished):
+                finished[ev.req_id] = ev.outcome
+    return dispatched, finished
+
+
+def test_segments_are_dispatched_in_order_and_rejoin_to_the_plan():
+    sched, _, clock = make()
+    sched.submit(request("a"))
+    dispatched, finished = run_to_end(sched, clock)
+    assert [i for _, i, _ in dispatched] == list(range(len(dispatched)))
+    assert len(dispatched) >= 3
+    assert "".join(t for _, _, t in dispatched).strip().startswith("s('cat');")
+    out = finished["a"]
+    assert out.ok and out.state == RequestState.DONE
+    assert out.response_time > 0 and out.waiting_time >= out.response_time
+    assert out.utility == pytest.approx(DEFAULT_URGENCY_CLASSES["normal"](out.response_time))
+
+
+def test_segmented_policy_suspends_after_each_segment_and_serves_others():
+    sched, engine, clock = make("fcfs", max_batch=1)
+    sched.submit(request("long", ARM_PLAN * 3, robot="arm"))
+    sched.submit(request("urgent", "mb(50);ml(30);", urgency="urgent"))
+    order = []
+    for _ in range(200):
+        for ev in sched.step():
+            if isinstance(ev, SegmentReady):
+                order.append(ev.req_id)
+        if "urgent" in order:
+            break
+    # with batch 1, the urgent request got the engine after the long one's first segment, not after its whole plan
+    assert order.index("urgent") <= 2
+
+
+def test_vllm_policy_dispatches_only_after_the_whole_plan():
+    sched, _, clock = make("vllm")
+    sched.submit(request("a"))
+    first_dispatch_at = None
+    while sched.busy():
+        for ev in sched.step():
+            if isinstance(ev, SegmentReady) and first_dispatch_at is None:
+                first_dispatch_at = clock()
+                assert sched.generations()[0].finished_generating
+    assert first_dispatch_at is not None
+
+
+def test_actual_completion_replaces_the_expected_end():
+    sched, _, clock = make()
+    sched.submit(request("a"))
+    seg = None
+    while seg is None:
+        seg = next((ev.segment for ev in sched.step() if isinstance(ev, SegmentReady)), None)
+    gen = sched.generations()[0]
+    expected = gen.expected_exec_end
+    assert expected is not None and expected >= seg.gen_finished + seg.est_exec_s - 1e-9
+    sched.on_execution_started("a", seg.index, clock())
+    early = clock() + 0.01
+    sched.on_execution_finished("a", seg.index, early)
+    assert len(gen.segments) == 1  # suspended after its first segment: nothing else is pending
+    assert gen.expected_exec_end == pytest.approx(early)
+    assert gen.expected_exec_end < expected
+
+
+def test_cancel_frees_engine_state_and_reports_cancelled():
+    sched, engine, clock = make()
+    sched.submit(request("a"))
+    sched.step()
+    events = sched.cancel("a")
+    outcome = next(ev.outcome for ev in events if isinstance(ev, RequestFinished))
+    assert outcome.error_code == ErrorCode.CANCELLED
+    assert engine.memory().generations == 0
+    assert not sched.busy()
+
+
+def test_executor_failure_ends_the_request_with_its_code():
+    sched, engine, clock = make()
+    sched.submit(request("a"))
+    seg = None
+    while seg is None:
+        seg = next((ev.segment for ev in sched.step() if isinstance(ev, SegmentReady)), None)
+    events = sched.on_execution_finished("a", seg.index, clock(), ok=False, error="motor stalled")
+    outcome = next(ev.outcome for ev in events if isinstance(ev, RequestFinished))
+    assert outcome.error_code == ErrorCode.EXECUTION_FAILED and "motor stalled" in outcome.message
+    assert engine.memory().generations == 0
+
+
+def test_unknown_robot_type_and_duplicate_ids_are_rejected():
+    sched, _, _ = make()
+    with pytest.raises(RequestError) as err:
+        sched.submit(request("a", robot="submarine"))
+    assert err.value.code == ErrorCode.UNKNOWN_ROBOT_TYPE
+    sched.submit(request("b"))
+    with pytest.raises(RequestError):
+        sched.submit(request("b"))
+
+
+def test_plan_without_executable_skill_fails_clearly():
+    sched, _, clock = make()
+    sched.submit(request("a", plan="_1=od('cup');"))
+    _, finished = run_to_end(sched, clock)
+    assert finished["a"].error_code == ErrorCode.GENERATION_FAILED
+    assert "no executable" in finished["a"].message

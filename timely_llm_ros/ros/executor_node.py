@@ -1,0 +1,114 @@
+"""robot_executor: executes plan segments for one robot, under the robot's namespace.
+
+Serves <namespace>/execute_segment. Each skill takes the time the robot's execution-time
+profile gives for it (sampled, scaled by time_scale), with progress feedback; a real robot
+driver would replace this node and keep the same action. Segments of one robot run one at a
+time, in arrival order.
+"""
+from __future__ import annotations
+
+import random
+import sys
+import threading
+import time
+
+import rclpy
+from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+
+from timely_llm_ros.action import ExecuteSegment
+
+from ..core.exec_time import ExecTimeModel
+from .conversions import skill_from_msg
+
+R = ExecuteSegment.Result
+
+
+class RobotExecutorNode(Node):
+    """A simulated robot: one ExecuteSegment action server."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("executor", **kwargs)
+        self.robot_type = self.declare_parameter(
+            "robot_type", "drone", ParameterDescriptor(description="skill set / execution-time profile: drone | arm",
+                                                       read_only=True)).value
+        self.time_scale = self.declare_parameter(
+            "time_scale", 1.0, ParameterDescriptor(description="multiplies every execution time (demos, tests)",
+                                                   floating_point_range=[FloatingPointRange(
+                                                       from_value=0.0, to_value=100.0, step=0.0)])).value
+        seed = self.declare_parameter("seed", 0, ParameterDescriptor(description="execution-time sampling seed")).value
+        self.model = ExecTimeModel.load(self.robot_type)
+        self._rng = random.Random(f"{self.get_namespace()}:{seed}")
+        self._busy = threading.Lock()
+        self._action = ActionServer(self, ExecuteSegment, "execute_segment", execute_callback=self._execute,
+                                    goal_callback=lambda g: GoalResponse.ACCEPT,
+                                    cancel_callback=lambda g: CancelResponse.ACCEPT,
+                                    callback_group=ReentrantCallbackGroup())
+        self.get_logger().info(f"executor ready: {self.get_namespace()}/execute_segment "
+                               f"robot_type={self.robot_type} time_scale={self.time_scale}")
+
+    def _execute(self, goal_handle) -> ExecuteSegment.Result:
+        goal: ExecuteSegment.Goal = goal_handle.request
+        skills = [skill_from_msg(s) for s in goal.skills]
+        unknown = [s.name for s in skills if not self.model.knows(s.name)]
+        if unknown:
+            goal_handle.abort()
+            return R(success=False, error_code=R.UNKNOWN_SKILL,
+                     error_message=f"{self.robot_type} robot has no skill(s) {unknown}")
+        with self._busy:  # one segment at a time per robot
+            durations = [self.model.sample_time([s], self._rng) * self.time_scale for s in skills]
+            log = self.get_logger()
+            log.info(f"[{goal.request_id}] segment {goal.index}: {goal.text.strip()!r} ({sum(durations):.2f} s)")
+            start = time.monotonic()
+            for i, (skill, dur) in enumerate(zip(skills, durations)):
+                fb = ExecuteSegment.Feedback(skills_done=i, skills_total=len(skills), current_skill=skill.name,
+                                             time_remaining=float(sum(durations[i:])))
+                goal_handle.publish_feedback(fb)
+                if not self._sleep(goal_handle, dur):
+                    goal_handle.canceled()
+                    return R(success=False, error_code=R.CANCELLED, error_message="cancelled",
+                             execution_time=time.monotonic() - start)
+            elapsed = time.monotonic() - start
+        goal_handle.succeed()
+        return R(success=True, error_code=R.ERROR_NONE, execution_time=elapsed)
+
+    @staticmethod
+    def _sleep(goal_handle, seconds: float) -> bool:
+        """Sleep, checking for cancellation every 20 ms; False when cancelled."""
+        end = time.monotonic() + seconds
+        while True:
+            if goal_handle.is_cancel_requested or not goal_handle.is_active:
+                return False
+            left = end - time.monotonic()
+            if left <= 0:
+                return True
+            time.sleep(min(left, 0.02))
+
+    def shutdown(self) -> None:
+        self._action.destroy()
+
+
+def main(args: list[str] | None = None) -> int:
+    rclpy.init(args=args if args is not None else sys.argv)
+    node = None
+    try:
+        node = RobotExecutorNode()
+        executor = MultiThreadedExecutor(num_threads=8)
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.shutdown()
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The server's ROS parameters: declared in one place with descriptions and ranges."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
+from rclpy.node import Node
+
+
+@dataclass
+class ServerParams:
+    policy: str = "timely"
+    max_batch: int = 8
+    engine: str = "transformers"
+    model_path: str = ""
+    device: str = "auto"
+    dtype: str = "auto"
+    kv_budget_mb: float = 0.0
+    executor_timeout_s: float = 30.0
+    executor_discovery_timeout_s: float = 3.0
+    network_delay_s: float = 0.008
+    max_task_chars: int = 2000
+    max_context_chars: int = 8000
+    max_new_tokens: int = 512
+    max_prompt_tokens: int = 2048
+    max_concurrent_goals: int = 64
+    urgency_classes_file: str = ""
+    state_period_s: float = 0.5
+
+
+_DESCRIPTIONS = {
+    "policy": ("scheduling policy: timely | fcfs | edf | vllm | vllm-stream (see docs/scheduling.md)", None),
+    "max_batch": ("maximum generations decoded in one engine step", (1, 256)),
+    "engine": ("LLM engine backend: transformers", None),
+    "model_path": ("local Hugging Face model directory; empty = the embedded default planner", None),
+    "device": ("auto | cpu | cuda (auto = cuda when present)", None),
+    "dtype": ("auto | float32 | bfloat16 | float16 (auto = float32 on cpu, bfloat16 on cuda)", None),
+    "kv_budget_mb": ("device KV-cache budget in MB; suspended generations beyond it move to host memory; 0 = unbounded",
+                     (0.0, 1e7)),
+    "executor_timeout_s": ("seconds past a segment's estimated execution time before its executor counts as lost",
+                           (0.1, 3600.0)),
+    "executor_discovery_timeout_s": ("seconds to wait for a robot's executor when its first goal arrives", (0.0, 60.0)),
+    "network_delay_s": ("expected server-to-robot latency used in execution-end estimates", (0.0, 10.0)),
+    "max_task_chars": ("longest task text accepted", (1, 1_000_000)),
+    "max_context_chars": ("longest scene/context text accepted", (0, 1_000_000)),
+    "max_new_tokens": ("largest max_new_tokens a goal may ask for", (1, 100_000)),
+    "max_prompt_tokens": ("longest prompt (tokens) accepted", (16, 1_000_000)),
+    "max_concurrent_goals": ("Plan goals served at once (executor threads)", (1, 4096)),
+    "urgency_classes_file": ("YAML of named urgency classes; empty = config/urgency_classes.yaml", None),
+    "state_period_s": ("period of the latched ~/state topic", (0.05, 60.0)),
+}
+
+_RUNTIME = {"policy", "max_batch", "executor_timeout_s"}
+
+
+def _descriptor(name: str, default) -> ParameterDescriptor:
+    text, rng = _DESCRIPTIONS[name]
+    d = ParameterDescriptor(description=text, read_only=name not in _RUNTIME)
+    if rng is not None and isinstance(default, int) and not isinstance(default, bool):
+        d.integer_range = [IntegerRange(from_value=int(rng[0]), to_value=int(rng[1]), step=1)]
+    elif rng is not None and isinstance(default, float):
+        d.floating_point_range = [FloatingPointRange(from_value=float(rng[0]), to_value=float(rng[1]), step=0.0)]
+    return d
+
+
+def declare_server_params(node: Node) -> ServerParams:
+    """Declare every server parameter (with description and range) and read them."""
+    values = {}
+    for f in fields(ServerParams):
+        default = f.default
+        values[f.name] = node.declare_parameter(f.name, default, _descriptor(f.name, default)).value
+    return ServerParams(**values)
+
+
+def check_runtime_update(node, params) -> SetParametersResult:
+    """Validate (and apply) parameter changes made while the server runs."""
+    from ..core.policies import make_policy
+
+    for p in params:
+        if p.name == "policy":
+            try:
+                policy = make_policy(p.value, max_batch=node.params.max_batch)
+            except ValueError as exc:
+                return SetParametersResult(successful=False, reason=str(exc))
+            node.loop.post(lambda s, pol=policy: setattr(s, "policy", pol))
+            node.params.policy = p.value
+        elif p.name == "max_batch":
+            node.loop.post(lambda s, v=int(p.value): setattr(s.policy, "max_batch", v))
+            node.params.max_batch = int(p.value)
+        elif p.name == "executor_timeout_s":
+            node.dispatcher.timeout_s = float(p.value)
+            node.params.executor_timeout_s = float(p.value)
+    return SetParametersResult(successful=True)
