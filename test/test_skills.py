@@ -262,3 +262,9 @@ def test_chat_paragraph_mode_cuts_at_blank_lines(tmp_path):
 def test_chat_validation_only_rejects_empty_replies(sets):
     assert sets["chat"].validate_plan("Sure.") == []
     assert sets["chat"].validate_plan("  \n") == ["empty plan"]
+
+
+def test_nested_calls_as_arguments_are_parsed_inner_first(drone):
+    segs, _, _ = feed_all(drone, ["mf(od(", "'cup'));"])
+    assert [c.name for c in segs[0].skills] == ["od", "mf"]
+    assert segs[0].skills[1].args == (SkillCall("od", ("cup",)),)
