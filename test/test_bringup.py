@@ -1,0 +1,233 @@
+"""timely_bringup: the fleet YAML becomes the right processes, and their supervision behaves.
+
+Supervision tests start *stand-in* node scripts written into tmp_path: a test double for the real server,
+executor and workload nodes (they are separate modules with their own tests), so that exit codes,
+readiness and signals can be scripted. The YAML tests use the real config/demo_fleet.yaml and real rcl.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import py_compile
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+import rclpy
+import yaml
+from rclpy.node import Node
+
+from timely_llm_ros.ros import bringup
+from timely_llm_ros.ros.bringup import apply_overrides, build_children, load_fleet, parse_fleet, write_node_params
+
+DEMO = Path(__file__).resolve().parent.parent / "config" / "demo_fleet.yaml"
+
+STANDIN = textwrap.dedent('''
+    """Stand-in node: behaves as STANDIN_PLAN says for its role or namespace, logs to STANDIN_LOG."""
+    import json, os, signal, sys, time
+    role, args = sys.argv[1], sys.argv[2:]
+    ns = next((a.split(":=", 1)[1] for a in args if a.startswith("__ns:=")), "")
+    who = ns or role
+    plan = json.loads(os.environ.get("STANDIN_PLAN", "{}")).get(who, {})
+    def log(event):
+        with open(os.environ["STANDIN_LOG"], "a") as f:
+            f.write(json.dumps({"who": who, "event": event}) + "\\n")
+    def on_sigint(*_):
+        log("SIGINT")
+        sys.exit(0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN if plan.get("ignore_sigint") else on_sigint)
+    log({"args": args, "discovery": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE")})
+    if plan.get("ready", True):
+        print(f"stand-in {who} ready", flush=True)
+    if "exit_after" in plan:
+        time.sleep(plan["exit_after"])
+        print(f"stand-in {who} exiting with {plan.get('exit_code', 0)}", flush=True)
+        log("exit")
+        sys.exit(plan.get("exit_code", 0))
+    while True:
+        time.sleep(0.05)
+''')
+
+
+@pytest.fixture
+def standins(tmp_path, monkeypatch):
+    """Entry points running the stand-in script, and a reader for what the stand-ins logged."""
+    script = tmp_path / "standin.py"
+    script.write_text(STANDIN)
+    log = tmp_path / "standin.log"
+    log.touch()
+    monkeypatch.setenv("STANDIN_LOG", str(log))
+    monkeypatch.delenv("ROS_AUTOMATIC_DISCOVERY_RANGE", raising=False)
+    entry = {role: [sys.executable, str(script), role] for role in ("server", "executor", "workload")}
+
+    def events() -> list[dict]:
+        return [json.loads(line) for line in log.read_text().splitlines()]
+
+    return entry, events
+
+
+def _small_fleet(tmp_path: Path, **bringup_settings) -> Path:
+    data = {
+        "bringup": {"server": True, "workload": True, "stop_grace_s": 2.0, "server_ready_timeout_s": 10.0,
+                    "executors": [{"agent": "drone_1", "robot_type": "drone"},
+                                  {"agent": "arm_1", "robot_type": "arm"}], **bringup_settings},
+        "timely_server": {"ros__parameters": {"policy": "fcfs"}},
+    }
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _value_after(argv: list[str], flag: str, prefix: str = "") -> list[str]:
+    return [b for a, b in zip(argv, argv[1:]) if a == flag and b.startswith(prefix)]
+
+
+def test_demo_fleet_gives_server_and_one_executor_per_robot(tmp_path):
+    fleet = load_fleet(DEMO)
+    children = build_children(fleet, tmp_path / "p.yaml", "debug", with_workload=False)
+    assert len(children) == 6
+    assert children[0].name == "timely_server" and "__node:=timely_server" in children[0].argv
+    executors = children[1:]
+    assert [_value_after(c.argv, "-r", "__ns:=") for c in executors] == [
+        ["__ns:=/drone_1"], ["__ns:=/drone_2"], ["__ns:=/drone_3"], ["__ns:=/drone_4"], ["__ns:=/arm_1"]]
+    assert [_value_after(c.argv, "-p") for c in executors] == [["robot_type:=drone"]] * 4 + [["robot_type:=arm"]]
+    for child in children:
+        assert child.argv.count("--ros-args") == 1
+        assert _value_after(child.argv, "--params-file") == [str(tmp_path / "p.yaml")]
+        assert _value_after(child.argv, "--log-level") == ["debug"]
+    with_workload = build_children(fleet, tmp_path / "p.yaml")
+    assert len(with_workload) == 7 and "__node:=fleet_workload" in with_workload[-1].argv
+
+
+def test_default_entry_points_run_the_node_modules(tmp_path):
+    children = build_children(load_fleet(DEMO), tmp_path / "p.yaml")
+    modules = [c.argv[c.argv.index("-m") + 1] for c in children]
+    assert modules == ["timely_llm_ros.ros.server_node"] + ["timely_llm_ros.ros.executor_node"] * 5 + [
+        "timely_llm_ros.ros.workload_node"]
+    assert all(c.argv[0] == sys.executable for c in children)
+
+
+def test_node_params_file_is_accepted_by_rcl_and_reaches_namespaced_executor(tmp_path):
+    fleet = load_fleet(DEMO)
+    apply_overrides(fleet, ["executor.time_scale=0.25", "timely_server.max_batch=8"])
+    params = write_node_params(fleet, tmp_path)
+    assert "bringup" not in yaml.safe_load(params.read_text())
+    context = rclpy.Context()
+    rclpy.init(args=["--ros-args", "--params-file", str(params), "-r", "__ns:=/drone_3", "-r", "__node:=executor"],
+               context=context)
+    try:
+        node = Node("anything", context=context, automatically_declare_parameters_from_overrides=True)
+        assert node.get_fully_qualified_name() == "/drone_3/executor"
+        assert node.get_parameter("time_scale").value == 0.25
+        assert not node.has_parameter("max_batch")
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)
+
+
+def test_overrides_target_existing_sections_and_reject_bad_input():
+    fleet = load_fleet(DEMO)
+    apply_overrides(fleet, ["timely_server.policy=timely", "executor.time_scale=2", "bringup.workload=false",
+                            "new_node.flag=true"])
+    assert fleet.node_params["timely_server"]["ros__parameters"]["policy"] == "timely"
+    assert fleet.node_params["/**/executor"]["ros__parameters"]["time_scale"] == 2
+    assert fleet.node_params["new_node"]["ros__parameters"]["flag"] is True
+    assert fleet.workload is False and len(build_children(fleet, "p.yaml")) == 6
+    for bad in ["policy=timely", "timely_server.policy", "bringup.executors=[]", "bringup.stop_grace_s=-1"]:
+        with pytest.raises(ValueError):
+            apply_overrides(fleet, [bad])
+
+
+@pytest.mark.parametrize("executors, complaint", [
+    ([{"agent": "drone_1"}], "robot_type"),
+    ([{"agent": "drone 1", "robot_type": "drone"}], "namespace"),
+    ([{"agent": "d", "robot_type": "drone"}, {"agent": "d", "robot_type": "arm"}], "twice"),
+])
+def test_invalid_fleets_are_rejected_with_a_reason(executors, complaint):
+    with pytest.raises(ValueError, match=complaint):
+        parse_fleet({"bringup": {"executors": executors}})
+    with pytest.raises(ValueError, match="bringup"):
+        parse_fleet({"timely_server": {"ros__parameters": {}}})
+    assert parse_fleet({"timely_server": {}}, require_bringup=False).server
+
+
+def test_workload_exit_code_propagates_and_others_are_stopped_with_sigint(tmp_path, standins, monkeypatch, capsys):
+    entry, events = standins
+    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"workload": {"exit_after": 0.3, "exit_code": 3}}))
+    code = bringup.main(["--params-file", str(_small_fleet(tmp_path))], entry_points=entry)
+    assert code == 3
+    log = events()
+    started = [e["who"] for e in log if isinstance(e["event"], dict)]
+    assert started == ["server", "/drone_1", "/arm_1", "workload"]  # server first, workload last
+    assert {e["who"] for e in log if e["event"] == "SIGINT"} == {"server", "/drone_1", "/arm_1"}
+    assert all(e["event"]["discovery"] == "LOCALHOST" for e in log if isinstance(e["event"], dict))
+    out = capsys.readouterr().out
+    assert "[arm_1/executor] stand-in /arm_1 ready" in out
+    assert "[fleet_workload] stand-in workload exiting with 3" in out
+    assert "fleet_workload finished with exit code 3" in out
+
+
+def test_early_executor_death_is_reported_and_stops_the_fleet(tmp_path, standins, monkeypatch, capsys):
+    entry, events = standins
+    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"/arm_1": {"exit_after": 0.2, "exit_code": 7},
+                                                   "workload": {"exit_after": 30}}))
+    code = bringup.main(["--params-file", str(_small_fleet(tmp_path))], entry_points=entry)
+    assert code == 7
+    assert "arm_1/executor exited early with code 7" in capsys.readouterr().out
+    assert {e["who"] for e in events() if e["event"] == "SIGINT"} >= {"server", "/drone_1"}
+
+
+def test_server_that_dies_before_ready_stops_bringup_before_executors(tmp_path, standins, monkeypatch, capsys):
+    entry, events = standins
+    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"server": {"ready": False, "exit_after": 0.1, "exit_code": 0}}))
+    code = bringup.main(["--params-file", str(_small_fleet(tmp_path))], entry_points=entry)
+    assert code == 1  # a clean exit before ready is still a failure
+    assert [e["who"] for e in events() if isinstance(e["event"], dict)] == ["server"]
+    assert "timely_server exited early with code 0" in capsys.readouterr().out
+
+
+def test_child_ignoring_sigint_is_terminated_after_the_grace_period(tmp_path, standins, monkeypatch, capsys):
+    entry, _ = standins
+    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"/drone_1": {"ignore_sigint": True},
+                                                   "workload": {"exit_after": 0.2, "exit_code": 0}}))
+    path = _small_fleet(tmp_path, stop_grace_s=0.3)
+    assert bringup.main(["--params-file", str(path)], entry_points=entry) == 0
+    assert "drone_1/executor still running: sending SIGTERM" in capsys.readouterr().out
+
+
+def test_no_workload_runs_until_stopped(tmp_path, standins, monkeypatch):
+    entry, events = standins
+    monkeypatch.setenv("STANDIN_PLAN", "{}")
+    fleet = load_fleet(_small_fleet(tmp_path))
+    supervisor = bringup.Supervisor(build_children(fleet, tmp_path / "p.yaml", with_workload=False,
+                                                   entry_points=entry), stop_grace_s=2.0, use_graph=False)
+    threading.Timer(1.5, supervisor.request_stop).start()
+    assert supervisor.run() == bringup.EXIT_INTERRUPTED
+    assert {e["who"] for e in events() if e["event"] == "SIGINT"} == {"server", "/drone_1", "/arm_1"}
+
+
+LAUNCH_DIR = DEMO.parent.parent / "launch"
+EXECUTABLES = {"timely_server", "robot_executor", "fleet_workload"}
+
+
+@pytest.mark.parametrize("name", ["timely_fleet.launch.py", "timely_server.launch.py"])
+def test_launch_files_compile_and_declare_the_standard_arguments(name):
+    """launch/launch_ros are not installable here: check the files statically."""
+    path = LAUNCH_DIR / name
+    py_compile.compile(str(path), doraise=True)
+    tree = ast.parse(path.read_text())
+    assert any(isinstance(n, ast.FunctionDef) and n.name == "generate_launch_description" for n in tree.body)
+    declared = {}
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "DeclareLaunchArgument":
+            keywords = {k.arg for k in call.keywords}
+            declared[call.args[0].value] = keywords
+    assert set(declared) == {"namespace", "params_file", "log_level", "use_sim_time"}
+    assert all({"default_value", "description"} <= kw for kw in declared.values()), declared
+    used = {k.value.value for c in ast.walk(tree) if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "Node"
+            for k in c.keywords if k.arg == "executable"}
+    assert used <= EXECUTABLES and used
+    scripts = {p.name for p in (DEMO.parent.parent / "scripts").iterdir()}
+    assert used <= scripts

@@ -1,0 +1,447 @@
+"""Start a whole fleet (server, executors, workload) as separate processes from one YAML, without ros2 launch.
+
+The YAML's top-level ``bringup:`` section says what to start; every other section is an ordinary ROS
+parameter section handed to the nodes (as a copy without ``bringup:``, which rcl would reject).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence, TextIO
+
+import yaml
+
+SERVER_NAME = "timely_server"
+EXECUTOR_NAME = "executor"
+WORKLOAD_NAME = "fleet_workload"
+NODE_MODULES = {
+    "server": "timely_llm_ros.ros.server_node",
+    "executor": "timely_llm_ros.ros.executor_node",
+    "workload": "timely_llm_ros.ros.workload_node",
+}
+READY_PATTERN = re.compile(r"(?<!not )\bready\b", re.IGNORECASE)  # a child's "I am ready" log line
+BRINGUP_SETTINGS = ("server", "workload", "server_ready_timeout_s", "executor_ready_timeout_s", "stop_grace_s")
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """One robot's executor: its namespace and skill set."""
+
+    agent: str
+    robot_type: str
+
+
+@dataclass
+class FleetConfig:
+    """The parsed fleet YAML: what to start, and the nodes' parameter sections."""
+
+    server: bool = True
+    workload: bool = True
+    executors: list[ExecutorSpec] = field(default_factory=list)
+    server_ready_timeout_s: float = 120.0
+    executor_ready_timeout_s: float = 30.0
+    stop_grace_s: float = 5.0
+    node_params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ChildSpec:
+    """A process to start: display name, argv, and what readiness to wait for before going on."""
+
+    name: str
+    role: str                      # server | executor | workload
+    argv: list[str]
+    ready_timeout_s: float = 0.0   # 0 = do not wait
+    action_type: str = ""          # readiness also by a discoverable action of this type (rclpy graph)
+    namespace: str = "/"
+
+
+def parse_fleet(data: dict[str, Any], require_bringup: bool = True) -> FleetConfig:
+    """Validate a loaded fleet YAML; raises ValueError saying what is wrong.
+
+    Without ``require_bringup`` a plain parameter file (no ``bringup:`` section) is accepted as a fleet
+    that starts only the server.
+    """
+    if not isinstance(data, dict):
+        raise ValueError("fleet YAML must be a mapping with a 'bringup:' section")
+    section = data.get("bringup")
+    if section is None and not require_bringup:
+        section = {"server": True, "workload": False}
+    if not isinstance(section, dict):
+        raise ValueError("fleet YAML has no 'bringup:' mapping (server, workload, executors)")
+    executors: list[ExecutorSpec] = []
+    for i, entry in enumerate(section.get("executors") or []):
+        if not isinstance(entry, dict) or "agent" not in entry or "robot_type" not in entry:
+            raise ValueError(f"bringup.executors[{i}] needs 'agent' and 'robot_type', got {entry!r}")
+        agent, robot_type = str(entry["agent"]), str(entry["robot_type"])
+        if not _NAME_RE.match(agent):
+            raise ValueError(f"bringup.executors[{i}].agent {agent!r} is not a valid ROS namespace token")
+        if not _NAME_RE.match(robot_type):
+            raise ValueError(f"bringup.executors[{i}].robot_type {robot_type!r} is not a skill set name")
+        if any(e.agent == agent for e in executors):
+            raise ValueError(f"bringup.executors: agent {agent!r} listed twice")
+        executors.append(ExecutorSpec(agent, robot_type))
+    config = FleetConfig(
+        server=bool(section.get("server", True)),
+        workload=bool(section.get("workload", True)),
+        executors=executors,
+        node_params={k: v for k, v in data.items() if k != "bringup"},
+    )
+    for key in ("server_ready_timeout_s", "executor_ready_timeout_s", "stop_grace_s"):
+        if key in section:
+            value = float(section[key])
+            if not value >= 0:
+                raise ValueError(f"bringup.{key} must be >= 0, got {section[key]!r}")
+            setattr(config, key, value)
+    return config
+
+
+def load_fleet(path: str | Path, require_bringup: bool = True) -> FleetConfig:
+    """Read and validate a fleet YAML file."""
+    with open(path, encoding="utf-8") as f:
+        return parse_fleet(yaml.safe_load(f), require_bringup)
+
+
+def apply_overrides(config: FleetConfig, overrides: Sequence[str]) -> None:
+    """Apply ``node.param=value`` overrides (value parsed as YAML) to the node sections or ``bringup``.
+
+    ``node`` matches a section named exactly so or ending in ``/node`` (``executor`` matches ``/**/executor``);
+    otherwise a new section is added.
+    """
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        node, dot, param = key.rpartition(".")
+        if not sep or not dot or not node or not param:
+            raise ValueError(f"--set expects node.param=value, got {item!r}")
+        value = yaml.safe_load(raw) if raw else ""
+        if node == "bringup":
+            if param not in BRINGUP_SETTINGS:
+                raise ValueError(f"--set bringup.{param}: settable are {', '.join(BRINGUP_SETTINGS)}")
+            setattr(config, param, getattr(parse_fleet({"bringup": {param: value}}), param))
+            continue
+        section_name = next(
+            (k for k in config.node_params if k == node or str(k).endswith("/" + node)), node
+        )
+        section = config.node_params.setdefault(section_name, {})
+        section.setdefault("ros__parameters", {})[param] = value
+
+
+def node_params_yaml(config: FleetConfig, any_namespace: bool = False) -> str:
+    """The YAML handed to the nodes as --params-file (parameter sections only).
+
+    ``any_namespace`` turns relative section names into ``/**/name`` so they also match nodes pushed
+    into a namespace (``ros2 launch ... namespace:=fleet_a``).
+    """
+    params = config.node_params
+    if any_namespace:
+        params = {(k if str(k).startswith("/") else f"/**/{k}"): v for k, v in params.items()}
+    return yaml.safe_dump(params, sort_keys=False)
+
+
+def write_node_params(config: FleetConfig, directory: str | Path | None = None,
+                      any_namespace: bool = False) -> Path:
+    """Write the nodes' parameter file (``bringup:`` stripped, which rcl would reject) and return its path."""
+    folder = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="timely_params_"))
+    path = folder / "node_params.yaml"
+    path.write_text(node_params_yaml(config, any_namespace), encoding="utf-8")
+    return path
+
+
+def build_children(
+    config: FleetConfig,
+    params_file: str | Path,
+    log_level: str = "info",
+    with_workload: bool = True,
+    entry_points: dict[str, list[str]] | None = None,
+) -> list[ChildSpec]:
+    """The processes to start, in start order (server, executors, workload).
+
+    ``entry_points`` maps a role to the argv that runs its node (default ``<python> -m <module>``).
+    """
+    entry = {role: [sys.executable, "-m", module] for role, module in NODE_MODULES.items()}
+    entry.update(entry_points or {})
+    tail = ["--params-file", str(params_file), "--log-level", log_level]
+    children: list[ChildSpec] = []
+    if config.server:
+        children.append(ChildSpec(
+            SERVER_NAME, "server",
+            [*entry["server"], "--ros-args", "-r", f"__node:={SERVER_NAME}", *tail],
+            ready_timeout_s=config.server_ready_timeout_s, action_type="timely_llm_ros/action/Plan",
+        ))
+    for ex in config.executors:
+        children.append(ChildSpec(
+            f"{ex.agent}/{EXECUTOR_NAME}", "executor",
+            [*entry["executor"], "--ros-args", "-r", f"__ns:=/{ex.agent}", "-r", f"__node:={EXECUTOR_NAME}",
+             *tail, "-p", f"robot_type:={ex.robot_type}"],
+            ready_timeout_s=config.executor_ready_timeout_s,
+            action_type="timely_llm_ros/action/ExecuteSegment", namespace=f"/{ex.agent}",
+        ))
+    if config.workload and with_workload:
+        children.append(ChildSpec(
+            WORKLOAD_NAME, "workload",
+            [*entry["workload"], "--ros-args", "-r", f"__node:={WORKLOAD_NAME}", *tail],
+        ))
+    return children
+
+
+class _Child:
+    """A running child process whose merged output is echoed with a ``[name]`` prefix."""
+
+    def __init__(self, spec: ChildSpec, env: dict[str, str], out: TextIO, out_lock: threading.Lock) -> None:
+        self.spec = spec
+        self.ready = threading.Event()
+        self.proc = subprocess.Popen(
+            spec.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, text=True, errors="replace", bufsize=1, start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._pump, args=(out, out_lock), daemon=True)
+        self._reader.start()
+
+    def _pump(self, out: TextIO, out_lock: threading.Lock) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if READY_PATTERN.search(line):
+                self.ready.set()
+            with out_lock:
+                out.write(f"[{self.spec.name}] {line.rstrip(chr(10))}\n")
+                out.flush()
+
+    def signal(self, sig: int) -> None:
+        """Send a signal to the child's process group (ignored when already gone)."""
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def join_output(self, timeout: float = 2.0) -> None:
+        """Wait for the child's last output lines to be echoed."""
+        self._reader.join(timeout)
+
+
+class _GraphProbe:
+    """Finds action servers on the ROS graph (readiness without a ready line); inert without rclpy."""
+
+    def __init__(self) -> None:
+        self._node = None
+        try:
+            import rclpy
+            from rclpy.signals import SignalHandlerOptions
+
+            self._rclpy = rclpy
+            self._context = rclpy.Context()
+            rclpy.init(args=[], context=self._context, signal_handler_options=SignalHandlerOptions.NO)
+            self._node = rclpy.create_node("timely_bringup_probe", context=self._context)
+        except Exception:  # no rclpy / no RMW: rely on ready lines only
+            self._node = None
+
+    def has_action(self, action_type: str, namespace: str) -> bool:
+        """True if an action server of this type is discoverable in the namespace."""
+        if self._node is None or not action_type:
+            return False
+        from rclpy.action import get_action_names_and_types
+
+        prefix = namespace.rstrip("/") + "/"
+        return any(name.startswith(prefix) and action_type in types
+                   for name, types in get_action_names_and_types(self._node))
+
+    def close(self) -> None:
+        if self._node is not None:
+            self._node.destroy_node()
+            self._rclpy.shutdown(context=self._context)
+            self._node = None
+
+
+class Supervisor:
+    """Starts the children in order, waits for readiness, and stops them all when the run ends."""
+
+    def __init__(self, children: list[ChildSpec], stop_grace_s: float = 5.0, out: TextIO | None = None,
+                 env: dict[str, str] | None = None, use_graph: bool = True) -> None:
+        self.specs = children
+        self.stop_grace_s = stop_grace_s
+        self.out = out if out is not None else sys.stdout
+        self.env = dict(os.environ if env is None else env)
+        self.env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+        self.env["PYTHONUNBUFFERED"] = "1"
+        self.env.setdefault("RCUTILS_LOGGING_BUFFERED_STREAM", "0")
+        self.use_graph = use_graph
+        self.running: list[_Child] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def say(self, message: str) -> None:
+        """One bringup status line."""
+        with self._lock:
+            self.out.write(f"[bringup] {message}\n")
+            self.out.flush()
+
+    def request_stop(self) -> None:
+        """Ask run() to stop everything (signal handlers call this)."""
+        self._stop.set()
+
+    def run(self) -> int:
+        """Run the fleet; returns the workload's exit code, the failing child's code, or 130 when stopped."""
+        probe = _GraphProbe() if self.use_graph and any(s.action_type for s in self.specs) else None
+        try:
+            for spec in self.specs:
+                child = _Child(spec, self.env, self.out, self._lock)
+                self.running.append(child)
+                self.say(f"started {spec.name} (pid {child.proc.pid})")
+                if spec.ready_timeout_s > 0:
+                    code = self._wait_ready(child, probe)
+                    if code is not None:
+                        return code
+            if probe is not None:
+                probe.close()
+                probe = None
+            return self._watch()
+        finally:
+            if probe is not None:
+                probe.close()
+            self._stop_all()
+
+    def _wait_ready(self, child: _Child, probe: _GraphProbe | None) -> int | None:
+        spec = child.spec
+        deadline = time.monotonic() + spec.ready_timeout_s
+        next_probe = 0.0
+        while not child.ready.is_set():
+            failed = self._first_exit()
+            if failed is not None:
+                return failed
+            if self._stop.is_set():
+                self.say("interrupted")
+                return EXIT_INTERRUPTED
+            now = time.monotonic()
+            if now >= deadline:
+                self.say(f"{spec.name} not ready after {spec.ready_timeout_s:g} s "
+                         f"(no 'ready' line and no {spec.action_type or 'action'} server): stopping")
+                return 1
+            if probe is not None and now >= next_probe:
+                next_probe = now + 0.5
+                if probe.has_action(spec.action_type, spec.namespace):
+                    child.ready.set()
+            child.ready.wait(0.05)
+        self.say(f"{spec.name} is ready")
+        return None
+
+    def _first_exit(self) -> int | None:
+        """If a child other than a finished workload has exited, report it and return a non-zero code."""
+        for child in self.running:
+            code = child.proc.poll()
+            if code is None:
+                continue
+            if child.spec.role == "workload":
+                child.join_output()
+                self.say(f"{child.spec.name} finished with exit code {code}")
+                return code
+            child.join_output()
+            self.say(f"{child.spec.name} exited early with code {code}: stopping the fleet")
+            return code if code != 0 else 1
+        return None
+
+    def _watch(self) -> int:
+        has_workload = any(c.spec.role == "workload" for c in self.running)
+        self.say("fleet up" + ("; waiting for the workload to finish" if has_workload else "; Ctrl-C to stop"))
+        while not self._stop.wait(0.1):
+            code = self._first_exit()
+            if code is not None:
+                return code
+        self.say("interrupted")
+        return EXIT_INTERRUPTED
+
+    def _stop_all(self) -> None:
+        alive = [c for c in self.running if c.proc.poll() is None]
+        for child in alive:
+            child.signal(signal.SIGINT)
+        for sig, grace in ((signal.SIGTERM, self.stop_grace_s), (signal.SIGKILL, 2.0)):
+            deadline = time.monotonic() + grace
+            while alive and time.monotonic() < deadline:
+                alive = [c for c in alive if c.proc.poll() is None]
+                time.sleep(0.05)
+            for child in alive:
+                self.say(f"{child.spec.name} still running: sending {sig.name}")
+                child.signal(sig)
+        for child in self.running:
+            try:
+                child.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                pass
+            child.join_output()
+        self.running.clear()
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The timely_bringup command line."""
+    parser = argparse.ArgumentParser(
+        prog="timely_bringup",
+        description="Start the timely_llm_ros fleet (server, one executor per robot, workload) from one YAML.",
+    )
+    parser.add_argument("--params-file", default=None,
+                        help="fleet YAML with a 'bringup:' section and node parameter sections "
+                             "(default: config/demo_fleet.yaml of the package)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error", "fatal"],
+                        help="ROS log level of every node (default: info)")
+    parser.add_argument("--no-workload", action="store_true",
+                        help="do not start the workload; run until Ctrl-C")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NODE.PARAM=VALUE",
+                        help="override a parameter, e.g. --set timely_server.policy=timely or "
+                             "--set executor.time_scale=0.5 (value parsed as YAML; repeatable)")
+    return parser
+
+
+def _default_params_file() -> Path:
+    from timely_llm_ros.paths import config_dir
+
+    return config_dir() / "demo_fleet.yaml"
+
+
+def main(argv: Sequence[str] | None = None,
+         entry_points: dict[str, list[str]] | None = None) -> int:
+    """Console entry point ``timely_bringup``; returns the process exit code."""
+    args = make_parser().parse_args(argv)
+    path = Path(args.params_file) if args.params_file else _default_params_file()
+    try:
+        config = load_fleet(path)
+        apply_overrides(config, args.overrides)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        print(f"[bringup] error: {path}: {exc}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="timely_bringup_") as tmp:
+        node_params = write_node_params(config, tmp)
+        children = build_children(config, node_params, args.log_level, not args.no_workload, entry_points)
+        if not children:
+            print("[bringup] nothing to start (server, executors and workload all off)", file=sys.stderr)
+            return 2
+        os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # for the readiness probe too
+        supervisor = Supervisor(children, stop_grace_s=config.stop_grace_s)
+        previous = _install_stop_handlers(supervisor.request_stop)
+        try:
+            supervisor.say(f"fleet from {path}: {', '.join(c.name for c in children)}")
+            return supervisor.run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _install_stop_handlers(stop: Callable[[], None]) -> dict[int, Any]:
+    """Make SIGINT/SIGTERM ask the supervisor to stop its children cleanly; returns the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, lambda *_: stop())
+    return previous
+
+
+if __name__ == "__main__":
+    sys.exit(main())
