@@ -1,4 +1,5 @@
 """Skill sets: grammar validation, incremental segmentation, prompts."""
+import time
 from pathlib import Path
 
 import pytest
@@ -268,3 +269,17 @@ def test_nested_calls_as_arguments_are_parsed_inner_first(drone):
     segs, _, _ = feed_all(drone, ["mf(od(", "'cup'));"])
     assert [c.name for c in segs[0].skills] == ["od", "mf"]
     assert segs[0].skills[1].args == (SkillCall("od", ("cup",)),)
+
+
+def test_segmenting_costs_microseconds_per_token(drone):
+    plan = ("_1=od('cup'); ?_1>50&iv('cup')==True{mf(_1);tc(90);}; 3{mf(20);tc(45);} s('cat'); g('cat'); tp(); "
+            "l('done; ok'); ->'done';")
+    tokens = [plan[i:i + 3] for i in range(0, len(plan), 3)]
+    rounds = 200
+    start = time.perf_counter()
+    for _ in range(rounds):
+        seg = drone.segmenter()
+        cut = [s for t in tokens for s in seg.feed(t)]
+    per_token = (time.perf_counter() - start) / (rounds * len(tokens))
+    assert len(cut) == 6
+    assert per_token < 100e-6, f"{per_token * 1e6:.1f} us per token"

@@ -31,6 +31,8 @@ class SkillSet:
             raise ValueError(f"skill set {name!r}: unknown statement forms {bad}; known: {FORMS}")
         if not any(s.is_action for s in skills):
             raise ValueError(f"skill set {name!r} has no action skill: no segment could ever be executable")
+        if min_words < 1:
+            raise ValueError(f"skill set {name!r}: min_words must be >= 1, got {min_words}")
         if max_segment_tokens < 1 or max_plan_tokens < max_segment_tokens:
             raise ValueError(f"skill set {name!r}: need 1 <= max_segment_tokens <= max_plan_tokens")
         self.name = name

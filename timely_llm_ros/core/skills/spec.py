@@ -31,7 +31,7 @@ class SkillSpec:
             kind = str(entry.get("kind", "action"))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: a skill needs at least 'short' ({exc})") from None
-        if not short.isidentifier() or short.startswith("_"):
+        if not short.isidentifier() or short.startswith("_") or short in ("True", "False"):
             raise ValueError(f"{where}: skill name {short!r} must be an identifier not starting with '_'")
         bad = [a for a in args if a not in ARG_KINDS]
         if bad:
