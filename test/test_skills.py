@@ -283,3 +283,8 @@ def test_segmenting_costs_microseconds_per_token(drone):
     per_token = (time.perf_counter() - start) / (rounds * len(tokens))
     assert len(cut) == 6
     assert per_token < 100e-6, f"{per_token * 1e6:.1f} us per token"
+
+
+def test_variables_fit_any_argument_kind_but_strings_do_not_fit_int(drone):
+    assert drone.validate_plan("_1=od('cup'); mf(_1); g(_1);") == []
+    assert any("must be int" in p for p in drone.validate_plan("mf('_1');"))

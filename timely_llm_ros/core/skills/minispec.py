@@ -47,6 +47,12 @@ class _Tok:
     pos: int
 
 
+class Var(str):
+    """A variable used as an argument (``_1``): a plain string to consumers, known only at run time."""
+
+    __slots__ = ()
+
+
 class _Stop(Exception):
     """A syntax error: parsing cannot continue."""
 
@@ -204,7 +210,7 @@ class _Parser:
                 return tok.text == "True", []
             if tok.text.startswith("_"):
                 self.i += 1
-                return tok.text, []
+                return Var(tok.text), []
             if self.toks[self.i + 1].text == "(":
                 calls = self.call()
                 return calls[-1], calls
@@ -244,8 +250,7 @@ class _Parser:
 
 def _fits(kind: str, value: Any) -> bool:
     """Whether a parsed argument can have this kind (variables and call results can be anything)."""
-    if kind == "any" or isinstance(value, SkillCall) or (isinstance(value, str) and value.startswith("_")
-                                                          and value.isidentifier()):
+    if kind == "any" or isinstance(value, (SkillCall, Var)):
         return True
     if kind == "int":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
