@@ -1,0 +1,228 @@
+"""The transformers engine: batching, suspend/resume and offload are token-exact vs solo greedy decoding."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from timely_llm_ros.engine import EngineError
+from timely_llm_ros.engine.loader import build_random_model
+from timely_llm_ros.engine.sampling import SamplingParams
+from timely_llm_ros.engine.transformers_engine import TransformersEngine
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.set_num_threads(1)   # a tiny model gains nothing from more; avoids spinning against other jobs
+    return build_random_model("tiny", device="cpu", seed=1)
+
+
+def make(tiny, **kw) -> TransformersEngine:
+    return TransformersEngine(tiny, **kw)
+
+
+def prompt(seed: int, length: int) -> list[int]:
+    rng = random.Random(seed)
+    return [256] + [rng.randrange(256) for _ in range(length - 1)]
+
+
+def solo_greedy(tiny, ids: list[int], max_new: int) -> list[int]:
+    """Reference: transformers' own generate, greedy, one sequence."""
+    with torch.inference_mode():
+        out = tiny.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                  max_new_tokens=max_new, do_sample=False, eos_token_id=257, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
+def run_to_end(engine: TransformersEngine, gen_id: str) -> list[int]:
+    while True:
+        res = engine.step([gen_id])
+        if gen_id in res.finished:
+            return engine.output_ids(gen_id)
+
+
+def test_uninterrupted_generation_equals_generate_greedy(tiny):
+    ids = prompt(0, 23)
+    engine = make(tiny)
+    engine.add("g", ids, 30)
+    assert run_to_end(engine, "g") == solo_greedy(tiny, ids, 30)
+
+
+def test_suspend_resume_at_arbitrary_points_is_token_exact(tiny):
+    ids, other = prompt(1, 31), prompt(2, 9)
+    engine = make(tiny)
+    engine.add("g", ids, 40)
+    engine.add("o", other, 200)
+    rng = random.Random(3)
+    while "g" not in engine._gens or not engine._gens["g"].finished:
+        engine.step(["g", "o"])
+        if rng.random() < 0.3:
+            engine.suspend("g")
+            for _ in range(rng.randrange(1, 4)):   # the batch mate keeps decoding meanwhile
+                engine.step(["o"])
+            engine.resume("g")
+    assert engine.output_ids("g") == solo_greedy(tiny, ids, 40)
+
+
+def test_resume_never_prefills_again(tiny):
+    engine = make(tiny)
+    engine.add("g", prompt(4, 50), 10)
+    first = engine.step(["g"])
+    engine.suspend("g")
+    engine.resume("g")
+    second = engine.step(["g"])
+    assert first.prefilled == ["g"] and second.prefilled == []
+
+
+def test_offloaded_kv_comes_back_token_exact(tiny):
+    ids, mate = prompt(5, 40), prompt(6, 12)
+    engine = make(tiny, kv_budget_mb=1e-4)   # smaller than any context: every suspended KV goes to host
+    engine.add("g", ids, 30)
+    engine.add("m", mate, 200)
+    offloaded_seen = 0
+    while not engine._gens["g"].finished:
+        engine.step(["g", "m"])
+        engine.suspend("g")
+        engine.step(["m"])
+        offloaded_seen += engine.is_offloaded("g")
+        assert engine.memory().kv_host_bytes > 0
+        engine.resume("g")
+        assert not engine.is_offloaded("g")
+    assert offloaded_seen > 0
+    assert engine.output_ids("g") == solo_greedy(tiny, ids, 30)
+
+
+def test_least_recently_suspended_is_offloaded_first(tiny):
+    engine = make(tiny)
+    for gid, seed in (("a", 7), ("b", 8)):
+        engine.add(gid, prompt(seed, 30), 10)
+    engine.step(["a", "b"])
+    per_gen = engine.memory().kv_device_bytes / 2
+    engine.kv_budget_bytes = per_gen * 1.5                # room for one of the two
+    engine.suspend("a")
+    engine.suspend("b")
+    assert engine.is_offloaded("a") and not engine.is_offloaded("b")
+
+
+def test_generations_of_different_lengths_and_arrivals_each_equal_their_solo_output(tiny):
+    lengths = {"a": 7, "b": 64, "c": 15, "d": 33, "e": 3}
+    max_new = {"a": 25, "b": 12, "c": 40, "d": 18, "e": 30}
+    arrival = {"a": 0, "b": 0, "c": 3, "d": 5, "e": 9}
+    prompts = {g: prompt(10 + i, n) for i, (g, n) in enumerate(lengths.items())}
+    engine = make(tiny)
+    rng = random.Random(11)
+    done: set[str] = set()
+    for it in range(400):
+        for g, t in arrival.items():
+            if t == it:
+                engine.add(g, prompts[g], max_new[g])
+        live = [g for g, t in arrival.items() if t <= it and g not in done]
+        if not live and len(done) == len(lengths):
+            break
+        chosen = [g for g in live if rng.random() < 0.7] or live[:1]   # a policy's varying pick
+        res = engine.step(chosen)
+        assert set(res.tokens) == set(chosen)
+        done |= res.finished
+    assert done == set(lengths)
+    for g in lengths:
+        assert engine.output_ids(g) == solo_greedy(tiny, prompts[g], max_new[g]), g
+
+
+def test_a_step_decodes_all_prefilled_generations_in_one_forward(tiny):
+    engine = make(tiny)
+    calls = []
+    handle = tiny.model.register_forward_hook(lambda mod, args, kwargs_out: calls.append(1))
+    try:
+        for g, seed in (("a", 20), ("b", 21), ("c", 22)):
+            engine.add(g, prompt(seed, 10 + seed), 20)
+        engine.step(["a", "b"])                 # two prefills
+        engine.add("d", prompt(23, 5), 20)
+        calls.clear()
+        res = engine.step(["a", "b", "c", "d"])  # one batched decode + two prefills
+        assert len(calls) == 3 and sorted(res.prefilled) == ["c", "d"]
+        calls.clear()
+        engine.step(["a", "b", "c", "d"])
+        assert len(calls) == 1
+    finally:
+        handle.remove()
+
+
+def test_forced_ids_are_emitted_exactly_then_finish(tiny):
+    forced = [72, 105, 33, 257, 10, 11]     # an EOS inside the trace does not stop it early
+    engine = make(tiny)
+    engine.add("t", prompt(30, 20), 100, forced_ids=forced)
+    engine.add("free", prompt(31, 8), 100)
+    emitted, finished_at = [], None
+    for i in range(20):
+        res = engine.step(["t", "free"] if finished_at is None else ["free"])
+        if finished_at is None:
+            emitted.append(res.tokens["t"])
+            if "t" in res.finished:
+                finished_at = i
+    assert emitted == forced and finished_at == len(forced) - 1
+
+
+def test_release_returns_memory_to_baseline(tiny):
+    engine = make(tiny, kv_budget_mb=0.01)
+    baseline = engine.memory()
+    assert engine.held_bytes() == {"device": 0, "host": 0}
+    for i in range(4):
+        engine.add(f"g{i}", prompt(40 + i, 20 + 10 * i), 30)
+    for _ in range(5):
+        engine.step([f"g{i}" for i in range(4)])
+    engine.suspend("g1")
+    engine.suspend("g2")
+    engine.step(["g0", "g3"])
+    during = engine.memory()
+    assert during.kv_device_bytes + during.kv_host_bytes > 0 and during.generations == 4
+    engine.release("g2")                      # cancel a suspended one
+    engine.release("g0")                      # and a running one
+    engine.step(["g3"])
+    for g in ("g1", "g3"):
+        engine.release(g)
+    after = engine.memory()
+    assert (after.kv_device_bytes, after.kv_host_bytes, after.generations) == \
+        (baseline.kv_device_bytes, baseline.kv_host_bytes, baseline.generations)
+    assert engine.held_bytes() == {"device": 0, "host": 0}
+
+
+def test_memory_counts_context_tokens(tiny):
+    engine = make(tiny)
+    engine.add("g", prompt(50, 17), 10)
+    engine.step(["g"])
+    engine.step(["g"])
+    stats = engine.memory()
+    assert stats.kv_device_bytes == 18 * stats.kv_bytes_per_token   # prompt + first token in KV
+
+
+def test_step_with_unknown_or_released_id_raises_engine_error(tiny):
+    engine = make(tiny)
+    with pytest.raises(EngineError, match="never added"):
+        engine.step(["ghost"])
+    engine.add("g", prompt(60, 5), 5)
+    engine.step(["g"])
+    engine.release("g")
+    with pytest.raises(EngineError, match="released"):
+        engine.step(["g"])
+
+
+def test_step_with_suspended_or_finished_generation_raises(tiny):
+    engine = make(tiny)
+    engine.add("g", prompt(61, 5), 1)
+    engine.add("s", prompt(62, 5), 5)
+    engine.step(["g", "s"])
+    engine.suspend("s")
+    with pytest.raises(EngineError, match="suspended"):
+        engine.step(["s"])
+    with pytest.raises(EngineError, match="finished"):
+        engine.step(["g"])
+
+
+def test_seeded_sampling_is_reproducible(tiny):
+    outs = []
+    for _ in range(2):
+        engine = make(tiny, sampling=SamplingParams(temperature=0.9, top_p=0.9, seed=5))
+        engine.add("g", prompt(70, 10), 20)
+        outs.append(run_to_end(engine, "g"))
+    assert outs[0] == outs[1]

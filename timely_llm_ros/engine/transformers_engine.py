@@ -1,0 +1,285 @@
+"""The real engine: a transformers causal LM with continuous batching and suspend/resume.
+
+Each generation's KV lives either in a row of the shared batch cache (BatchKV) or, when it is
+not in the running batch, in its own tensor ``[layers, 2, kv_heads, n, head_dim]`` on the device
+or offloaded to host memory. A step prefills new generations one by one, then decodes all the
+others in ONE forward pass over the batch cache. The batch cache is kept while the set of
+decoding generations is unchanged (decode writes in place) and re-packed only when it changes.
+Invariant: a prefilled generation's KV holds prompt + output[:-1]; output[-1] is the next input.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from .base import Engine, EngineError, MemoryStats, StepResult
+from .kv_cache import BatchKV, KVShape
+from .loader import LoadedModel
+from .sampling import SamplingParams, choose_tokens, generator_for
+
+
+@dataclass(eq=False)
+class _Generation:
+    """Engine-side state of one generation."""
+
+    gen_id: str
+    prompt: list[int]
+    max_new_tokens: int
+    forced: list[int] | None
+    generator: torch.Generator | None
+    output: list[int] = field(default_factory=list)
+    kv_len: int = 0                      # tokens of context held in KV
+    kv: torch.Tensor | None = None       # own KV when not in the batch (device or host)
+    row: int | None = None               # row in the batch cache when its KV lives there
+    prefilled: bool = False
+    suspended: bool = False
+    suspended_seq: int = 0               # order of suspension (least recent offloads first)
+    finished: bool = False
+    offloaded: bool = False              # kv lives in host memory
+
+    def remaining(self) -> int:
+        cap = self.max_new_tokens if self.forced is None else min(self.max_new_tokens, len(self.forced))
+        return max(cap - len(self.output), 0)
+
+
+class TransformersEngine(Engine):
+    """Continuous batching over a transformers model, with KV kept across suspension."""
+
+    def __init__(self, loaded: LoadedModel, kv_budget_mb: float | None = None,
+                 sampling: SamplingParams | None = None, headroom_tokens: int = 256) -> None:
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.device, self.dtype, self.source = loaded.device, loaded.dtype, loaded.source
+        self.kv_shape = KVShape.of(self.model.config, self.dtype)
+        self.sampling = sampling or SamplingParams()
+        self.headroom_tokens = headroom_tokens
+        self.kv_budget_bytes = math.inf if kv_budget_mb is None else float(kv_budget_mb) * 2**20
+        self._eos_ids = _eos_ids(loaded)
+        self.eos_token_id = min(self._eos_ids) if self._eos_ids else None
+        self._pin = self.device.type == "cuda"
+        self._gens: dict[str, _Generation] = {}
+        self._released: set[str] = set()
+        self._batch: BatchKV | None = None
+        self._rows: list[_Generation | None] = []
+        self._suspend_counter = itertools.count(1)
+
+    # ----- tokenizer -----
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(token_ids)
+
+    # ----- lifecycle of a generation -----
+    def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
+            forced_ids: Sequence[int] | None = None) -> None:
+        if gen_id in self._gens:
+            raise EngineError(f"add: generation {gen_id!r} already exists")
+        if not prompt_ids:
+            raise EngineError(f"add: generation {gen_id!r} has an empty prompt")
+        if max_new_tokens < 1:
+            raise EngineError(f"add: generation {gen_id!r} needs max_new_tokens >= 1, got {max_new_tokens}")
+        if forced_ids is not None and len(forced_ids) == 0:
+            raise EngineError(f"add: generation {gen_id!r} has empty forced_ids")
+        self._released.discard(gen_id)
+        self._gens[gen_id] = _Generation(
+            gen_id, list(prompt_ids), int(max_new_tokens), None if forced_ids is None else list(forced_ids),
+            generator_for(gen_id, self.sampling, self.device))
+
+    def suspend(self, gen_id: str) -> None:
+        gen = self._get(gen_id, "suspend")
+        if gen.suspended:
+            return
+        gen.suspended, gen.suspended_seq = True, next(self._suspend_counter)
+        self._enforce_budget()
+
+    def resume(self, gen_id: str) -> None:
+        gen = self._get(gen_id, "resume")
+        if not gen.suspended:
+            return
+        if gen.kv is not None and gen.offloaded:
+            gen.kv, gen.offloaded = gen.kv.to(self.device, non_blocking=True), False
+        gen.suspended = False
+        self._enforce_budget()
+
+    def release(self, gen_id: str) -> None:
+        if gen_id in self._released:
+            return
+        gen = self._get(gen_id, "release")
+        if gen.row is not None:
+            self._rows[gen.row] = None
+            if not any(self._rows):
+                self._batch, self._rows = None, []
+        gen.kv = gen.row = None
+        del self._gens[gen_id]
+        self._released.add(gen_id)
+
+    def close(self) -> None:
+        self._gens.clear()
+        self._batch, self._rows = None, []
+        self.model = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    # ----- stepping -----
+    def step(self, gen_ids: Sequence[str]) -> StepResult:
+        start = time.perf_counter()
+        gens = self._runnable(gen_ids)
+        result = StepResult(tokens={})
+        with torch.inference_mode():
+            decoding = [g for g in gens if g.prefilled]
+            if decoding:
+                self._decode(decoding, result)
+            for gen in gens:
+                if not gen.prefilled:
+                    self._prefill(gen, result)
+            self._enforce_budget()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        result.elapsed_s = time.perf_counter() - start
+        return result
+
+    def _prefill(self, gen: _Generation, result: StepResult) -> None:
+        n = len(gen.prompt)
+        cache = BatchKV(self.kv_shape, [0], n + self._headroom([gen]), self.device)
+        ids = torch.tensor([gen.prompt], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache.advance(n)
+        gen.kv, gen.kv_len, gen.prefilled = cache.row_view(0), n, True
+        token = choose_tokens(out.logits[:, -1], self.sampling, [gen.generator])[0]
+        result.prefilled.append(gen.gen_id)
+        self._emit(gen, token, result)
+
+    def _decode(self, gens: list[_Generation], result: StepResult) -> None:
+        batch = self._batch_for(gens)
+        rows = self._rows
+        batch.reserve(1)
+        ids = torch.tensor([[g.output[-1]] for g in rows], dtype=torch.long, device=self.device)
+        pos = torch.tensor([[g.kv_len] for g in rows], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, position_ids=pos, attention_mask=batch.decode_mask(),
+                         past_key_values=batch, use_cache=True)
+        batch.advance(1)
+        tokens = choose_tokens(out.logits[:, -1], self.sampling, [g.generator for g in rows])
+        for gen, token in zip(rows, tokens):
+            gen.kv_len += 1
+            self._emit(gen, token, result)
+
+    def _emit(self, gen: _Generation, token: int, result: StepResult) -> None:
+        if gen.forced is not None:
+            token = gen.forced[len(gen.output)]
+        gen.output.append(int(token))
+        result.tokens[gen.gen_id] = gen.output[-1]
+        hit_eos = gen.forced is None and gen.output[-1] in self._eos_ids
+        if hit_eos or gen.remaining() == 0:
+            gen.finished = True
+            result.finished.add(gen.gen_id)
+
+    # ----- batch cache -----
+    def _batch_for(self, gens: list[_Generation]) -> BatchKV:
+        """The batch cache holding exactly these generations, re-packed only if the set changed."""
+        if self._batch is not None and len(self._rows) == len(gens) and all(
+                g.row is not None for g in gens):
+            return self._batch
+        old, old_rows = self._batch, self._rows
+        wanted = set(gens)
+        for row, gen in enumerate(old_rows):          # leaving the batch: keep their KV on the device
+            if gen is not None and gen not in wanted:
+                gen.kv, gen.row = old.row_view(row).clone(), None
+        batch = BatchKV(self.kv_shape, [g.kv_len for g in gens],
+                        max(g.kv_len for g in gens) + self._headroom(gens), self.device)
+        for row, gen in enumerate(gens):
+            batch.load_row(row, old.row_view(gen.row) if gen.row is not None else gen.kv)
+        for row, gen in enumerate(gens):
+            gen.row, gen.kv = row, None
+        self._batch, self._rows = batch, list(gens)
+        return batch
+
+    def _headroom(self, gens: list[_Generation]) -> int:
+        return max(1, min(self.headroom_tokens, max(g.remaining() for g in gens)))
+
+    # ----- memory -----
+    def memory(self) -> MemoryStats:
+        bpt = self.kv_shape.bytes_per_token
+        device = host = 0
+        for gen in self._gens.values():
+            if gen.offloaded:
+                host += gen.kv_len * bpt
+            elif gen.prefilled:
+                device += gen.kv_len * bpt
+        return MemoryStats(float(device), float(host), self.kv_budget_bytes, float(bpt), len(self._gens))
+
+    def held_bytes(self) -> dict[str, int]:
+        """Bytes physically held by KV tensors (batch buffer included), by location."""
+        held = {"device": self._batch.nbytes() if self._batch is not None else 0, "host": 0}
+        for gen in self._gens.values():
+            if gen.kv is not None:
+                base = gen.kv.untyped_storage().nbytes()
+                held["host" if gen.offloaded else "device"] += base
+        return held
+
+    def _enforce_budget(self) -> None:
+        """Offload suspended generations' KV to host, least recently suspended first, until under budget."""
+        if math.isinf(self.kv_budget_bytes):
+            return
+        used = self.memory().kv_device_bytes
+        if used <= self.kv_budget_bytes:
+            return
+        victims = sorted((g for g in self._gens.values() if g.suspended and g.prefilled and not g.offloaded),
+                         key=lambda g: g.suspended_seq)
+        for gen in victims:
+            if used <= self.kv_budget_bytes:
+                break
+            self._offload(gen)
+            used -= gen.kv_len * self.kv_shape.bytes_per_token
+
+    def _offload(self, gen: _Generation) -> None:
+        src = self._batch.row_view(gen.row) if gen.row is not None else gen.kv
+        host = torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=self._pin)
+        host.copy_(src, non_blocking=self._pin)
+        if gen.row is not None:
+            self._rows[gen.row] = None
+            gen.row = None
+        gen.kv, gen.offloaded = host, True
+
+    # ----- introspection -----
+    def output_ids(self, gen_id: str) -> list[int]:
+        """Tokens emitted so far by a generation."""
+        return list(self._get(gen_id, "output_ids").output)
+
+    def is_offloaded(self, gen_id: str) -> bool:
+        """Whether a generation's KV currently lives in host memory."""
+        return self._get(gen_id, "is_offloaded").offloaded
+
+    # ----- validation -----
+    def _get(self, gen_id: str, op: str) -> _Generation:
+        gen = self._gens.get(gen_id)
+        if gen is None:
+            state = "was released" if gen_id in self._released else "was never added"
+            raise EngineError(f"{op}: unknown generation {gen_id!r} ({state})")
+        return gen
+
+    def _runnable(self, gen_ids: Sequence[str]) -> list[_Generation]:
+        gens = [self._get(g, "step") for g in gen_ids]
+        if len(set(gen_ids)) != len(gen_ids):
+            raise EngineError(f"step: duplicate generation ids in {list(gen_ids)}")
+        for gen in gens:
+            if gen.suspended:
+                raise EngineError(f"step: generation {gen.gen_id!r} is suspended; resume() it first")
+            if gen.finished:
+                raise EngineError(f"step: generation {gen.gen_id!r} already finished; release() it")
+        return gens
+
+
+def _eos_ids(loaded: LoadedModel) -> set[int]:
+    ids: set[int] = set()
+    for source in (loaded.tokenizer.eos_token_id, getattr(loaded.model.generation_config, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source:
+            ids.update(int(i) for i in source)
+    return ids
