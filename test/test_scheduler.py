@@ -152,3 +152,15 @@ def test_plan_without_executable_skill_fails_clearly():
     _, finished = run_to_end(sched, clock)
     assert finished["a"].error_code == ErrorCode.GENERATION_FAILED
     assert "no executable" in finished["a"].message
+
+
+def test_plan_that_stops_parsing_ends_early_with_generation_failed():
+    sched, engine, clock = make()
+    bad = "mf(50);zz(3);" + "mf(10);" * 30
+    sched.submit(request("a", plan=bad))
+    dispatched, finished = run_to_end(sched, clock)
+    out = finished["a"]
+    assert out.error_code == ErrorCode.GENERATION_FAILED and "zz" in out.message
+    assert [i for _, i, _ in dispatched] == [0]  # the valid first segment was still executed
+    assert out.tokens < len(engine.encode(bad))  # generation stopped at the error, not at the end
+    assert engine.memory().generations == 0

@@ -265,10 +265,16 @@ class PlanScheduler:
                 for parsed in track.segmenter.feed(delta):
                     if not self._new_segment(track, parsed, t):
                         return
+                if getattr(track.segmenter, "error", None):
+                    self._invalid_plan(track, t)
+                    return
         capped = len(gen.output_ids) >= track.max_new and token != eos
         if finished or capped:
             tail = track.segmenter.finish()
             if tail is not None and not self._new_segment(track, tail, t):
+                return
+            if getattr(track.segmenter, "error", None) and not capped:
+                self._invalid_plan(track, t)
                 return
             self._generation_done(track, t, capped)
         elif self.policy.segmented and len(gen.segments) > n_segments:
@@ -277,6 +283,22 @@ class PlanScheduler:
             gen.enqueued_at = t
             self._waiting[req_id] = gen
             self._set_state(gen, RequestState.SUSPENDED)
+
+    def _invalid_plan(self, track: _Track, t: float) -> None:
+        """The text can no longer be a valid plan: stop generating now instead of at the length cap.
+        Segments already sent keep executing; the request then ends with GENERATION_FAILED."""
+        gen = track.gen
+        track.error = (ErrorCode.GENERATION_FAILED,
+                       f"the model's plan stopped parsing as {gen.req.robot_type} skills: {track.segmenter.error}"
+                       f" (after {len(gen.segments)} executable segment(s))")
+        gen.finished_generating = True
+        self._running.pop(gen.req_id, None)
+        self._waiting.pop(gen.req_id, None)
+        if track.engine_held:
+            self.engine.release(gen.req_id)
+            track.engine_held = False
+        self._set_state(gen, RequestState.EXECUTING)
+        self._maybe_complete(track, t)
 
     def _new_segment(self, track: _Track, parsed, t: float) -> bool:
         """Record an executable segment and dispatch it if the robot is free; False if the request failed."""
