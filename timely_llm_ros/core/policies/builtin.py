@@ -1,2 +1,2 @@
 """Import every shipped policy module so each registers itself."""
-from . import fcfs  # noqa: F401
+from . import edf, fcfs, timely  # noqa: F401

@@ -1,0 +1,127 @@
+"""Scheduling policies: TimelyLLM's PUD priority, latency-guided admission, drop rule; EDF; the registry."""
+import math
+
+import pytest
+
+from timely_llm_ros.core.admission import budget_s, segment_deadline, wcet_s
+from timely_llm_ros.core.policies import POLICIES, SchedulingContext, make_policy
+from timely_llm_ros.core.request import Generation, PlanRequest, Segment
+from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
+
+NORMAL, URGENT = DEFAULT_URGENCY_CLASSES["normal"], DEFAULT_URGENCY_CLASSES["urgent"]
+
+
+def gen(rid, arrival=0.0, tuf=NORMAL, robot="drone", segments=0, exec_end=None, prefilled=False, prompt=10):
+    g = Generation(req=PlanRequest(rid, "a", robot, "task", tuf, arrival), prompt_ids=[0] * prompt)
+    for i in range(segments):
+        g.segments.append(Segment(i, "mf(1);", [], 0.0, 0.0, 1.0))
+    g.expected_exec_end = exec_end
+    g.prefilled = prefilled
+    return g
+
+
+def ctx(now, kv_free=math.inf, per_token=1.0):
+    return SchedulingContext(now=now, kv_free_bytes=kv_free, kv_bytes_per_token=per_token, step_time_s=None)
+
+
+def test_every_policy_of_the_paper_is_registered():
+    make_policy("timely")
+    assert {"timely", "edf", "fcfs", "vllm", "vllm-stream"} <= set(POLICIES)
+
+
+def test_urgent_request_outranks_normal_one_arriving_together():
+    timely = make_policy("timely")
+    assert timely.priority(gen("u", tuf=URGENT), 0.0) > timely.priority(gen("n"), 0.0)
+
+
+def test_priority_grows_as_slack_shrinks_while_utility_is_full():
+    timely = make_policy("timely")
+    g = gen("n")
+    assert timely.priority(g, 0.6) > timely.priority(g, 0.1)
+
+
+def test_suspended_generation_with_long_execution_ahead_yields_to_fresh_request():
+    timely = make_policy("timely")
+    resumed = gen("r", segments=1, exec_end=10.0)
+    assert timely.priority(gen("n", arrival=1.0), 1.0) > timely.priority(resumed, 1.0)
+
+
+def test_priority_stays_finite_and_positive_when_late_or_hopeless():
+    timely = make_policy("timely")
+    for now in (0.2, 0.5, 3.0, 100.0):
+        p = timely.priority(gen("u", tuf=URGENT), now)
+        assert math.isfinite(p) and p > 0
+    # a hopeless one ranks below one that can still earn utility
+    assert timely.priority(gen("late", arrival=0.0), 5.0) < timely.priority(gen("fresh", arrival=4.9), 5.0)
+
+
+def test_drop_rule_only_drops_hopeless_first_segments():
+    timely = make_policy("timely")
+    assert timely.should_drop(gen("ok"), 1.0) is None
+    assert "utility" in timely.should_drop(gen("late"), 1.5)
+    assert timely.should_drop(gen("mid-plan", segments=1, exec_end=0.0), 50.0) is None
+    assert make_policy("timely", options={"drop": "never"}).should_drop(gen("late"), 9.0) is None
+    with pytest.raises(ValueError):
+        make_policy("timely", options={"drop": "sometimes"})
+
+
+def test_wcet_uses_remaining_segment_tokens_and_measured_speed():
+    g = gen("g", prefilled=True)
+    g.output_ids = [5, 5, 5, 5]
+    g.step_times.extend([0.3, 0.02, 0.02, 0.04])  # prefill step first, then decode steps
+    assert wcet_s(g, 10, token_s=1.0) == pytest.approx(6 * 0.02)
+    assert wcet_s(gen("new"), 10, token_s=0.05) == pytest.approx(0.5)
+
+
+def test_admission_holds_back_relaxed_requests_while_an_urgent_one_is_tight():
+    timely = make_policy("timely", max_batch=16)
+    urgent = gen("u", tuf=URGENT, prefilled=True)
+    urgent.output_ids = [5]
+    urgent.step_times.extend([0.05])
+    normal = gen("n")
+    batch = timely.select([normal], [urgent], ctx(0.05))
+    assert [g.req_id for g in batch] == ["u"]  # WCET 9 x 22 ms > 0.15 s slack
+    # another urgent request cannot wait either: it joins
+    batch = timely.select([normal, gen("u2", tuf=URGENT)], [urgent], ctx(0.05))
+    assert [g.req_id for g in batch] == ["u", "u2"]
+
+
+def test_fixed_cap_without_adaptive_admission():
+    waiting = [gen(f"n{i}") for i in range(5)] + [gen("u", tuf=URGENT)]
+    fixed = make_policy("timely", max_batch=3, options={"adaptive": False})
+    batch = fixed.select(waiting, [], ctx(0.0))
+    assert len(batch) == 3 and batch[0].req_id == "u"
+
+
+def test_only_one_new_prefill_per_step_unless_pressing():
+    timely = make_policy("timely", max_batch=16)
+    running = [gen("r", prefilled=True)]
+    later = [gen(f"n{i}", arrival=0.5) for i in range(4)]
+    assert len(timely.select(later, running, ctx(0.5))) == 1 + 1
+    unlimited = make_policy("timely", max_batch=16, options={"admit_per_step": 0})
+    assert len(unlimited.select(later, running, ctx(0.5))) == 1 + 4
+    # requests as urgent as the batch's most urgent one all join at once
+    same = [gen(f"s{i}", tuf=URGENT) for i in range(3)]
+    assert len(timely.select(same, [], ctx(0.0))) == 3
+
+
+def test_kv_budget_limits_admission():
+    timely = make_policy("timely", max_batch=16, options={"admit_per_step": 0})
+    running = [gen("r", prefilled=True)]
+    batch = timely.select([gen("big", prompt=100)], running, ctx(0.0, kv_free=50.0, per_token=1.0))
+    assert [g.req_id for g in batch] == ["r"]
+
+
+def test_edf_orders_by_segment_deadline():
+    edf = make_policy("edf")
+    normal, urgent = gen("n", arrival=0.0), gen("u", arrival=0.5, tuf=URGENT)
+    resumed = gen("r", segments=1, exec_end=0.6)
+    order = sorted([normal, urgent, resumed], key=lambda g: edf.priority(g, 0.5), reverse=True)
+    assert [g.req_id for g in order] == ["r", "u", "n"]
+    assert segment_deadline(urgent) == pytest.approx(0.7)
+
+
+def test_admission_budget_falls_back_to_time_until_zero_utility():
+    g = gen("u", tuf=URGENT)
+    assert budget_s(g, 0.1) == pytest.approx(0.1)
+    assert budget_s(g, 0.3) == pytest.approx(0.2, abs=1e-3)

@@ -1,0 +1,135 @@
+"""Latency model, the virtual-clock SimEngine and the discrete-event simulator driving the real PlanScheduler."""
+import dataclasses
+import math
+
+import pytest
+
+from timely_llm_ros.core.metrics import by_urgency, summarize, time_select
+from timely_llm_ros.core.policies import SchedulingContext, make_policy
+from timely_llm_ros.core.request import Generation, PlanRequest, RequestState
+from timely_llm_ros.core.sim import LatencyModel, PieceTokenizer, SimEngine, VirtualClock, load_latency_model
+from timely_llm_ros.core.sim.simulator import simulate
+from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
+from timely_llm_ros.core.workload import WorkloadSpec, generate, get_trace
+from timely_llm_ros.core.workload.generator import WorkloadTask
+from timely_llm_ros.engine.base import EngineError
+
+LAT = load_latency_model("llama3-8b-rtx4090")
+
+
+def test_4090_profile_matches_table_1():
+    assert LAT.cold_prefill_s(2884) == pytest.approx(0.328, abs=0.003)
+    assert LAT.decode_s(1, 2900) == pytest.approx(0.022, abs=0.001)
+    assert LAT.network_delay_s == pytest.approx(0.008)
+    assert LAT.decode_s(8, 8 * 2900) > LAT.decode_s(1, 2900)  # batching is not free
+    assert LatencyModel.from_dict(LAT.to_dict()) == LAT
+
+
+def test_tokenizer_round_trips_and_counts():
+    tok = PieceTokenizer()
+    text = " s('cat');?iv('cat')==True{g('cat')}"
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.count(text) == len(tok.encode(text))
+    assert tok.encode("mf(50);") == tok.encode("mf(50);")
+
+
+def test_sim_engine_replays_forced_plan_and_advances_clock():
+    clock = VirtualClock()
+    engine = SimEngine(LAT, clock)
+    forced = engine.encode(" mf(50);")
+    engine.set_prompt_tokens("a", 2884)
+    engine.add("a", engine.encode("prompt"), max_new_tokens=50, forced_ids=forced)
+    out, elapsed = [], []
+    while True:
+        r = engine.step(["a"])
+        out.append(r.tokens["a"])
+        elapsed.append(r.elapsed_s)
+        if "a" in r.finished:
+            break
+    assert engine.decode(out) == " mf(50);"
+    cached = LAT.cached_prefix_tokens
+    assert elapsed[0] == pytest.approx(LAT.prefill_s(2884 - cached, 2884) + LAT.prefill_c)
+    assert elapsed[1] == pytest.approx(LAT.decode_s(1, 2884 + 1))
+    assert clock.now == pytest.approx(sum(elapsed))
+    assert engine.memory().kv_device_bytes == (2884 + len(out)) * LAT.kv_bytes_per_token
+
+
+def test_sim_engine_offloads_suspended_kv_over_budget_and_charges_reload():
+    lat = dataclasses.replace(LAT, kv_budget_bytes=150 * LAT.kv_bytes_per_token, reload_bytes_per_s=1e9)
+    engine = SimEngine(lat)
+    for gid in ("a", "b"):
+        engine.add(gid, [0] * 100, 10, forced_ids=[5] * 5)
+    engine.step(["a"])
+    engine.suspend("a")
+    with pytest.raises(EngineError):
+        engine.step(["a"])
+    engine.step(["b"])  # b's KV pushes a out to host memory
+    mem = engine.memory()
+    assert mem.kv_host_bytes == 101 * lat.kv_bytes_per_token and mem.kv_device_bytes <= mem.kv_budget_bytes
+    engine.resume("a")
+    t = engine.step(["a"]).elapsed_s
+    assert t == pytest.approx(lat.decode_s(1, 101) + lat.reload_s(101))
+    engine.release("a")
+    engine.release("b")
+    assert engine.memory().generations == 0
+
+
+def burst(trace_ids, t=0.0):
+    return [WorkloadTask(f"r{i}-{tid}", t, 0, f"agent_{i}", tid, get_trace(tid).robot_type, get_trace(tid).urgency,
+                         get_trace(tid).task, get_trace(tid).context, get_trace(tid).plan, 2884)
+            for i, tid in enumerate(trace_ids)]
+
+
+def test_every_request_finishes_with_its_whole_plan_executed_in_order():
+    tasks = burst([1, 6, 9, 3])
+    result = simulate(make_policy("timely"), LAT, tasks)
+    assert len(result.outcomes) == 4 and result.engine_steps > 0
+    for o in result.outcomes:
+        assert o.state == RequestState.DONE and o.plan_text.strip() == o.req.forced_plan
+        assert "".join(s.text for s in o.segments).strip() == o.req.forced_plan
+        starts = [s.exec_started for s in o.segments]
+        assert starts == sorted(starts) and all(s.exec_finished >= s.exec_started for s in o.segments)
+        assert o.response_time > 0 and o.waiting_time >= o.response_time
+
+
+def test_vllm_dispatches_only_after_the_whole_plan():
+    result = simulate(make_policy("vllm"), LAT, burst([9]))
+    o = result.outcomes[0]
+    assert o.segments[0].dispatched >= o.segments[-1].gen_finished
+    stream = simulate(make_policy("vllm-stream"), LAT, burst([9])).outcomes[0]
+    assert stream.response_time < o.response_time
+
+
+def test_timely_serves_urgent_requests_first_in_a_burst():
+    tasks = burst([1, 2, 3, 4, 5, 6, 7, 8])
+    res = {p: summarize(simulate(make_policy(p), LAT, tasks).outcomes, by_urgency) for p in ("timely", "fcfs", "vllm")}
+    assert res["timely"]["urgent"].utility > res["fcfs"]["urgent"].utility > res["vllm"]["urgent"].utility
+    assert res["timely"]["normal"].utility >= res["vllm"]["normal"].utility
+    assert res["timely"]["urgent"].response_time < res["fcfs"]["urgent"].response_time
+
+
+def test_same_workload_same_result():
+    spec = WorkloadSpec("T", eps=0.5, max_tpe=4, trace_ids=(1, 6, 9), agents=5, duration_s=30, seed=3)
+    w = generate(spec)
+    a = simulate(make_policy("timely"), LAT, w, seed=1)
+    b = simulate(make_policy("timely"), LAT, w, seed=1)
+    assert [(o.req.req_id, o.response_time, o.completion_time) for o in a.outcomes] == \
+           [(o.req.req_id, o.response_time, o.completion_time) for o in b.outcomes]
+
+
+def test_dropped_requests_are_reported_and_counted():
+    tasks = burst([1] * 12)  # one agent each; prefill-only batch size 1 forces a queue
+    result = simulate(make_policy("timely", max_batch=1), LAT, tasks)
+    states = {o.state for o in result.outcomes}
+    assert len(result.outcomes) == 12 and RequestState.DROPPED in states
+    m = summarize(result.outcomes)["all"]
+    assert 0 < m.dropped < 1 and m.served + m.dropped == pytest.approx(1.0)
+    assert all(o.error_code != 0 and o.message for o in result.outcomes if o.state == RequestState.DROPPED)
+
+
+def test_scheduling_overhead_is_small():
+    tuf = DEFAULT_URGENCY_CLASSES["normal"]
+    waiting = [Generation(PlanRequest(f"g{i}", "a", "drone", "t", tuf, i * 1e-3), [0] * 10) for i in range(1000)]
+    ctx = SchedulingContext(now=0.0, kv_free_bytes=math.inf, kv_bytes_per_token=1.0, step_time_s=0.02)
+    stats = time_select(make_policy("timely", max_batch=16), waiting, [], ctx, repeats=20)
+    assert stats.queued == 1000 and stats.mean_ms < 20  # generous bound for slow CI; benchmark reports the real one

@@ -1,0 +1,97 @@
+"""Latency-guided batch admission (TimelyLLM section 4.4).
+
+Before a waiting generation joins the batch, take the most urgent generation already in it (smallest slack)
+and bound the time it still needs for its current segment:
+
+    WCET = (max_segment_tokens - tokens generated in its current segment) * seconds per token
+
+(seconds per token: the median of its recent decode steps, its prefill step excluded; before it has any, a
+configured guess). The newcomer is admitted if WCET < that slack (the paper's rule; once the deadline has passed, the
+time left until the segment's utility reaches zero stands in for the slack), or if the newcomer itself
+is pressing: its own budget < the most urgent one's budget + its own WCET, i.e. it is about as urgent (holding it
+back would trade one missed deadline for another), and in both cases only if its KV fits in the free device budget.
+A step is not preemptible: TimelyPolicy also limits how many generations that need a prefill join per step
+(admit_per_step) unless they are pressing, so that an urgent arrival never waits behind a long burst of prefills.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from .request import Generation
+
+
+def segment_deadline(gen: Generation) -> float:
+    """When the segment being generated must be ready: arrival + ERT for s0, else E (end of the previous execution)."""
+    if gen.k == 0 or gen.expected_exec_end is None:
+        return gen.req.arrival + gen.req.tuf.ert
+    return gen.expected_exec_end
+
+
+def slack_s(gen: Generation, now: float) -> float:
+    """Time left until the current segment's deadline (negative when late)."""
+    return segment_deadline(gen) - now
+
+
+def budget_s(gen: Generation, now: float) -> float:
+    """Admission's time budget: the slack while it is positive; once the deadline has passed, the time left until
+    the segment's utility reaches zero (negative when even that has passed)."""
+    slack = slack_s(gen, now)
+    if slack > 0:
+        return slack
+    tuf = gen.req.tuf
+    return slack + (tuf.beta / -tuf.alpha if tuf.alpha < 0 else float("inf"))
+
+
+def seconds_per_token(gen: Generation, fallback_s: float) -> float:
+    """Recent decode speed of gen as s/token (median of recent steps, prefill excluded), else fallback_s."""
+    times = list(gen.step_times)
+    if times and len(times) >= len(gen.output_ids):  # the first entry is still the prefill step
+        times = times[1:]
+    if not times:
+        return fallback_s
+    times.sort()
+    return times[len(times) // 2]
+
+
+def wcet_s(gen: Generation, max_segment_tokens: int, token_s: float) -> float:
+    """Worst-case time to finish gen's current segment (at least one more token)."""
+    remaining = max(max_segment_tokens - gen.tokens_in_segment, 1)
+    return remaining * seconds_per_token(gen, token_s)
+
+
+def kv_need_bytes(gen: Generation, kv_bytes_per_token: float) -> float:
+    """KV bytes gen adds to the device when it joins (0 if its KV is already resident)."""
+    if gen.prefilled and not gen.offloaded:
+        return 0.0
+    return (len(gen.prompt_ids) + len(gen.output_ids) + 1) * kv_bytes_per_token
+
+
+EMPTY, FITS, PRESSING, LATE, REFUSED = "empty", "fits", "pressing", "late", "refused"
+
+
+def admits(batch: Sequence[Generation], candidate: Generation, now: float,
+           max_segment_tokens: Callable[[Generation], int], token_s: float, admit_when_late: bool = True) -> bool:
+    """True if candidate may join batch (KV aside): see the module docstring."""
+    return verdict(batch, candidate, now, max_segment_tokens, token_s, admit_when_late) != REFUSED
+
+
+def verdict(batch: Sequence[Generation], candidate: Generation, now: float,
+            max_segment_tokens: Callable[[Generation], int], token_s: float, admit_when_late: bool = True) -> str:
+    """Why candidate may join batch (EMPTY, FITS, PRESSING, LATE) or REFUSED.
+
+    An empty batch always admits. Budgets are budget_s (slack, then time to zero utility). When the most urgent
+    member's budget is gone, holding others back cannot save it; admit_when_late then admits rather than
+    serialising the engine.
+    """
+    if not batch:
+        return EMPTY
+    urgent = min(batch, key=lambda g: budget_s(g, now))
+    budget = budget_s(urgent, now)
+    wcet = wcet_s(urgent, max_segment_tokens(urgent), token_s)
+    if budget_s(candidate, now) < budget + wcet_s(candidate, max_segment_tokens(candidate), token_s):
+        return PRESSING
+    if wcet < budget:
+        return FITS
+    if budget <= 0 and admit_when_late:
+        return LATE
+    return REFUSED

@@ -1,0 +1,166 @@
+"""SimEngine: the Engine interface on a virtual clock, with modelled step times and KV accounting."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ...engine.base import Engine, EngineError, MemoryStats, StepResult
+from .clock import VirtualClock
+from .latency_model import LatencyModel
+from .tokenizer import PieceTokenizer
+
+
+@dataclass
+class _SimGen:
+    prompt_tokens: int
+    max_new_tokens: int
+    forced: list[int] | None
+    output: list[int] = field(default_factory=list)
+    prefilled: bool = False
+    suspended: bool = False
+    offloaded: bool = False
+    finished: bool = False
+
+    @property
+    def ctx_tokens(self) -> int:
+        return self.prompt_tokens + len(self.output)
+
+
+class SimEngine(Engine):
+    """Simulated engine: tokens come from forced plans (trace replay); step() advances the shared clock.
+
+    prompt_tokens pads every encoded prompt to at least that many tokens (LRTrace prompts are long in-context
+    prompts); set_prompt_tokens(gen_id, n) overrides the count of one generation before add().
+    Suspended generations keep their KV on the device until the KV budget is exceeded; then the least
+    recently suspended move to host memory, and resuming them costs a modelled reload in the next step.
+    """
+
+    def __init__(self, latency: LatencyModel, clock: VirtualClock | None = None,
+                 prompt_tokens: int = 0, tokenizer: PieceTokenizer | None = None) -> None:
+        self.latency = latency
+        self.clock = clock or VirtualClock()
+        self.prompt_tokens = prompt_tokens
+        self.tokenizer = tokenizer or PieceTokenizer()
+        self.eos_token_id = self.tokenizer.eos_id
+        self._gens: dict[str, _SimGen] = {}
+        self._suspended: OrderedDict[str, None] = OrderedDict()  # LRU order of suspension
+        self._prompt_override: dict[str, int] = {}
+        self._pending_reload_s = 0.0
+        self.steps = 0
+
+    # tokens
+    def encode(self, text: str) -> list[int]:
+        ids = self.tokenizer.encode(text)
+        if len(ids) < self.prompt_tokens:
+            ids = [self.tokenizer.pad_id] * (self.prompt_tokens - len(ids)) + ids
+        return ids
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(token_ids)
+
+    def set_prompt_tokens(self, gen_id: str, n: int) -> None:
+        """Model gen_id's prompt as n tokens long, whatever add() receives."""
+        self._prompt_override[gen_id] = int(n)
+
+    # lifecycle
+    def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
+            forced_ids: Sequence[int] | None = None) -> None:
+        if gen_id in self._gens:
+            raise EngineError(f"generation {gen_id!r} already added")
+        n = self._prompt_override.pop(gen_id, len(prompt_ids))
+        self._gens[gen_id] = _SimGen(n, max_new_tokens, list(forced_ids) if forced_ids is not None else None)
+
+    def step(self, gen_ids: Sequence[str]) -> StepResult:
+        gens = [(gid, self._get(gid)) for gid in gen_ids]
+        for gid, g in gens:
+            if g.suspended:
+                raise EngineError(f"generation {gid!r} is suspended; resume it before stepping")
+            if g.finished:
+                raise EngineError(f"generation {gid!r} already finished")
+        prefills: list[tuple[int, int]] = []
+        decode_batch = decode_kv = 0
+        for _, g in gens:
+            if not g.prefilled:
+                cached = min(self.latency.cached_prefix_tokens, max(g.prompt_tokens - 1, 0))
+                prefills.append((g.prompt_tokens - cached, g.prompt_tokens))
+            else:
+                decode_batch += 1
+                decode_kv += g.ctx_tokens
+        elapsed = self.latency.step_s(prefills, decode_batch, decode_kv) + self._pending_reload_s
+        self._pending_reload_s = 0.0
+        result = StepResult(tokens={}, elapsed_s=elapsed)
+        for gid, g in gens:
+            if not g.prefilled:
+                g.prefilled = True
+                result.prefilled.append(gid)
+            tok = self._next_token(g)
+            g.output.append(tok)
+            result.tokens[gid] = tok
+            if self._done(g, tok):
+                g.finished = True
+                result.finished.add(gid)
+        self._fit_budget()
+        self.clock.advance(elapsed)
+        self.steps += 1
+        return result
+
+    def suspend(self, gen_id: str) -> None:
+        g = self._get(gen_id)
+        g.suspended = True
+        self._suspended[gen_id] = None
+        self._suspended.move_to_end(gen_id)
+        self._fit_budget()
+
+    def resume(self, gen_id: str) -> None:
+        g = self._get(gen_id)
+        if not g.suspended:
+            return
+        g.suspended = False
+        self._suspended.pop(gen_id, None)
+        if g.offloaded:
+            g.offloaded = False
+            self._pending_reload_s += self.latency.reload_s(g.ctx_tokens)
+            self._fit_budget()
+
+    def release(self, gen_id: str) -> None:
+        self._gens.pop(gen_id, None)
+        self._suspended.pop(gen_id, None)
+        self._prompt_override.pop(gen_id, None)
+
+    def memory(self) -> MemoryStats:
+        per = self.latency.kv_bytes_per_token
+        dev = sum(g.ctx_tokens for g in self._gens.values() if g.prefilled and not g.offloaded) * per
+        host = sum(g.ctx_tokens for g in self._gens.values() if g.offloaded) * per
+        return MemoryStats(kv_device_bytes=dev, kv_host_bytes=host, kv_budget_bytes=self.latency.kv_budget_bytes,
+                           kv_bytes_per_token=per, generations=len(self._gens))
+
+    # internals
+    def _get(self, gen_id: str) -> _SimGen:
+        try:
+            return self._gens[gen_id]
+        except KeyError:
+            raise EngineError(f"unknown generation {gen_id!r}") from None
+
+    def _next_token(self, g: _SimGen) -> int:
+        if g.forced is not None:
+            i = len(g.output)
+            return g.forced[i] if i < len(g.forced) else self.tokenizer.eos_id
+        return self.tokenizer.pad_id
+
+    def _done(self, g: _SimGen, tok: int) -> bool:
+        if len(g.output) >= g.max_new_tokens or tok == self.tokenizer.eos_id:
+            return True
+        return g.forced is not None and len(g.output) >= len(g.forced)
+
+    def _fit_budget(self) -> None:
+        """Offload least recently suspended KV to host while the device is over budget."""
+        mem = self.memory()
+        over = mem.kv_device_bytes - mem.kv_budget_bytes
+        for gid in list(self._suspended):
+            if over <= 0:
+                break
+            g = self._gens[gid]
+            if g.prefilled and not g.offloaded:
+                g.offloaded = True
+                over -= g.ctx_tokens * self.latency.kv_bytes_per_token

@@ -1,0 +1,142 @@
+"""Discrete-event simulation of the planner serving a workload: PlanScheduler + SimEngine + simulated robots.
+
+Tasks are submitted at their arrival times; each SegmentReady starts executing on the robot after the network
+delay and lasts ExecTimeModel.sample_time (seeded per request and segment, so every policy sees the same robot
+times); the executor reports start and finish back to the scheduler. While the scheduler has work, each engine
+step advances the virtual clock by its modelled time; when idle, the clock jumps to the next event.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Sequence
+
+from ..exec_time import ExecTimeModel, load_exec_models
+from ..policies.base import Policy
+from ..scheduler import PlanScheduler, RequestFinished, RequestOutcome, SchedulerConfig, SegmentReady
+from ..skills import SkillSet, load_skill_sets
+from ..tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
+from ..workload.generator import Workload, WorkloadTask
+from .clock import VirtualClock
+from .latency_model import LatencyModel
+from .sim_engine import SimEngine
+
+_ARRIVE, _EXEC_START, _EXEC_END = 0, 1, 2
+
+
+@dataclass
+class SimResult:
+    """Outcomes of one simulated run and what it cost."""
+
+    policy: str
+    max_batch: int
+    outcomes: list[RequestOutcome]
+    sim_time_s: float
+    engine_steps: int
+    wall_s: float
+    select_s: list[float] = field(default_factory=list)   # wall time of each policy.select call
+
+
+class Simulator:
+    """Runs one policy over a list of workload tasks on a modelled engine and modelled robots."""
+
+    def __init__(self, policy: Policy, latency: LatencyModel, skill_sets: Mapping[str, SkillSet] | None = None,
+                 exec_models: Mapping[str, ExecTimeModel] | None = None,
+                 urgency_classes: Mapping[str, TimeUtility] = DEFAULT_URGENCY_CLASSES, seed: int = 0,
+                 on_finished: Callable[[RequestOutcome], None] | None = None) -> None:
+        self.policy = policy
+        self.latency = latency
+        self.skill_sets = dict(skill_sets) if skill_sets is not None else load_skill_sets()
+        self.exec_models = dict(exec_models) if exec_models is not None else load_exec_models()
+        self.urgency_classes = urgency_classes
+        self.seed = seed
+        self.on_finished = on_finished
+        self.clock = VirtualClock()
+        self.engine = SimEngine(latency, self.clock)
+        self.scheduler = PlanScheduler(self.engine, policy, self.skill_sets, self.exec_models, self.clock,
+                                       SchedulerConfig(network_delay_s=latency.network_delay_s))
+        self._events: list[tuple[float, int, int, tuple]] = []
+        self._seq = itertools.count()
+        self._select_s: list[float] = []
+
+    def run(self, tasks: Workload | Iterable[WorkloadTask], max_sim_s: float = 1e7) -> SimResult:
+        """Simulate until every task has finished (or max_sim_s of simulated time passed)."""
+        if isinstance(tasks, Workload):
+            tasks = tasks.tasks
+        for task in tasks:
+            self._push(task.arrival, _ARRIVE, (task,))
+        self._time_select()
+        wall0 = time.perf_counter()
+        sched = self.scheduler
+        while (self._events or sched.busy()) and self.clock.now < max_sim_s:
+            self._process_due()
+            if sched.busy():
+                before = (self.engine.steps, self.clock.now)
+                self._handle(sched.step())
+                if (self.engine.steps, self.clock.now) != before or not sched.busy():
+                    continue
+            if not self._events:
+                break  # nothing will ever change: busy but the policy picks nothing
+            self.clock.advance_to(self._events[0][0])
+        return SimResult(self.policy.name, self.policy.max_batch, list(sched.outcomes.values()), self.clock.now,
+                         self.engine.steps, time.perf_counter() - wall0, self._select_s)
+
+    # internals
+    def _push(self, t: float, kind: int, payload: tuple) -> None:
+        heapq.heappush(self._events, (t, next(self._seq), kind, payload))
+
+    def _process_due(self) -> None:
+        sched = self.scheduler
+        while self._events and self._events[0][0] <= self.clock.now:
+            t, _, kind, payload = heapq.heappop(self._events)
+            if kind == _ARRIVE:
+                task: WorkloadTask = payload[0]
+                self.engine.set_prompt_tokens(task.task_id, task.prompt_tokens)
+                self._handle(sched.submit(task.to_request(self.urgency_classes)))
+            elif kind == _EXEC_START:
+                self._handle(sched.on_execution_started(payload[0], payload[1], t))
+            else:
+                self._handle(sched.on_execution_finished(payload[0], payload[1], t, ok=True))
+
+    def _handle(self, events: Sequence) -> None:
+        for ev in events:
+            if isinstance(ev, SegmentReady):
+                self._start_execution(ev)
+            elif isinstance(ev, RequestFinished) and self.on_finished is not None:
+                self.on_finished(ev.outcome)
+
+    def _start_execution(self, ev: SegmentReady) -> None:
+        gen_req = self.scheduler.outcomes.get(ev.req_id)
+        robot_type = gen_req.req.robot_type if gen_req else self._robot_type(ev.req_id)
+        model = self.exec_models[self.skill_sets[robot_type].exec_profile]
+        rng = random.Random(f"{self.seed}:{ev.req_id}:{ev.segment.index}")
+        start = self.clock.now + self.latency.network_delay_s
+        self._push(start, _EXEC_START, (ev.req_id, ev.segment.index))
+        self._push(start + model.sample_time(ev.segment.skills, rng), _EXEC_END, (ev.req_id, ev.segment.index))
+
+    def _robot_type(self, req_id: str) -> str:
+        for gen in self.scheduler.generations():
+            if gen.req_id == req_id:
+                return gen.req.robot_type
+        raise KeyError(req_id)
+
+    def _time_select(self) -> None:
+        """Record the wall time of every policy.select call (scheduling overhead)."""
+        policy, inner, log = self.policy, self.policy.select, self._select_s
+
+        def timed(waiting, running, ctx):
+            t0 = time.perf_counter()
+            out = inner(waiting, running, ctx)
+            log.append(time.perf_counter() - t0)
+            return out
+
+        policy.select = timed  # type: ignore[method-assign]
+
+
+def simulate(policy: Policy, latency: LatencyModel, tasks: Workload | Iterable[WorkloadTask], seed: int = 0,
+             **kwargs) -> SimResult:
+    """One-call simulation (see Simulator)."""
+    return Simulator(policy, latency, seed=seed, **kwargs).run(tasks)

@@ -1,0 +1,141 @@
+"""Poisson workload generator over LRTrace traces (TimelyLLM section 6, Table 3).
+
+Events arrive as a Poisson process (rate eps events/s) over duration_s. Each event brings n tasks, n uniform in
+1..max_tpe, each of a trace drawn uniformly from trace_ids, all released at the event time. Each task goes to a
+distinct free agent of its robot type, chosen at random. An agent is busy from its task's arrival for the trace's
+nominal occupancy (nominal_exec_s plus busy_margin_s for planning); a task that finds no free agent is SKIPPED
+(not queued: a queued task would change what every policy sees) and counted in Workload.skipped. Occupancy is
+decided here, from the traces alone, so every policy replays exactly the same tasks.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from ...paths import config_dir
+from ..request import PlanRequest
+from ..tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
+from .lrtrace import get_trace
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """Parameters of one workload (Table 3 row)."""
+
+    name: str
+    eps: float                    # events per second (Poisson rate)
+    max_tpe: int                  # maximum tasks per event
+    trace_ids: tuple[int, ...]
+    agents: int                   # agents per robot type the traces use
+    duration_s: float
+    seed: int = 0
+    prompt_tokens: int = 2884     # prompt length of every request (long in-context prompts)
+    busy_margin_s: float = 2.0    # planning allowance added to a task's nominal execution time
+    nominal_exec_s: Mapping[str, float] = field(default_factory=lambda: {"drone": 12.0, "arm": 30.0})
+
+    def __post_init__(self) -> None:
+        if self.eps <= 0 or self.max_tpe < 1 or self.agents < 1 or self.duration_s <= 0 or not self.trace_ids:
+            raise ValueError(f"workload {self.name!r}: need eps > 0, max_tpe >= 1, agents >= 1, duration_s > 0 "
+                             "and at least one trace id")
+        for tid in self.trace_ids:
+            get_trace(tid)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "WorkloadSpec":
+        d = dict(d)
+        d["trace_ids"] = tuple(int(t) for t in d["trace_ids"])
+        if "nominal_exec_s" in d:
+            d["nominal_exec_s"] = {str(k): float(v) for k, v in d["nominal_exec_s"].items()}
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["trace_ids"] = list(self.trace_ids)
+        d["nominal_exec_s"] = dict(self.nominal_exec_s)
+        return d
+
+
+@dataclass(frozen=True)
+class WorkloadTask:
+    """One task of a workload: who asks for what, when."""
+
+    task_id: str
+    arrival: float
+    event: int
+    agent_id: str
+    trace_id: int
+    robot_type: str
+    urgency: str
+    task: str
+    context: str
+    plan: str
+    prompt_tokens: int
+
+    def to_request(self, classes: Mapping[str, TimeUtility] = DEFAULT_URGENCY_CLASSES,
+                   max_new_tokens: int = 200) -> PlanRequest:
+        """The PlanRequest a simulator submits at `arrival` (plan forced: trace replay)."""
+        return PlanRequest(req_id=self.task_id, agent_id=self.agent_id, robot_type=self.robot_type, task=self.task,
+                           tuf=classes[self.urgency], arrival=self.arrival, context=self.context,
+                           urgency=self.urgency, max_new_tokens=max_new_tokens, forced_plan=self.plan,
+                           task_type=str(self.trace_id))
+
+
+@dataclass
+class Workload:
+    """A generated workload: its spec, tasks in arrival order, and how many tasks found no free agent."""
+
+    spec: WorkloadSpec
+    tasks: list[WorkloadTask]
+    skipped: int = 0
+    events: int = 0
+
+
+def generate(spec: WorkloadSpec) -> Workload:
+    """Draw a workload from spec (deterministic for a given seed)."""
+    rng = random.Random(spec.seed)
+    types = sorted({get_trace(t).robot_type for t in spec.trace_ids})
+    free_at = {rt: [0.0] * spec.agents for rt in types}
+    tasks: list[WorkloadTask] = []
+    skipped = events = 0
+    t = rng.expovariate(spec.eps)
+    while t < spec.duration_s:
+        n = rng.randint(1, spec.max_tpe)
+        for _ in range(n):
+            tr = get_trace(rng.choice(spec.trace_ids))
+            pool = free_at[tr.robot_type]
+            free = [i for i, f in enumerate(pool) if f <= t]
+            if not free:
+                skipped += 1
+                continue
+            agent = rng.choice(free)
+            pool[agent] = t + spec.nominal_exec_s.get(tr.robot_type, 10.0) + spec.busy_margin_s
+            tasks.append(WorkloadTask(
+                task_id=f"{spec.name.lower()}-{len(tasks):04d}", arrival=round(t, 6), event=events,
+                agent_id=f"{tr.robot_type}_{agent}", trace_id=tr.trace_id, robot_type=tr.robot_type,
+                urgency=tr.urgency, task=tr.task, context=tr.context, plan=tr.plan, prompt_tokens=spec.prompt_tokens))
+        events += 1
+        t += rng.expovariate(spec.eps)
+    return Workload(spec, tasks, skipped, events)
+
+
+def load_spec(name_or_path: str | Path, **overrides: Any) -> WorkloadSpec:
+    """A workload spec from config/workloads/<name>.yaml (e.g. WID1) or a path; overrides replace fields."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = config_dir() / "workloads" / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (config_dir() / "workloads").glob("*.yaml"))
+        raise FileNotFoundError(f"no workload spec {name_or_path!r} ({path}); known presets: {known}")
+    with open(path, encoding="utf-8") as f:
+        d = yaml.safe_load(f)
+    d.update(overrides)
+    return WorkloadSpec.from_dict(d)
+
+
+def preset(name: str, **overrides: Any) -> Workload:
+    """Generate a preset workload (WID1, WID2, WID3), optionally overriding spec fields (seed, duration_s...)."""
+    return generate(load_spec(name, **overrides))
