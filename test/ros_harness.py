@@ -107,8 +107,9 @@ class PlanClient:
         return run
 
     def close(self) -> None:
+        self.executor.shutdown(timeout_sec=5.0)
+        self._spin.join(5.0)
         self.client.destroy()
-        self.executor.shutdown()
         self.node.destroy_node()
         rclpy.shutdown(context=self.context)
 

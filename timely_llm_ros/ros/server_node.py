@@ -109,13 +109,13 @@ class PlanServerNode(Node):
         try:
             req = validate_goal(goal_fields(goal), req_id, arrival, self.skill_sets, self.urgency_classes, self.limits)
         except RequestError as err:
-            log.warn(f"[{req_id}] rejected goal from {goal.agent_id!r}: {err.code.name}: {err.message}")
+            log.warning(f"[{req_id}] rejected goal from {goal.agent_id!r}: {err.code.name}: {err.message}")
             goal_handle.abort()
             return error_result(req_id, err.code, err.message)
         if not goal.dry_run and not self.dispatcher.wait_for(req.agent_id, self.params.executor_discovery_timeout_s):
             msg = (f"no executor at /{req.agent_id}/execute_segment (waited "
                    f"{self.params.executor_discovery_timeout_s:.1f} s); start the robot's executor node or set dry_run")
-            log.warn(f"[{req_id}] {msg}")
+            log.warning(f"[{req_id}] {msg}")
             goal_handle.abort()
             return error_result(req_id, ErrorCode.EXECUTOR_UNAVAILABLE, msg)
         session = _GoalSession(req_id, req.agent_id, bool(goal.dry_run))
@@ -126,7 +126,7 @@ class PlanServerNode(Node):
             self.loop.call(lambda s: self._submit(s, req)).result(timeout=30.0)
         except RequestError as err:
             self._drop_session(req_id)
-            log.warn(f"[{req_id}] not accepted: {err.code.name}: {err.message}")
+            log.warning(f"[{req_id}] not accepted: {err.code.name}: {err.message}")
             goal_handle.abort()
             return error_result(req_id, err.code, err.message)
         log.info(f"[{req_id}] {req.agent_id} ({req.robot_type}, {req.urgency or 'custom TUF'}): {req.task!r}")
@@ -224,7 +224,7 @@ class PlanServerNode(Node):
                      f"response {outcome.response_time:.2f} s, waiting {outcome.waiting_time:.2f} s, "
                      f"utility {outcome.total_utility:.2f}")
         else:
-            log.warn(f"[{session.req_id}] {session.agent_id} ended {outcome.state.value}: "
+            log.warning(f"[{session.req_id}] {session.agent_id} ended {outcome.state.value}: "
                      f"{outcome.error_code.name}: {outcome.message}")
 
     def _on_set_parameters(self, params):
