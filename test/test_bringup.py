@@ -12,6 +12,7 @@ import py_compile
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -203,7 +204,13 @@ def test_no_workload_runs_until_stopped(tmp_path, standins, monkeypatch):
     fleet = load_fleet(_small_fleet(tmp_path))
     supervisor = bringup.Supervisor(build_children(fleet, tmp_path / "p.yaml", with_workload=False,
                                                    entry_points=entry), stop_grace_s=2.0, use_graph=False)
-    threading.Timer(1.5, supervisor.request_stop).start()
+
+    def stop_when_all_started() -> None:
+        while len([e for e in events() if isinstance(e["event"], dict)]) < 3:
+            time.sleep(0.05)
+        supervisor.request_stop()
+
+    threading.Thread(target=stop_when_all_started, daemon=True).start()
     assert supervisor.run() == bringup.EXIT_INTERRUPTED
     assert {e["who"] for e in events() if e["event"] == "SIGINT"} == {"server", "/drone_1", "/arm_1"}
 
