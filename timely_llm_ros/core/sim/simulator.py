@@ -61,6 +61,7 @@ class Simulator:
         self._events: list[tuple[float, int, int, tuple]] = []
         self._seq = itertools.count()
         self._select_s: list[float] = []
+        self._robot_type: dict[str, str] = {}
 
     def run(self, tasks: Workload | Iterable[WorkloadTask], max_sim_s: float = 1e7) -> SimResult:
         """Simulate until every task has finished (or max_sim_s of simulated time passed)."""
@@ -71,16 +72,19 @@ class Simulator:
         self._time_select()
         wall0 = time.perf_counter()
         sched = self.scheduler
-        while (self._events or sched.busy()) and self.clock.now < max_sim_s:
-            self._process_due()
-            if sched.busy():
-                before = (self.engine.steps, self.clock.now)
-                self._handle(sched.step())
-                if (self.engine.steps, self.clock.now) != before or not sched.busy():
-                    continue
-            if not self._events:
-                break  # nothing will ever change: busy but the policy picks nothing
-            self.clock.advance_to(self._events[0][0])
+        try:
+            while (self._events or sched.busy()) and self.clock.now < max_sim_s:
+                self._process_due()
+                if sched.busy():
+                    before = (self.engine.steps, self.clock.now)
+                    self._handle(sched.step())
+                    if (self.engine.steps, self.clock.now) != before or not sched.busy():
+                        continue
+                if not self._events:
+                    break  # nothing will ever change: busy but the policy picks nothing
+                self.clock.advance_to(self._events[0][0])
+        finally:
+            vars(self.policy).pop("select", None)  # undo _time_select
         return SimResult(self.policy.name, self.policy.max_batch, list(sched.outcomes.values()), self.clock.now,
                          self.engine.steps, time.perf_counter() - wall0, self._select_s)
 
@@ -95,6 +99,7 @@ class Simulator:
             if kind == _ARRIVE:
                 task: WorkloadTask = payload[0]
                 self.engine.set_prompt_tokens(task.task_id, task.prompt_tokens)
+                self._robot_type[task.task_id] = task.robot_type
                 self._handle(sched.submit(task.to_request(self.urgency_classes)))
             elif kind == _EXEC_START:
                 self._handle(sched.on_execution_started(payload[0], payload[1], t))
@@ -109,19 +114,11 @@ class Simulator:
                 self.on_finished(ev.outcome)
 
     def _start_execution(self, ev: SegmentReady) -> None:
-        gen_req = self.scheduler.outcomes.get(ev.req_id)
-        robot_type = gen_req.req.robot_type if gen_req else self._robot_type(ev.req_id)
-        model = self.exec_models[self.skill_sets[robot_type].exec_profile]
+        model = self.exec_models[self.skill_sets[self._robot_type[ev.req_id]].exec_profile]
         rng = random.Random(f"{self.seed}:{ev.req_id}:{ev.segment.index}")
         start = self.clock.now + self.latency.network_delay_s
         self._push(start, _EXEC_START, (ev.req_id, ev.segment.index))
         self._push(start + model.sample_time(ev.segment.skills, rng), _EXEC_END, (ev.req_id, ev.segment.index))
-
-    def _robot_type(self, req_id: str) -> str:
-        for gen in self.scheduler.generations():
-            if gen.req_id == req_id:
-                return gen.req.robot_type
-        raise KeyError(req_id)
 
     def _time_select(self) -> None:
         """Record the wall time of every policy.select call (scheduling overhead)."""
