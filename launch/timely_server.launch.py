@@ -34,7 +34,8 @@ def generate_launch_description() -> LaunchDescription:
     return LaunchDescription([
         DeclareLaunchArgument("namespace", default_value="", description="namespace of the server node"),
         DeclareLaunchArgument("params_file", default_value=default_params,
-                              description="YAML with a timely_server: ros__parameters: section (a fleet YAML works too)"),
+                              description="YAML with a timely_server: ros__parameters: section "
+                                          "(a fleet YAML works too)"),
         DeclareLaunchArgument("log_level", default_value="info",
                               description="log level (debug, info, warn, error, fatal)"),
         DeclareLaunchArgument("use_sim_time", default_value="false",

@@ -40,6 +40,18 @@ STANDIN = textwrap.dedent('''
         sys.exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN if plan.get("ignore_sigint") else on_sigint)
     log({"args": args, "discovery": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE")})
+    if plan.get("serve_plan_silently"):  # a real Plan action server that never logs a ready line
+        import rclpy
+        from rclpy.action import ActionServer
+        from timely_llm_ros.action import Plan
+        rclpy.init(args=sys.argv)
+        node = rclpy.create_node("standin")
+        server = ActionServer(node, Plan, "plan", execute_callback=lambda goal: Plan.Result())
+        try:
+            rclpy.spin(node)
+        except BaseException:
+            log("SIGINT")
+        sys.exit(0)
     if plan.get("ready", True):
         print(f"stand-in {who} ready", flush=True)
     if "exit_after" in plan:
@@ -238,3 +250,25 @@ def test_launch_files_compile_and_declare_the_standard_arguments(name):
     assert used <= EXECUTABLES and used
     scripts = {p.name for p in (DEMO.parent.parent / "scripts").iterdir()}
     assert used <= scripts
+
+
+def test_server_without_ready_line_is_ready_once_its_plan_action_is_discoverable(tmp_path, standins, monkeypatch,
+                                                                                  capsys):
+    entry, events = standins
+    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"server": {"serve_plan_silently": True},
+                                                   "workload": {"exit_after": 0.1, "exit_code": 0}}))
+    path = _small_fleet(tmp_path, executors=[], server_ready_timeout_s=20.0)
+    assert bringup.main(["--params-file", str(path)], entry_points=entry) == 0
+    out = capsys.readouterr().out
+    assert "[bringup] timely_server is ready" in out
+    assert not any(line.startswith("[timely_server]") and "ready" in line.lower() for line in out.splitlines())
+    assert [e["who"] for e in events() if isinstance(e["event"], dict)] == ["server", "workload"]
+
+
+def test_server_never_ready_times_out(tmp_path, standins, monkeypatch, capsys):
+    entry, events = standins
+    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"server": {"ready": False}}))
+    path = _small_fleet(tmp_path, server_ready_timeout_s=1.0)
+    assert bringup.main(["--params-file", str(path)], entry_points=entry) == 1
+    assert "timely_server not ready after 1 s" in capsys.readouterr().out
+    assert {e["who"] for e in events()} == {"server"}

@@ -63,7 +63,8 @@ class ChildSpec:
     role: str                      # server | executor | workload
     argv: list[str]
     ready_timeout_s: float = 0.0   # 0 = do not wait
-    action_type: str = ""          # readiness also by a discoverable action of this type (rclpy graph)
+    action_type: str = ""          # readiness also by an action server of this type on the node (rclpy graph)
+    node_name: str = ""
     namespace: str = "/"
 
 
@@ -178,6 +179,7 @@ def build_children(
             SERVER_NAME, "server",
             [*entry["server"], "--ros-args", "-r", f"__node:={SERVER_NAME}", *tail],
             ready_timeout_s=config.server_ready_timeout_s, action_type="timely_llm_ros/action/Plan",
+            node_name=SERVER_NAME,
         ))
     for ex in config.executors:
         children.append(ChildSpec(
@@ -185,7 +187,7 @@ def build_children(
             [*entry["executor"], "--ros-args", "-r", f"__ns:=/{ex.agent}", "-r", f"__node:={EXECUTOR_NAME}",
              *tail, "-p", f"robot_type:={ex.robot_type}"],
             ready_timeout_s=config.executor_ready_timeout_s,
-            action_type="timely_llm_ros/action/ExecuteSegment", namespace=f"/{ex.agent}",
+            action_type="timely_llm_ros/action/ExecuteSegment", node_name=EXECUTOR_NAME, namespace=f"/{ex.agent}",
         ))
     if config.workload and with_workload:
         children.append(ChildSpec(
@@ -245,15 +247,17 @@ class _GraphProbe:
         except Exception:  # no rclpy / no RMW: rely on ready lines only
             self._node = None
 
-    def has_action(self, action_type: str, namespace: str) -> bool:
-        """True if an action server of this type is discoverable in the namespace."""
-        if self._node is None or not action_type:
+    def serves(self, node_name: str, namespace: str, action_type: str) -> bool:
+        """True if that node is discoverable and serves an action of this type."""
+        if self._node is None or not action_type or not node_name:
             return False
-        from rclpy.action import get_action_names_and_types
+        from rclpy.action import get_action_server_names_and_types_by_node
 
-        prefix = namespace.rstrip("/") + "/"
-        return any(name.startswith(prefix) and action_type in types
-                   for name, types in get_action_names_and_types(self._node))
+        try:
+            servers = get_action_server_names_and_types_by_node(self._node, node_name, namespace)
+        except Exception:  # the node is not discovered yet
+            return False
+        return any(action_type in types for _name, types in servers)
 
     def close(self) -> None:
         if self._node is not None:
@@ -328,7 +332,7 @@ class Supervisor:
                 return 1
             if probe is not None and now >= next_probe:
                 next_probe = now + 0.5
-                if probe.has_action(spec.action_type, spec.namespace):
+                if probe.serves(spec.node_name, spec.namespace, spec.action_type):
                     child.ready.set()
             child.ready.wait(0.05)
         self.say(f"{spec.name} is ready")
