@@ -1,9 +1,10 @@
-"""A preallocated, right-aligned batch KV cache that plugs into transformers' Cache API.
+"""Slot KV store: one preallocated buffer whose rows hold generations, plugged into transformers' Cache API.
 
-All layers share one tensor ``[layers, 2, batch, kv_heads, capacity, head_dim]``. Rows are
-right-aligned: row ``b`` holds its ``n_b`` tokens in columns ``[width - n_b, width)`` and the
-columns before are padding, masked out. Every row appends at column ``width`` in the same
-step, so a decode step writes in place (no torch.cat) and attention reads a view.
+Buffer ``[layers, 2, rows, kv_heads, capacity, head_dim]``. A generation resident in row ``r``
+keeps its ``n`` tokens left-aligned in columns ``[0, n)`` and appends at column ``n``; rows are
+independent, so a generation joins or leaves the batch by copying only its own row. A decode
+step runs over rows ``[0, active)``: each row writes its new key/value at its own column (one
+indexed write per layer) and attention reads a view masked to each row's length.
 """
 from __future__ import annotations
 
@@ -33,103 +34,123 @@ class KVShape:
         elem = torch.empty((), dtype=self.dtype).element_size()
         return self.layers * 2 * self.kv_heads * self.head_dim * elem
 
-    def empty(self, batch: int, capacity: int, device: torch.device | str) -> torch.Tensor:
-        """An uninitialised batch buffer."""
-        return torch.empty((self.layers, 2, batch, self.kv_heads, capacity, self.head_dim),
-                           dtype=self.dtype, device=device)
-
 
 class _SlotLayer(CacheLayerMixin):
-    """One layer's view of the shared batch buffer."""
+    """One layer's view of the shared buffer; the store's mode says where new keys/values go."""
 
     is_sliding = False
 
-    def __init__(self, cache: "BatchKV", layer_idx: int) -> None:
+    def __init__(self, store: "SlotKV", layer_idx: int) -> None:
         super().__init__()
-        self._cache, self._idx = cache, layer_idx
+        self._store, self._idx = store, layer_idx
         self.is_initialized = True
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         """Nothing to do: the buffer is preallocated."""
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        """Write the new keys/values at the append column; return views of the valid columns."""
-        buf, w = self._cache.buffer[self._idx], self._cache.width
-        end = w + key_states.shape[-2]
-        buf[0, :, :, w:end].copy_(key_states)
-        buf[1, :, :, w:end].copy_(value_states)
-        return buf[0, :, :, :end], buf[1, :, :, :end]
+        s = self._store
+        keys, values = s.buffer[self._idx, 0], s.buffer[self._idx, 1]   # [rows, heads, capacity, dim]
+        if s.prefill_row is not None:                                   # one fresh sequence, columns [0, q)
+            r, q = s.prefill_row, key_states.shape[-2]
+            keys[r, :, :q].copy_(key_states[0])
+            values[r, :, :q].copy_(value_states[0])
+            return keys[r:r + 1, :, :q], values[r:r + 1, :, :q]
+        rows, cols = s.row_index, s.lengths_t                          # one new token per active row
+        keys[rows, :, cols] = key_states[:, :, 0]
+        values[rows, :, cols] = value_states[:, :, 0]
+        end = s.max_length + 1
+        return keys[:s.active, :, :end], values[:s.active, :, :end]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self._cache.width + query_length, 0
+        return self.get_seq_length() + query_length, 0
 
     def get_seq_length(self) -> int:
-        return self._cache.width
+        return 0 if self._store.prefill_row is not None else self._store.max_length
 
     def get_max_length(self) -> int:
-        return self._cache.capacity
+        return self._store.capacity
 
 
-class BatchKV(Cache):
-    """The KV of a fixed set of generations, right-aligned in one preallocated buffer."""
+class SlotKV(Cache):
+    """Rows of KV for resident generations; the model sees either one prefill row or the active decode rows."""
 
-    def __init__(self, shape: KVShape, lengths: Sequence[int], capacity: int,
-                 device: torch.device | str) -> None:
+    def __init__(self, shape: KVShape, device: torch.device | str, rows: int = 4, capacity: int = 256) -> None:
         self.shape = shape
         self.device = torch.device(device)
-        self.width = max(lengths) if lengths else 0
-        self.lengths = list(lengths)
-        self.buffer = shape.empty(len(lengths), max(capacity, self.width + 1), self.device)
+        self.buffer = self._empty(rows, capacity)
+        self.prefill_row: int | None = None
+        self.active = 0
+        self.lengths: list[int] = []           # tokens of the active rows (host copy)
+        self.max_length = 0
+        self.lengths_t = torch.zeros(0, dtype=torch.long, device=self.device)
+        self.row_index = torch.zeros(0, dtype=torch.long, device=self.device)
+        self._cols = torch.arange(capacity, device=self.device)
         super().__init__(layers=[_SlotLayer(self, i) for i in range(shape.layers)])
-        self._mask = self._build_mask()
+
+    def _empty(self, rows: int, capacity: int) -> torch.Tensor:
+        s = self.shape
+        return torch.empty((s.layers, 2, rows, s.kv_heads, capacity, s.head_dim), dtype=s.dtype, device=self.device)
+
+    @property
+    def rows(self) -> int:
+        return self.buffer.shape[2]
 
     @property
     def capacity(self) -> int:
         return self.buffer.shape[-2]
 
-    @property
-    def batch(self) -> int:
-        return len(self.lengths)
-
-    def start(self, row: int) -> int:
-        """First valid column of a row."""
-        return self.width - self.lengths[row]
-
-    def _build_mask(self) -> torch.Tensor:
-        cols = torch.arange(self.capacity, device=self.device)
-        starts = torch.tensor([self.width - n for n in self.lengths], device=self.device)
-        return cols[None, :] >= starts[:, None]            # [batch, capacity]
-
-    def load_row(self, row: int, kv: torch.Tensor) -> None:
-        """Copy one generation's KV ``[layers, 2, kv_heads, n, head_dim]`` into a row."""
-        n = kv.shape[-2]
-        if n != self.lengths[row]:
-            raise ValueError(f"row {row} expects {self.lengths[row]} tokens, got {n}")
-        self.buffer[:, :, row, :, self.width - n:self.width].copy_(kv, non_blocking=True)
-
-    def row_view(self, row: int) -> torch.Tensor:
-        """A view of one row's valid KV ``[layers, 2, kv_heads, n, head_dim]`` (no copy)."""
-        return self.buffer[:, :, row, :, self.start(row):self.width]
-
-    def decode_mask(self) -> torch.Tensor:
-        """4D boolean mask for one appended token per row: ``[batch, 1, 1, width + 1]``."""
-        return self._mask[:, None, None, :self.width + 1]
-
-    def reserve(self, extra: int) -> None:
-        """Make room for ``extra`` more columns, growing the buffer (amortised) when needed."""
-        need = self.width + extra
-        if need <= self.capacity:
-            return
-        grown = self.shape.empty(self.batch, max(need, self.capacity + self.capacity // 2), self.device)
-        grown[..., :self.width, :].copy_(self.buffer[..., :self.width, :])
-        self.buffer = grown
-        self._mask = self._build_mask()
-
-    def advance(self, tokens: int = 1) -> None:
-        """Commit ``tokens`` appended columns (call after the forward pass)."""
-        self.width += tokens
-        self.lengths = [n + tokens for n in self.lengths]
-
     def nbytes(self) -> int:
-        """Bytes physically allocated by the buffer."""
+        """Bytes physically allocated."""
         return self.buffer.numel() * self.buffer.element_size()
+
+    def ensure(self, rows: int, capacity: int, headroom: int = 0) -> None:
+        """Grow (amortised) so that ``rows`` rows of ``capacity`` columns fit."""
+        if rows <= self.rows and capacity <= self.capacity:
+            return
+        new_rows = self.rows if rows <= self.rows else max(rows, 2 * self.rows)
+        new_cap = self.capacity if capacity <= self.capacity else max(capacity + headroom, self.capacity * 3 // 2)
+        grown = self._empty(new_rows, new_cap)
+        grown[:, :, :self.rows, :, :self.capacity].copy_(self.buffer)
+        self.buffer = grown
+        self._cols = torch.arange(new_cap, device=self.device)
+
+    # ----- rows -----
+    def read_row(self, row: int, n: int) -> torch.Tensor:
+        """A view of a row's KV ``[layers, 2, kv_heads, n, head_dim]`` (no copy)."""
+        return self.buffer[:, :, row, :, :n]
+
+    def write_row(self, row: int, kv: torch.Tensor) -> None:
+        """Copy a generation's KV ``[layers, 2, kv_heads, n, head_dim]`` into a row."""
+        self.buffer[:, :, row, :, :kv.shape[-2]].copy_(kv, non_blocking=True)
+
+    def move_row(self, src: int, dst: int, n: int) -> None:
+        """Copy the first n columns of row src into row dst."""
+        self.buffer[:, :, dst, :, :n].copy_(self.buffer[:, :, src, :, :n])
+
+    # ----- modes -----
+    def begin_prefill(self, row: int) -> None:
+        """The next forward prefills one fresh sequence into ``row``."""
+        self.prefill_row = row
+
+    def begin_decode(self, lengths: Sequence[int], changed: bool) -> torch.Tensor:
+        """The next forward appends one token to each of rows [0, len(lengths)); returns the 4D mask."""
+        self.prefill_row = None
+        if changed:
+            self.active = len(lengths)
+            self.lengths_t = torch.tensor(lengths, dtype=torch.long, device=self.device)
+            self.row_index = torch.arange(self.active, device=self.device)
+        self.lengths = list(lengths)
+        self.max_length = max(lengths)
+        cols = self._cols[:self.max_length + 1]
+        return (cols[None, :] <= self.lengths_t[:, None])[:, None, None, :]
+
+    def positions(self) -> torch.Tensor:
+        """Position ids of the appended tokens: each row's current length, ``[active, 1]``."""
+        return self.lengths_t[:, None]
+
+    def end_decode(self) -> None:
+        """Commit the appended column of every active row."""
+        self.lengths_t += 1
+        self.lengths = [n + 1 for n in self.lengths]
+        self.max_length += 1

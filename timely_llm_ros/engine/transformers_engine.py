@@ -1,10 +1,11 @@
 """The real engine: a transformers causal LM with continuous batching and suspend/resume.
 
-Each generation's KV lives either in a row of the shared batch cache (BatchKV) or, when it is
-not in the running batch, in its own tensor ``[layers, 2, kv_heads, n, head_dim]`` on the device
-or offloaded to host memory. A step prefills new generations one by one, then decodes all the
-others in ONE forward pass over the batch cache. The batch cache is kept while the set of
-decoding generations is unchanged (decode writes in place) and re-packed only when it changes.
+A generation's KV lives either in a row of the shared slot store (SlotKV) or, when it left the
+batch, in its own tensor ``[layers, 2, kv_heads, n, head_dim]`` on the device or offloaded to host
+memory. A step decodes all already-prefilled generations in ONE forward over rows [0, B) of the
+store, then prefills new generations one by one straight into free rows (no copy when they join the
+batch next step). Rows are independent (left-aligned, each appends at its own column), so the batch
+changing costs only copies of the rows that leave or join, never a re-pack of the whole batch.
 Invariant: a prefilled generation's KV holds prompt + output[:-1]; output[-1] is the next input.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Sequence
 import torch
 
 from .base import Engine, EngineError, MemoryStats, StepResult
-from .kv_cache import BatchKV, KVShape
+from .kv_cache import KVShape, SlotKV
 from .loader import LoadedModel
 from .sampling import SamplingParams, choose_tokens, generator_for
 
@@ -35,7 +36,7 @@ class _Generation:
     output: list[int] = field(default_factory=list)
     kv_len: int = 0                      # tokens of context held in KV
     kv: torch.Tensor | None = None       # own KV when not in the batch (device or host)
-    row: int | None = None               # row in the batch cache when its KV lives there
+    row: int | None = None               # row of the slot store when its KV lives there
     prefilled: bool = False
     suspended: bool = False
     suspended_seq: int = 0               # order of suspension (least recent offloads first)
@@ -64,8 +65,9 @@ class TransformersEngine(Engine):
         self._pin = self.device.type == "cuda"
         self._gens: dict[str, _Generation] = {}
         self._released: set[str] = set()
-        self._batch: BatchKV | None = None
-        self._rows: list[_Generation | None] = []
+        self._store: SlotKV | None = None
+        self._slots: list[_Generation | None] = []    # resident generation of each store row
+        self._last_active: list[_Generation | None] = []
         self._suspend_counter = itertools.count(1)
 
     # ----- tokenizer -----
@@ -112,16 +114,14 @@ class TransformersEngine(Engine):
             return
         gen = self._get(gen_id, "release")
         if gen.row is not None:
-            self._rows[gen.row] = None
-            if not any(self._rows):
-                self._batch, self._rows = None, []
-        gen.kv = gen.row = None
+            self._free_row(gen)
+        gen.kv = None
         del self._gens[gen_id]
         self._released.add(gen_id)
 
     def close(self) -> None:
         self._gens.clear()
-        self._batch, self._rows = None, []
+        self._store, self._slots, self._last_active = None, [], []
         self.model = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -146,24 +146,25 @@ class TransformersEngine(Engine):
 
     def _prefill(self, gen: _Generation, result: StepResult) -> None:
         n = len(gen.prompt)
-        cache = BatchKV(self.kv_shape, [0], n + self._headroom([gen]), self.device)
+        store = self._store_for(rows=0, capacity=n + 1, gens=[gen])
+        row = self._free_slot()
+        store.begin_prefill(row)
         ids = torch.tensor([gen.prompt], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        cache.advance(n)
-        gen.kv, gen.kv_len, gen.prefilled = cache.row_view(0), n, True
+        out = self.model(input_ids=ids, past_key_values=store, use_cache=True, logits_to_keep=1)
+        store.prefill_row = None
+        self._slots[row], gen.row, gen.kv_len, gen.prefilled = gen, row, n, True
         token = choose_tokens(out.logits[:, -1], self.sampling, [gen.generator])[0]
         result.prefilled.append(gen.gen_id)
         self._emit(gen, token, result)
 
     def _decode(self, gens: list[_Generation], result: StepResult) -> None:
-        batch = self._batch_for(gens)
-        rows = self._rows
-        batch.reserve(1)
+        changed = self._arrange(gens)
+        store, rows = self._store, self._slots[:len(gens)]
+        mask = store.begin_decode([g.kv_len for g in rows], changed)
         ids = torch.tensor([[g.output[-1]] for g in rows], dtype=torch.long, device=self.device)
-        pos = torch.tensor([[g.kv_len] for g in rows], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, position_ids=pos, attention_mask=batch.decode_mask(),
-                         past_key_values=batch, use_cache=True)
-        batch.advance(1)
+        out = self.model(input_ids=ids, position_ids=store.positions(), attention_mask=mask,
+                         past_key_values=store, use_cache=True)
+        store.end_decode()
         tokens = choose_tokens(out.logits[:, -1], self.sampling, [g.generator for g in rows])
         for gen, token in zip(rows, tokens):
             gen.kv_len += 1
@@ -179,25 +180,67 @@ class TransformersEngine(Engine):
             gen.finished = True
             result.finished.add(gen.gen_id)
 
-    # ----- batch cache -----
-    def _batch_for(self, gens: list[_Generation]) -> BatchKV:
-        """The batch cache holding exactly these generations, re-packed only if the set changed."""
-        if self._batch is not None and len(self._rows) == len(gens) and all(
-                g.row is not None for g in gens):
-            return self._batch
-        old, old_rows = self._batch, self._rows
-        wanted = set(gens)
-        for row, gen in enumerate(old_rows):          # leaving the batch: keep their KV on the device
+    # ----- slot store -----
+    def _arrange(self, gens: list[_Generation]) -> bool:
+        """Make rows [0, B) hold exactly these generations, copying only rows that leave or join.
+
+        Returns whether the active rows changed since the previous decode.
+        """
+        batch, wanted = len(gens), set(gens)
+        for gen in self._slots:
             if gen is not None and gen not in wanted:
-                gen.kv, gen.row = old.row_view(row).clone(), None
-        batch = BatchKV(self.kv_shape, [g.kv_len for g in gens],
-                        max(g.kv_len for g in gens) + self._headroom(gens), self.device)
-        for row, gen in enumerate(gens):
-            batch.load_row(row, old.row_view(gen.row) if gen.row is not None else gen.kv)
-        for row, gen in enumerate(gens):
-            gen.row, gen.kv = row, None
-        self._batch, self._rows = batch, list(gens)
-        return batch
+                self._evict(gen, to_host=False)
+        self._store_for(rows=batch, capacity=max(g.kv_len for g in gens) + 1, gens=gens)
+        store, slots, moved = self._store, self._slots, False
+        free = [r for r in range(batch) if slots[r] is None]
+        for r in range(batch, len(slots)):
+            gen = slots[r]
+            if gen is not None:
+                dst = free.pop()
+                store.move_row(r, dst, gen.kv_len)
+                slots[r], slots[dst], gen.row, moved = None, gen, dst, True
+        for gen in gens:
+            if gen.row is None:
+                dst = free.pop()
+                store.write_row(dst, gen.kv)
+                slots[dst], gen.row, gen.kv, moved = gen, dst, None, True
+        active = slots[:batch]
+        changed = moved or active != self._last_active
+        self._last_active = active
+        return changed
+
+    def _store_for(self, rows: int, capacity: int, gens: list[_Generation]) -> SlotKV:
+        """The slot store, created or grown to hold ``rows`` rows of ``capacity`` columns."""
+        headroom = self._headroom(gens)
+        if self._store is None:
+            self._store = SlotKV(self.kv_shape, self.device, rows=max(rows, 4), capacity=capacity + headroom)
+        self._store.ensure(rows, capacity, headroom)
+        self._slots.extend([None] * (self._store.rows - len(self._slots)))
+        return self._store
+
+    def _free_slot(self) -> int:
+        for r, gen in enumerate(self._slots):
+            if gen is None:
+                return r
+        self._store.ensure(len(self._slots) + 1, 0)
+        self._slots.extend([None] * (self._store.rows - len(self._slots)))
+        return self._free_slot()
+
+    def _evict(self, gen: _Generation, to_host: bool) -> None:
+        """Copy a resident generation's row out of the store (to its own device tensor or to host)."""
+        src = self._store.read_row(gen.row, gen.kv_len)
+        if to_host:
+            gen.kv = torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=self._pin)
+            gen.kv.copy_(src, non_blocking=self._pin)
+            gen.offloaded = True
+        else:
+            gen.kv = src.clone()
+        self._free_row(gen)
+
+    def _free_row(self, gen: _Generation) -> None:
+        self._slots[gen.row], gen.row = None, None
+        if not any(self._slots):
+            self._store, self._slots, self._last_active = None, [], []
 
     def _headroom(self, gens: list[_Generation]) -> int:
         return max(1, min(self.headroom_tokens, max(g.remaining() for g in gens)))
@@ -215,7 +258,7 @@ class TransformersEngine(Engine):
 
     def held_bytes(self) -> dict[str, int]:
         """Bytes physically held by KV tensors (batch buffer included), by location."""
-        held = {"device": self._batch.nbytes() if self._batch is not None else 0, "host": 0}
+        held = {"device": self._store.nbytes() if self._store is not None else 0, "host": 0}
         for gen in self._gens.values():
             if gen.kv is not None:
                 base = gen.kv.untyped_storage().nbytes()
@@ -238,12 +281,11 @@ class TransformersEngine(Engine):
             used -= gen.kv_len * self.kv_shape.bytes_per_token
 
     def _offload(self, gen: _Generation) -> None:
-        src = self._batch.row_view(gen.row) if gen.row is not None else gen.kv
-        host = torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=self._pin)
-        host.copy_(src, non_blocking=self._pin)
         if gen.row is not None:
-            self._rows[gen.row] = None
-            gen.row = None
+            self._evict(gen, to_host=True)
+            return
+        host = torch.empty(gen.kv.shape, dtype=gen.kv.dtype, device="cpu", pin_memory=self._pin)
+        host.copy_(gen.kv, non_blocking=self._pin)
         gen.kv, gen.offloaded = host, True
 
     # ----- introspection -----
