@@ -22,8 +22,10 @@ from tqdm import tqdm  # noqa: E402
 
 from timely_llm_ros.core.metrics import by_urgency, overhead_summary, summarize  # noqa: E402
 from timely_llm_ros.core.policies import make_policy  # noqa: E402
+from timely_llm_ros.core.policies.timely import options_from_skill_sets  # noqa: E402
 from timely_llm_ros.core.sim import load_latency_model  # noqa: E402
 from timely_llm_ros.core.sim.simulator import Simulator  # noqa: E402
+from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.workload import load_spec, generate, load_workload, save_workload  # noqa: E402
 
 VARIANTS = {"timely-fixed": ("timely", {"adaptive": False}), "timely-nodrop": ("timely", {"drop": "never"})}
@@ -34,7 +36,7 @@ FIELDS = ["policy", "max_batch", "group", "n", "utility", "utility_share", "eq3_
 def build_policy(spec: str, max_batch: int, network_delay_s: float):
     name, options = VARIANTS.get(spec, (spec, {}))
     if name == "timely":
-        options = {"network_delay_s": network_delay_s, **options}
+        options = {"network_delay_s": network_delay_s, **options_from_skill_sets(load_skill_sets()), **options}
     return make_policy(name, max_batch=max_batch, options=options)
 
 

@@ -125,3 +125,13 @@ def test_admission_budget_falls_back_to_time_until_zero_utility():
     g = gen("u", tuf=URGENT)
     assert budget_s(g, 0.1) == pytest.approx(0.1)
     assert budget_s(g, 0.3) == pytest.approx(0.2, abs=1e-3)
+
+
+def test_timely_takes_segment_sizes_from_skill_sets():
+    from timely_llm_ros.core.policies.timely import options_from_skill_sets
+    from timely_llm_ros.core.skills import load_skill_sets
+
+    skill_sets = load_skill_sets()
+    timely = make_policy("timely", options=options_from_skill_sets(skill_sets))
+    assert timely.segment_tokens(gen("a", robot="arm")) == skill_sets["arm"].max_segment_tokens
+    assert timely.segment_tokens(gen("d", robot="drone")) == skill_sets["drone"].max_segment_tokens

@@ -40,6 +40,15 @@ def _per_type(value: Any, defaults: Mapping[str, float]) -> dict[str, float]:
     return {k: float(value) for k in defaults} | {"*": float(value)}
 
 
+def options_from_skill_sets(skill_sets: Mapping[str, Any]) -> dict[str, Any]:
+    """Per-robot-type timely options taken from loaded SkillSets: max_segment_tokens, and segment_gen_time_s
+    where a skill set carries one (else the defaults above). Merge with other options before make_policy."""
+    tokens = {name: int(ss.max_segment_tokens) for name, ss in skill_sets.items()}
+    times = {name: float(ss.segment_gen_time_s) for name, ss in skill_sets.items()
+             if getattr(ss, "segment_gen_time_s", None)}
+    return {"max_segment_tokens": tokens, **({"segment_gen_time_s": times} if times else {})}
+
+
 @register
 class TimelyPolicy(Policy):
     """TimelyLLM segmented scheduling (see module docstring)."""
