@@ -35,6 +35,7 @@ for f in "$VENV"/share/*/cmake/*__rosidl_generator_pyExport*.cmake; do
 done
 log "patched $fixed exported python-generator cmake file(s) for $PY_INC"
 
+mkdir -p "$BUILD"
 log "configuring in ${BUILD#"$ROOT"/} ..."
 export CMAKE_PREFIX_PATH="$VENV" AMENT_PREFIX_PATH="$VENV"
 cmake -S "$ROOT" -B "$BUILD" -Wno-dev \
