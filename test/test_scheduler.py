@@ -35,7 +35,7 @@ def request(rid: str, plan: str = DRONE_PLAN, robot: str = "drone", urgency: str
 
 def run_to_end(sched, clock, exec_s: float = 0.5, max_steps: int = 10_000):
     """Step the scheduler; execute every dispatched segment for exec_s on the virtual clock."""
-    dispatched, finished, executing = [], {}, []
+    dispatched, finished, executing, robot_free = [], {}, [], {}
     for _ in range(max_steps):
         events = sched.step() if sched.busy() else []
         if not events and not sched.busy():
@@ -47,9 +47,10 @@ def run_to_end(sched, clock, exec_s: float = 0.5, max_steps: int = 10_000):
         for ev in events:
             if isinstance(ev, SegmentReady):
                 dispatched.append((ev.req_id, ev.segment.index, ev.segment.text))
-                events_start = sched.on_execution_started(ev.req_id, ev.segment.index, clock())
-                assert not events_start
-                executing.append((ev.req_id, ev.segment.index, clock() + exec_s))
+                start = max(clock(), robot_free.get(ev.req_id, 0.0))  # a robot runs its segments in order
+                robot_free[ev.req_id] = start + exec_s
+                assert not sched.on_execution_started(ev.req_id, ev.segment.index, start)
+                executing.append((ev.req_id, ev.segment.index, start + exec_s))
                 executing.sort(key=lambda x: x[2])
             elif isinstance(ev, RequestFinished):
                 finished[ev.req_id] = ev.outcome

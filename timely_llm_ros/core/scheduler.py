@@ -10,8 +10,9 @@ the discrete-event simulator both drive it, through the same four calls:
     on_execution_started/finished()  the robot's executor reports real progress
     cancel(request id)
 
-Every call returns the events it produced (SegmentReady: send this segment to the robot now;
-StateChanged; RequestFinished with the measured outcome). Single-threaded: callers serialise calls.
+Every call returns the events it produced (SegmentReady: send this segment to the robot now — a robot
+runs its segments in order, queueing one that arrives while it is busy; StateChanged; RequestFinished
+with the measured outcome). Single-threaded: callers serialise calls.
 """
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ class RequestOutcome:
 
 @dataclass(frozen=True)
 class SegmentReady:
-    """Dispatch this segment to the request's robot now (the robot is free; segments come in order)."""
+    """Dispatch this segment to the request's robot now (segments come in order; the robot queues them)."""
 
     req_id: str
     segment: Segment
@@ -91,7 +92,7 @@ class _Track:
     segmenter: object
     exec_model: object
     to_dispatch: deque = field(default_factory=deque)   # generated segments not yet sent
-    in_flight: Segment | None = None                    # segment the robot is executing
+    in_flight: deque = field(default_factory=deque)     # sent, not yet finished (the robot runs them in order)
     max_new: int = 200                                  # effective plan-length cap (tokens)
     error: tuple[ErrorCode, str] | None = None          # error to report at the end (plan kept)
     engine_held: bool = True
@@ -185,12 +186,15 @@ class PlanScheduler:
         seg.ok = ok
         if seg.exec_started is None:
             seg.exec_started = seg.dispatched if seg.dispatched is not None else t
-        track.in_flight = None
+        if seg in track.in_flight:
+            track.in_flight.remove(seg)
+        if track.in_flight and track.in_flight[0].exec_started is None:
+            track.in_flight[0].exec_started = t  # provisional: the robot moves on to the next queued segment
         if not ok:
             self._finish(track, RequestState.FAILED, code, f"segment {index} failed: {error or 'executor reported failure'}")
             return self._drain()
         self._update_expected_end(track, actual_end=t)
-        self._dispatch_next(track, t)
+        self._dispatch(track, t)
         self._maybe_complete(track, t)
         return self._drain()
 
@@ -252,8 +256,9 @@ class PlanScheduler:
         """Take one step's output for one generation: text, segments, suspension, completion."""
         gen = track.gen
         req_id = gen.req_id
+        if gen.prefilled:  # decode speed only: a prefill step says nothing about the time per token
+            gen.step_times.append(elapsed)
         gen.prefilled = True
-        gen.step_times.append(elapsed)
         n_segments = len(gen.segments)
         eos = self.engine.eos_token_id
         if token is not None and token != eos:
@@ -319,35 +324,36 @@ class PlanScheduler:
         track.to_dispatch.append(seg)
         self._update_expected_end(track)
         if self.policy.stream_segments:
-            self._dispatch_next(track, t)
+            self._dispatch(track, t)
         return True
 
     def _update_expected_end(self, track: _Track, actual_end: float | None = None) -> None:
-        """E = expected end of the robot's last known segment: the actual completion when reported,
-        then each generated-but-unsent segment adds its minimum execution estimate."""
+        """E = expected end of the robot's last known segment. The actual completion, when reported, replaces the
+        estimate; every segment still executing, queued at the robot or not yet sent adds its minimum estimate."""
         gen = track.gen
         end = actual_end
         if end is None:
-            last_done = [s.exec_finished for s in gen.segments if s.exec_finished is not None]
-            end = last_done[-1] if last_done else -math.inf
-            if track.in_flight is not None:
-                s = track.in_flight
-                start = s.exec_started if s.exec_started is not None else (s.dispatched or s.gen_finished) + self.config.network_delay_s
-                end = max(end, start + s.est_exec_s)
+            done = [s.exec_finished for s in gen.segments if s.exec_finished is not None]
+            end = done[-1] if done else -math.inf
+        for seg in track.in_flight:
+            sent = seg.dispatched if seg.dispatched is not None else seg.gen_finished
+            start = max(end, seg.exec_started if seg.exec_started is not None else sent + self.config.network_delay_s)
+            end = start + seg.est_exec_s
         for seg in track.to_dispatch:
             end = max(end, seg.gen_finished + self.config.network_delay_s) + seg.est_exec_s
         gen.expected_exec_end = end if math.isfinite(end) else None
 
-    def _dispatch_next(self, track: _Track, t: float) -> None:
+    def _dispatch(self, track: _Track, t: float) -> None:
+        """Send every generated segment now: the robot queues them, so the next one starts without a network
+        round trip (the vllm baseline sends nothing until the whole plan is generated)."""
         gen = track.gen
-        if track.in_flight is not None or not track.to_dispatch:
-            return
         if not self.policy.stream_segments and not gen.finished_generating:
             return
-        seg = track.to_dispatch.popleft()
-        seg.dispatched = t
-        track.in_flight = seg
-        self._events.append(SegmentReady(gen.req_id, seg))
+        while track.to_dispatch:
+            seg = track.to_dispatch.popleft()
+            seg.dispatched = t
+            track.in_flight.append(seg)
+            self._events.append(SegmentReady(gen.req_id, seg))
 
     def _generation_done(self, track: _Track, t: float, capped: bool) -> None:
         gen = track.gen
@@ -364,12 +370,12 @@ class PlanScheduler:
             track.error = (ErrorCode.PLAN_TOO_LONG,
                            f"plan hit the {gen.req.max_new_tokens}-token cap before it ended; executed what was complete")
         self._set_state(gen, RequestState.EXECUTING)
-        self._dispatch_next(track, t)
+        self._dispatch(track, t)
         self._maybe_complete(track, t)
 
     def _maybe_complete(self, track: _Track, t: float) -> None:
         gen = track.gen
-        if gen.finished_generating and track.in_flight is None and not track.to_dispatch:
+        if gen.finished_generating and not track.in_flight and not track.to_dispatch:
             code, msg = track.error or (ErrorCode.NONE, "")
             self._finish(track, RequestState.DONE if code == ErrorCode.NONE else RequestState.FAILED, code, msg, t)
 

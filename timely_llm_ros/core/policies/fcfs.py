@@ -8,12 +8,12 @@ from .registry import register
 
 @register
 class SegmentedFcfs(Policy):
-    """Segmented generation, waiting generations served in order of (re)entering the queue."""
+    """Segmented generation, waiting generations (new or suspended) served in order of request arrival."""
 
     name = "fcfs"
 
     def priority(self, gen: Generation, now: float) -> float:
-        return -gen.enqueued_at
+        return -gen.req.arrival
 
 
 @register

@@ -8,6 +8,7 @@ step advances the virtual clock by its modelled time; when idle, the clock jumps
 from __future__ import annotations
 
 import heapq
+import math
 import itertools
 import random
 import time
@@ -61,6 +62,7 @@ class Simulator:
         self._events: list[tuple[float, int, int, tuple]] = []
         self._seq = itertools.count()
         self._select_s: list[float] = []
+        self._robot_free: dict[str, float] = {}   # request id -> when its robot finishes its queued segments
         self._robot_type: dict[str, str] = {}
 
     def run(self, tasks: Workload | Iterable[WorkloadTask], max_sim_s: float = 1e7) -> SimResult:
@@ -116,9 +118,12 @@ class Simulator:
     def _start_execution(self, ev: SegmentReady) -> None:
         model = self.exec_models[self.skill_sets[self._robot_type[ev.req_id]].exec_profile]
         rng = random.Random(f"{self.seed}:{ev.req_id}:{ev.segment.index}")
-        start = self.clock.now + self.latency.network_delay_s
+        # the robot runs its segments in order: one sent while it is busy starts when the previous one ends
+        start = max(self.clock.now + self.latency.network_delay_s, self._robot_free.get(ev.req_id, -math.inf))
+        end = start + model.sample_time(ev.segment.skills, rng)
+        self._robot_free[ev.req_id] = end
         self._push(start, _EXEC_START, (ev.req_id, ev.segment.index))
-        self._push(start + model.sample_time(ev.segment.skills, rng), _EXEC_END, (ev.req_id, ev.segment.index))
+        self._push(end, _EXEC_END, (ev.req_id, ev.segment.index))
 
     def _time_select(self) -> None:
         """Record the wall time of every policy.select call (scheduling overhead)."""
