@@ -95,3 +95,23 @@ def test_every_field_and_constant_is_documented(path):
         previous = lines[i - 1].strip() if i else ""
         is_error_constant = _CONSTANT.match(text) and (previous.startswith("#") or _CONSTANT.match(previous))
         assert previous.startswith("#") or is_error_constant, f"{path.name}:{i + 1} {text!r} has no comment"
+
+
+def test_cmake_generates_every_definition_file():
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    listed = set(re.findall(r'"((?:msg|action)/\w+\.(?:msg|action))"', cmake))
+    assert listed == {str(p.relative_to(ROOT)) for p in DEFINITIONS}
+
+
+def test_package_xml_is_a_valid_format_3_interface_package():
+    from catkin_pkg.package import parse_package
+
+    package = parse_package(str(ROOT / "package.xml"))
+    package.validate()
+    assert package.name == "timely_llm_ros" and package.package_format == 3
+    assert [g.name for g in package.member_of_groups] == ["rosidl_interface_packages"]
+    assert package.get_build_type() == "ament_cmake"
+    build = {d.name for d in package.buildtool_depends + package.build_depends}
+    run = {d.name for d in package.exec_depends}
+    assert {"ament_cmake", "rosidl_default_generators", "builtin_interfaces", "action_msgs"} <= build
+    assert {"rosidl_default_runtime", "rclpy", "builtin_interfaces", "action_msgs", "python3-yaml"} <= run
