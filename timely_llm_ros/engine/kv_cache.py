@@ -78,7 +78,7 @@ class SlotKV(Cache):
     def __init__(self, shape: KVShape, device: torch.device | str, rows: int = 4, capacity: int = 256) -> None:
         self.shape = shape
         self.device = torch.device(device)
-        self.buffer = self._empty(rows, capacity)
+        self.buffer = self._zeros(rows, capacity)
         self.prefill_row: int | None = None
         self.active = 0
         self.lengths: list[int] = []           # tokens of the active rows (host copy)
@@ -88,9 +88,11 @@ class SlotKV(Cache):
         self._cols = torch.arange(capacity, device=self.device)
         super().__init__(layers=[_SlotLayer(self, i) for i in range(shape.layers)])
 
-    def _empty(self, rows: int, capacity: int) -> torch.Tensor:
+    def _zeros(self, rows: int, capacity: int) -> torch.Tensor:
+        # zeros, not empty: masked columns still enter attention as 0-weight * value, and NaN garbage
+        # there would poison the output (0 * NaN = NaN)
         s = self.shape
-        return torch.empty((s.layers, 2, rows, s.kv_heads, capacity, s.head_dim), dtype=s.dtype, device=self.device)
+        return torch.zeros((s.layers, 2, rows, s.kv_heads, capacity, s.head_dim), dtype=s.dtype, device=self.device)
 
     @property
     def rows(self) -> int:
@@ -110,7 +112,7 @@ class SlotKV(Cache):
             return
         new_rows = self.rows if rows <= self.rows else max(rows, 2 * self.rows)
         new_cap = self.capacity if capacity <= self.capacity else max(capacity + headroom, self.capacity * 3 // 2)
-        grown = self._empty(new_rows, new_cap)
+        grown = self._zeros(new_rows, new_cap)
         grown[:, :, :self.rows, :, :self.capacity].copy_(self.buffer)
         self.buffer = grown
         self._cols = torch.arange(new_cap, device=self.device)
