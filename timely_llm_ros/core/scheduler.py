@@ -320,7 +320,8 @@ class PlanScheduler:
         gen.segments.append(seg)
         gen.seg_token_start = len(gen.output_ids)
         gen.seg_text_start = len(gen.text)
-        gen.seg_gen_started = t
+        gen.seg_gen_started = None if self.policy.segmented else t  # a suspended one restarts the clock on resume
+        self.policy.observe_segment(gen.req.robot_type, seg.gen_finished - seg.gen_started)
         track.to_dispatch.append(seg)
         self._update_expected_end(track)
         if self.policy.stream_segments:

@@ -2,8 +2,9 @@
 
 Serves <namespace>/execute_segment. Each skill takes the time the robot's execution-time
 profile gives for it (sampled, scaled by time_scale), with progress feedback; a real robot
-driver would replace this node and keep the same action. Segments of one robot run one at a
-time, in arrival order.
+driver would replace this node and keep the same action. Segments run one at a time in the
+order they arrive (the server sends the next segment while the current one runs); the first
+feedback of a segment marks the moment it starts executing.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from timely_llm_ros.action import ExecuteSegment
 
 from ..core.exec_time import ExecTimeModel
 from .conversions import skill_from_msg
+from .segment_queue import SegmentQueue
 
 R = ExecuteSegment.Result
 
@@ -42,38 +44,49 @@ class RobotExecutorNode(Node):
         seed = self.declare_parameter("seed", 0, ParameterDescriptor(description="execution-time sampling seed")).value
         self.model = ExecTimeModel.load(self.robot_type)
         self._rng = random.Random(f"{self.get_namespace()}:{seed}")
-        self._busy = threading.Lock()
+        self._queue = SegmentQueue()
         self._action = ActionServer(self, ExecuteSegment, "execute_segment", execute_callback=self._execute,
-                                    goal_callback=lambda g: GoalResponse.ACCEPT,
+                                    goal_callback=self._on_goal,
                                     cancel_callback=lambda g: CancelResponse.ACCEPT,
                                     callback_group=ReentrantCallbackGroup())
         self.get_logger().info(f"executor ready: {self.get_namespace()}/execute_segment "
                                f"robot_type={self.robot_type} time_scale={self.time_scale}")
 
+    def _on_goal(self, goal) -> GoalResponse:
+        return GoalResponse.ACCEPT
+
     def _execute(self, goal_handle) -> ExecuteSegment.Result:
         goal: ExecuteSegment.Goal = goal_handle.request
         skills = [skill_from_msg(s) for s in goal.skills]
         unknown = [s.name for s in skills if not self.model.knows(s.name)]
-        if unknown:
-            goal_handle.abort()
-            return R(success=False, error_code=R.UNKNOWN_SKILL,
-                     error_message=f"{self.robot_type} robot has no skill(s) {unknown}")
-        with self._busy:  # one segment at a time per robot
-            durations = [self.model.sample_time([s], self._rng) * self.time_scale for s in skills]
-            log = self.get_logger()
-            log.info(f"[{goal.request_id}] segment {goal.index}: {goal.text.strip()!r} ({sum(durations):.2f} s)")
-            start = time.monotonic()
-            for i, (skill, dur) in enumerate(zip(skills, durations)):
-                fb = ExecuteSegment.Feedback(skills_done=i, skills_total=len(skills), current_skill=skill.name,
-                                             time_remaining=float(sum(durations[i:])))
-                goal_handle.publish_feedback(fb)
-                if not self._sleep(goal_handle, dur):
-                    goal_handle.canceled()
-                    return R(success=False, error_code=R.CANCELLED, error_message="cancelled",
-                             execution_time=time.monotonic() - start)
-            elapsed = time.monotonic() - start
+        cancelled = lambda: goal_handle.is_cancel_requested or not goal_handle.is_active  # noqa: E731
+        if not self._queue.acquire(goal.request_id, goal.index, cancelled):
+            goal_handle.canceled()
+            return R(success=False, error_code=R.CANCELLED, error_message="cancelled while queued")
+        try:
+            if unknown:
+                goal_handle.abort()
+                return R(success=False, error_code=R.UNKNOWN_SKILL,
+                         error_message=f"{self.robot_type} robot has no skill(s) {unknown}")
+            return self._run(goal_handle, goal, skills)
+        finally:
+            self._queue.release(goal.request_id, goal.index)
+
+    def _run(self, goal_handle, goal, skills) -> ExecuteSegment.Result:
+        durations = [self.model.sample_time([s], self._rng) * self.time_scale for s in skills]
+        self.get_logger().info(f"[{goal.request_id}] segment {goal.index}: {goal.text.strip()!r} "
+                               f"({sum(durations):.2f} s)")
+        start = time.monotonic()
+        for i, (skill, dur) in enumerate(zip(skills, durations)):
+            goal_handle.publish_feedback(ExecuteSegment.Feedback(
+                skills_done=i, skills_total=len(skills), current_skill=skill.name,
+                time_remaining=float(sum(durations[i:]))))
+            if not self._sleep(goal_handle, dur):
+                goal_handle.canceled()
+                return R(success=False, error_code=R.CANCELLED, error_message="cancelled",
+                         execution_time=time.monotonic() - start)
         goal_handle.succeed()
-        return R(success=True, error_code=R.ERROR_NONE, execution_time=elapsed)
+        return R(success=True, error_code=R.ERROR_NONE, execution_time=time.monotonic() - start)
 
     @staticmethod
     def _sleep(goal_handle, seconds: float) -> bool:

@@ -79,7 +79,7 @@ def check_runtime_update(node, params) -> SetParametersResult:
     for p in params:
         if p.name == "policy":
             try:
-                policy = make_policy(p.value, max_batch=node.params.max_batch)
+                policy = make_policy(p.value, max_batch=node.params.max_batch, options=node.policy_options())
             except ValueError as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
             node.loop.post(lambda s, pol=policy: setattr(s, "policy", pol))

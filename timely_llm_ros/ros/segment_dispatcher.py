@@ -1,7 +1,8 @@
 """Sends generated segments to each robot's ExecuteSegment action server and reports back.
 
-Results (and timeouts) are posted into the scheduler thread as real execution feedback:
-the time a goal is accepted is the execution start, the time its result arrives the end.
+Results (and timeouts) are posted into the scheduler thread as real execution feedback: a segment's
+first feedback marks its execution start (a robot queues segments sent while it is busy), its result
+arrival the end. A segment's timeout clock starts when the robot should have reached it.
 """
 from __future__ import annotations
 
@@ -25,13 +26,14 @@ Post = Callable[[Callable], None]
 @dataclass
 class _InFlight:
     agent: str
+    est_s: float
     deadline: float
     handle: object | None = None
-    done: bool = False
+    started: bool = False
 
 
 class SegmentDispatcher:
-    """One ActionClient per robot namespace; at most one segment in flight per request."""
+    """One ActionClient per robot namespace; a request's segments are sent as soon as they exist."""
 
     def __init__(self, node: Node, post: Post, callback_group, timeout_s: float,
                  on_feedback: Callable[[str, int, object], None] | None = None) -> None:
@@ -59,15 +61,28 @@ class SegmentDispatcher:
         return self.client(agent).wait_for_server(timeout_sec=timeout_s)
 
     def send(self, req_id: str, agent: str, seg: Segment) -> None:
-        """Send one segment; its acceptance, result or timeout is posted to the scheduler."""
+        """Send one segment; its start, result or timeout is posted to the scheduler."""
         key = (req_id, seg.index)
+        now = time.monotonic()
         with self._lock:
-            self._inflight[key] = _InFlight(agent, time.monotonic() + seg.est_exec_s + self.timeout_s)
-        fb = None
-        if self._on_feedback is not None:
-            fb = lambda msg, r=req_id, i=seg.index: self._on_feedback(r, i, msg.feedback)  # noqa: E731
-        future = self.client(agent).send_goal_async(execute_goal(req_id, seg), feedback_callback=fb)
+            ahead = sum(v.est_s for k, v in self._inflight.items() if k[0] == req_id)
+            self._inflight[key] = _InFlight(agent, seg.est_exec_s, now + ahead + seg.est_exec_s + self.timeout_s)
+        future = self.client(agent).send_goal_async(execute_goal(req_id, seg),
+                                                    feedback_callback=lambda msg: self._on_feedback_msg(key, msg))
         future.add_done_callback(lambda f: self._on_goal_response(key, f))
+
+    def _on_feedback_msg(self, key: tuple[str, int], msg) -> None:
+        now = time.monotonic()
+        with self._lock:
+            inflight = self._inflight.get(key)
+            first = inflight is not None and not inflight.started
+            if first:
+                inflight.started = True
+                inflight.deadline = now + inflight.est_s + self.timeout_s
+        if first:
+            self._post(lambda s, r=key[0], i=key[1]: s.on_execution_started(r, i, now))
+        if self._on_feedback is not None:
+            self._on_feedback(key[0], key[1], msg.feedback)
 
     def cancel_request(self, req_id: str) -> None:
         """Cancel whatever segment of this request an executor is running."""
@@ -112,6 +127,7 @@ class SegmentDispatcher:
             inflight = self._inflight.get(key)
             if inflight is not None:
                 inflight.handle = handle
+            first_of_request = not any(k[0] == req_id and k[1] < index for k in self._inflight)
         if inflight is None:  # cancelled or timed out meanwhile
             if handle.accepted:
                 handle.cancel_goal_async()
@@ -119,7 +135,9 @@ class SegmentDispatcher:
         if not handle.accepted:
             self._fail(key, now, f"executor /{inflight.agent}/execute_segment rejected segment {index}")
             return
-        self._post(lambda s: s.on_execution_started(req_id, index, now))
+        if first_of_request and not inflight.started:
+            # provisional start (an executor that sends no feedback); the first feedback overrides it
+            self._post(lambda s: s.on_execution_started(req_id, index, now))
         handle.get_result_async().add_done_callback(lambda f: self._on_result(key, f))
 
     def _on_result(self, key: tuple[str, int], future) -> None:

@@ -67,7 +67,7 @@ class PlanServerNode(Node):
         from ..core.urgency import load_urgency_classes
         self.skill_sets = load_skill_sets()
         self.urgency_classes = load_urgency_classes(p.urgency_classes_file or None)
-        policy = make_policy(p.policy, max_batch=p.max_batch)
+        policy = make_policy(p.policy, max_batch=p.max_batch, options=self.policy_options())
         self.scheduler = PlanScheduler(engine, policy, self.skill_sets, load_exec_models(), time.monotonic,
                                        SchedulerConfig(network_delay_s=p.network_delay_s,
                                                        max_prompt_tokens=p.max_prompt_tokens))
@@ -91,6 +91,13 @@ class PlanServerNode(Node):
         log.info(f"timely_server ready: action /plan, policy={p.policy} max_batch={p.max_batch} "
                  f"robot types={sorted(self.skill_sets)} urgency classes={sorted(self.urgency_classes)} "
                  f"(engine loaded in {time.monotonic() - t0:.1f} s)")
+
+    def policy_options(self) -> dict:
+        """Options every policy gets (those a policy does not use are ignored): segment sizes from the skill
+        sets, the network delay, and G measured online on this engine instead of a profile made elsewhere."""
+        from ..core.policies.timely import options_from_skill_sets
+        return {**options_from_skill_sets(self.skill_sets), "network_delay_s": self.params.network_delay_s,
+                "online_gen_time": True}
 
     # ------------------------------------------------------------------ action callbacks
     def _on_goal(self, goal: Plan.Goal) -> GoalResponse:

@@ -5,6 +5,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
+from ..admission import kv_need_bytes
 from ..request import Generation
 
 
@@ -38,6 +39,9 @@ class Policy(ABC):
     def priority(self, gen: Generation, now: float) -> float:
         """Priority of a waiting generation at time now (higher runs first)."""
 
+    def observe_segment(self, robot_type: str, gen_time_s: float) -> None:
+        """Measured generation time of a segment that just became executable (default: ignored)."""
+
     def should_drop(self, gen: Generation, now: float) -> str | None:
         """Reason to drop a waiting generation now, or None to keep it (default: never drop)."""
         return None
@@ -51,16 +55,10 @@ class Policy(ABC):
         for gen in sorted(waiting, key=lambda g: self.priority(g, ctx.now), reverse=True):
             if len(batch) >= self.max_batch:
                 break
-            need = _kv_need(gen, ctx)
+            need = kv_need_bytes(gen, ctx.kv_bytes_per_token)
             if need > budget and batch:
                 break
             budget -= need
             batch.append(gen)
         return batch
 
-
-def _kv_need(gen: Generation, ctx: SchedulingContext) -> float:
-    """KV bytes a waiting generation adds to the device when it joins (0 if already resident)."""
-    if gen.prefilled and not gen.offloaded:
-        return 0.0
-    return (len(gen.prompt_ids) + len(gen.output_ids) + 1) * ctx.kv_bytes_per_token

@@ -13,7 +13,7 @@ can. A first segment whose TUF_0 would be <= 0 even if generated now is dropped 
 default; "never" keeps it); the scheduler reports it as DROPPED. Later segments are never dropped: the robot is
 mid-plan.
 
-Options: segment_gen_time_s {robot_type: s}, max_segment_tokens {robot_type: n}, network_delay_s, token_time_s
+Options: segment_gen_time_s {robot_type: s}, online_gen_time (G tracks measured segments), max_segment_tokens {robot_type: n}, network_delay_s, token_time_s
 (decode s/token assumed before a generation has been measured), adaptive (latency-guided admission, core/admission.py,
 on top of max_batch; False = fixed cap only), admit_when_late, admit_per_step (generations needing a prefill that
 join per step unless pressing; 0 = no limit), utility_floor, drop.
@@ -64,6 +64,7 @@ class TimelyPolicy(Policy):
         self.network_delay_s = float(o.get("network_delay_s", 0.008))
         self.token_time_s = float(o.get("token_time_s", 0.022))  # decode s/token before one is measured
         self.adaptive = bool(o.get("adaptive", True))
+        self.online_gen_time = bool(o.get("online_gen_time", False))
         self.admit_when_late = bool(o.get("admit_when_late", True))
         self.admit_per_step = int(o.get("admit_per_step", 1))  # new prefills per step unless pressing (0: no limit)
         self.utility_floor = float(o.get("utility_floor", 0.05))
@@ -72,6 +73,13 @@ class TimelyPolicy(Policy):
             raise ValueError(f"timely: drop must be 'hopeless' or 'never', got {self.drop!r}")
         if not 0.0 < self.utility_floor < 1.0:
             raise ValueError(f"timely: utility_floor must be in (0, 1), got {self.utility_floor}")
+
+    def observe_segment(self, robot_type: str, gen_time_s: float) -> None:
+        """Option online_gen_time: G follows the measured segment generation time (EMA, weight 0.2), so the
+        priorities fit whatever engine and model serve them instead of a profile made elsewhere."""
+        if self.online_gen_time and gen_time_s > 0:
+            old = self.segment_time(robot_type)
+            self.gen_time_s[robot_type] = 0.8 * old + 0.2 * gen_time_s
 
     def segment_time(self, robot_type: str) -> float:
         """G: profiled mean generation time of one segment."""
