@@ -117,6 +117,8 @@ class TransformersEngine(Engine):
             self._free_row(gen)
         gen.kv = None
         del self._gens[gen_id]
+        if not self._gens:          # idle: give the store back (a busy engine keeps it, sized for its peak)
+            self._store, self._slots, self._last_active = None, [], []
         self._released.add(gen_id)
 
     def close(self) -> None:
@@ -239,8 +241,6 @@ class TransformersEngine(Engine):
 
     def _free_row(self, gen: _Generation) -> None:
         self._slots[gen.row], gen.row = None, None
-        if not any(self._slots):
-            self._store, self._slots, self._last_active = None, [], []
 
     def _headroom(self, gens: list[_Generation]) -> int:
         return max(1, min(self.headroom_tokens, max(g.remaining() for g in gens)))
