@@ -1,9 +1,14 @@
-"""Discrete-event simulation of the planner serving a workload: PlanScheduler + SimEngine + simulated robots.
+"""The event loop serving a workload: PlanScheduler + an engine + simulated robots, on a virtual or a wall clock.
 
 Tasks are submitted at their arrival times; each SegmentReady starts executing on the robot after the network
 delay and lasts ExecTimeModel.sample_time (seeded per request and segment, so every policy sees the same robot
-times); the executor reports start and finish back to the scheduler. While the scheduler has work, each engine
-step advances the virtual clock by its modelled time; when idle, the clock jumps to the next event.
+times; optionally scaled by time_scale); the executor reports start and finish back to the scheduler.
+
+Default (discrete-event simulation): a SimEngine on a VirtualClock; each engine step advances the virtual clock
+by its modelled time and, when idle, the clock jumps to the next event. Real time: pass a real engine (e.g. the
+TransformersEngine) and a WallClock (the default clock for an injected engine); engine steps are real forward
+passes, robot executions are timed events on the wall clock and waiting for the next event sleeps. The core never
+imports torch: the engine is passed in.
 """
 from __future__ import annotations
 
@@ -15,13 +20,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
+from ...engine.base import Engine
+from ..errors import ErrorCode, RequestError
 from ..exec_time import ExecTimeModel, load_exec_models
 from ..policies.base import Policy
+from ..request import RequestState
 from ..scheduler import PlanScheduler, RequestFinished, RequestOutcome, SchedulerConfig, SegmentReady
 from ..skills import SkillSet, load_skill_sets
 from ..tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
 from ..workload.generator import Workload, WorkloadTask
-from .clock import VirtualClock
+from .clock import LoopClock, VirtualClock, WallClock
 from .latency_model import LatencyModel
 from .sim_engine import SimEngine
 
@@ -42,12 +50,24 @@ class SimResult:
 
 
 class Simulator:
-    """Runs one policy over a list of workload tasks on a modelled engine and modelled robots."""
+    """Runs one policy over a list of workload tasks on an engine (modelled or real) and modelled robots.
 
-    def __init__(self, policy: Policy, latency: LatencyModel, skill_sets: Mapping[str, SkillSet] | None = None,
+    engine None: a SimEngine of `latency` on a VirtualClock (needs latency). An injected engine runs on `clock`
+    (default a WallClock, i.e. real time); a SimEngine injected this way must share that clock. Prompts of a
+    SimEngine are padded to each task's prompt_tokens; a real engine gets the real tokenized prompt.
+    forced_plans: replay each task's recorded plan (trace replay); False lets the engine generate the plan.
+    """
+
+    def __init__(self, policy: Policy, latency: LatencyModel | None, skill_sets: Mapping[str, SkillSet] | None = None,
                  exec_models: Mapping[str, ExecTimeModel] | None = None,
                  urgency_classes: Mapping[str, TimeUtility] = DEFAULT_URGENCY_CLASSES, seed: int = 0,
-                 on_finished: Callable[[RequestOutcome], None] | None = None) -> None:
+                 on_finished: Callable[[RequestOutcome], None] | None = None, *, engine: Engine | None = None,
+                 clock: LoopClock | None = None, time_scale: float = 1.0, forced_plans: bool = True,
+                 network_delay_s: float | None = None) -> None:
+        if engine is None and latency is None:
+            raise ValueError("Simulator needs a latency model for its SimEngine, or an engine")
+        if time_scale <= 0:
+            raise ValueError(f"time_scale must be > 0 (got {time_scale})")
         self.policy = policy
         self.latency = latency
         self.skill_sets = dict(skill_sets) if skill_sets is not None else load_skill_sets()
@@ -55,15 +75,25 @@ class Simulator:
         self.urgency_classes = urgency_classes
         self.seed = seed
         self.on_finished = on_finished
-        self.clock = VirtualClock()
-        self.engine = SimEngine(latency, self.clock)
+        self.time_scale = time_scale
+        self.forced_plans = forced_plans
+        if network_delay_s is None:
+            network_delay_s = latency.network_delay_s if latency is not None else 0.0
+        self.network_delay_s = network_delay_s
+        if engine is None:
+            self.clock: LoopClock = clock if clock is not None else VirtualClock()
+            engine = SimEngine(latency, self.clock)
+        else:
+            self.clock = clock if clock is not None else WallClock()
+        self.engine = engine
         self.scheduler = PlanScheduler(self.engine, policy, self.skill_sets, self.exec_models, self.clock,
-                                       SchedulerConfig(network_delay_s=latency.network_delay_s))
+                                       SchedulerConfig(network_delay_s=network_delay_s))
         self._events: list[tuple[float, int, int, tuple]] = []
         self._seq = itertools.count()
         self._select_s: list[float] = []
         self._robot_free: dict[str, float] = {}   # request id -> when its robot finishes its queued segments
         self._robot_type: dict[str, str] = {}
+        self._rejected: list[RequestOutcome] = []   # refused by submit (e.g. prompt too long)
 
     def run(self, tasks: Workload | Iterable[WorkloadTask], max_sim_s: float = 1e7) -> SimResult:
         """Simulate until every task has finished (or max_sim_s of simulated time passed)."""
@@ -72,23 +102,28 @@ class Simulator:
         for task in tasks:
             self._push(task.arrival, _ARRIVE, (task,))
         self._time_select()
+        if isinstance(self.clock, WallClock):
+            self.clock.reset()  # arrivals are offsets from the start of the run
         wall0 = time.perf_counter()
         sched = self.scheduler
         try:
             while (self._events or sched.busy()) and self.clock.now < max_sim_s:
                 self._process_due()
                 if sched.busy():
-                    before = (self.engine.steps, self.clock.now)
+                    before = sched.steps
                     self._handle(sched.step())
-                    if (self.engine.steps, self.clock.now) != before or not sched.busy():
+                    if sched.steps != before or not sched.busy():
                         continue
                 if not self._events:
                     break  # nothing will ever change: busy but the policy picks nothing
-                self.clock.advance_to(self._events[0][0])
+                self.clock.advance_to(min(self._events[0][0], max_sim_s))
+            for req_id in [g.req_id for g in sched.generations()]:  # cut off: count them, never hide them
+                self._handle(sched.cancel(req_id, ErrorCode.CANCELLED,
+                                          f"the run ended at {self.clock.now:.1f} s before this request finished"))
         finally:
             vars(self.policy).pop("select", None)  # undo _time_select
-        return SimResult(self.policy.name, self.policy.max_batch, list(sched.outcomes.values()), self.clock.now,
-                         self.engine.steps, time.perf_counter() - wall0, self._select_s)
+        return SimResult(self.policy.name, self.policy.max_batch, [*sched.outcomes.values(), *self._rejected],
+                         self.clock.now, sched.steps, time.perf_counter() - wall0, self._select_s)
 
     # internals
     def _push(self, t: float, kind: int, payload: tuple) -> None:
@@ -100,13 +135,28 @@ class Simulator:
             t, _, kind, payload = heapq.heappop(self._events)
             if kind == _ARRIVE:
                 task: WorkloadTask = payload[0]
-                self.engine.set_prompt_tokens(task.task_id, task.prompt_tokens)
-                self._robot_type[task.task_id] = task.robot_type
-                self._handle(sched.submit(task.to_request(self.urgency_classes)))
+                self._submit(task)
             elif kind == _EXEC_START:
                 self._handle(sched.on_execution_started(payload[0], payload[1], t))
             else:
                 self._handle(sched.on_execution_finished(payload[0], payload[1], t, ok=True))
+
+    def _submit(self, task: WorkloadTask) -> None:
+        set_prompt_tokens = getattr(self.engine, "set_prompt_tokens", None)
+        if callable(set_prompt_tokens):  # modelled engine: LRTrace prompts are long in-context prompts
+            set_prompt_tokens(task.task_id, task.prompt_tokens)
+        self._robot_type[task.task_id] = task.robot_type
+        req = task.to_request(self.urgency_classes)
+        if not self.forced_plans:
+            req.forced_plan = None
+        try:
+            self._handle(self.scheduler.submit(req))
+        except RequestError as exc:  # rejected at the door: an outcome like any other
+            outcome = RequestOutcome(req, RequestState.FAILED, exc.code, str(exc), "", [], 0,
+                                     finished_at=self.clock.now)
+            self._rejected.append(outcome)
+            if self.on_finished is not None:
+                self.on_finished(outcome)
 
     def _handle(self, events: Sequence) -> None:
         for ev in events:
@@ -119,8 +169,8 @@ class Simulator:
         model = self.exec_models[self.skill_sets[self._robot_type[ev.req_id]].exec_profile]
         rng = random.Random(f"{self.seed}:{ev.req_id}:{ev.segment.index}")
         # the robot runs its segments in order: one sent while it is busy starts when the previous one ends
-        start = max(self.clock.now + self.latency.network_delay_s, self._robot_free.get(ev.req_id, -math.inf))
-        end = start + model.sample_time(ev.segment.skills, rng)
+        start = max(self.clock.now + self.network_delay_s, self._robot_free.get(ev.req_id, -math.inf))
+        end = start + model.sample_time(ev.segment.skills, rng) * self.time_scale
         self._robot_free[ev.req_id] = end
         self._push(start, _EXEC_START, (ev.req_id, ev.segment.index))
         self._push(end, _EXEC_END, (ev.req_id, ev.segment.index))
