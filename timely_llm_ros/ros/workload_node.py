@@ -1,8 +1,14 @@
 """fleet_workload: drives a fleet of agents that send Plan goals and reports every outcome.
 
-Closed loop (default): each agent sends its tasks one after another, the next when the
-previous plan has been executed. Prints a table of every request at the end and exits
-(exit code 1 if any request could not be sent or got no result).
+Closed loop (default, workload_file ""): each agent sends its tasks one after another, the next
+when the previous plan has been executed.
+Replay (workload_file = a workload YAML or an .mcap bag of Plan goals, see core.workload.bag): each
+recorded goal is sent at its recorded offset from the node's start, with the recorded agent id,
+robot type, task and urgency class, whether or not earlier goals have finished (open loop).
+record_bag: also write the goals as sent and every Plan result into a new mcap bag (core.workload.bag
+write_run_bag), so two runs can be compared.
+Both modes print a table of every request at the end and exit 0 if every request got a result
+(whatever its error code), 1 otherwise.
 """
 from __future__ import annotations
 
@@ -19,13 +25,15 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.action import ActionClient
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
+from rclpy.serialization import serialize_message
 
 from timely_llm_ros.action import Plan
 
 from ..core.errors import ErrorCode
+from ..core.workload.bag import RunRecord, load_any, write_run_bag
+from ..core.workload.generator import Workload, WorkloadTask
 from ..paths import config_dir
 from .outcome_table import OutcomeRow, format_table
-
 
 
 @dataclass
@@ -65,9 +73,19 @@ class FleetWorkloadNode(Node):
             "server_timeout_s", 60.0, d(description="wait this long for the /plan server")).value
         self.results_csv = self.declare_parameter(
             "results_csv", "", d(description="also write the outcome table to this CSV file")).value
-        path = Path(tasks_file) if tasks_file else config_dir() / "fleet_tasks.yaml"
-        self.tasks = yaml.safe_load(path.read_text())
-        self.agents = parse_agents(self.agent_entries, self.tasks, int(self.per_agent))
+        workload_file = self.declare_parameter(
+            "workload_file", "", d(description="replay this workload (YAML or .mcap bag of Plan goals) at its "
+                                               "recorded times; empty = closed-loop fleet")).value
+        self.record_bag = self.declare_parameter(
+            "record_bag", "", d(description="write the goals as sent and their results to this new mcap bag")).value
+        self.result_timeout_s = self.declare_parameter(
+            "result_timeout_s", 600.0, d(description="replay: wait this long after the last goal for results")).value
+        self.workload: Workload | None = load_any(workload_file) if workload_file else None
+        self.agents: list[AgentSpec] = []
+        if self.workload is None:
+            path = Path(tasks_file) if tasks_file else config_dir() / "fleet_tasks.yaml"
+            self.tasks = yaml.safe_load(path.read_text())
+            self.agents = parse_agents(self.agent_entries, self.tasks, int(self.per_agent))
         self.client = ActionClient(self, Plan, "/plan")
         self.rows: list[OutcomeRow] = []
         self._rows_lock = threading.Lock()
@@ -77,6 +95,8 @@ class FleetWorkloadNode(Node):
         if not self.client.wait_for_server(timeout_sec=float(self.server_timeout_s)):
             log.error("no /plan action server; start timely_server first")
             return 1
+        if self.workload is not None:
+            return ReplayRun(self, self.workload).run()
         log.info(f"fleet of {len(self.agents)} agents, {sum(len(a.tasks) for a in self.agents)} requests")
         threads = []
         for i, agent in enumerate(self.agents):
@@ -85,7 +105,11 @@ class FleetWorkloadNode(Node):
             threads.append(t)
         for t in threads:
             t.join()
-        rows = sorted(self.rows, key=lambda r: r.sent_at)
+        return self.report(self.rows)
+
+    def report(self, rows: list[OutcomeRow]) -> int:
+        """Print the outcome table (and CSV); 0 if every request got a result."""
+        rows = sorted(rows, key=lambda r: r.sent_at)
         print(format_table(rows), flush=True)
         if self.results_csv:
             with open(self.results_csv, "w", newline="") as f:
@@ -126,6 +150,84 @@ class FleetWorkloadNode(Node):
         fb = msg.feedback
         if fb.new_segment:
             self.get_logger().info(f"{agent.name}: segment {fb.segment.index} -> robot: {fb.segment.text.strip()!r}")
+
+
+class ReplayRun:
+    """Sends a recorded workload's goals at their recorded offsets and collects every result."""
+
+    def __init__(self, node: FleetWorkloadNode, workload: Workload) -> None:
+        self.node, self.workload = node, workload
+        self.records: list[RunRecord] = []
+        self.rows: dict[str, OutcomeRow] = {}
+        self._pending = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._t0 = 0.0
+
+    def run(self) -> int:
+        node, tasks = self.node, self.workload.tasks
+        log = node.get_logger()
+        log.info(f"replaying {len(tasks)} goals of {self.workload.spec.name} over "
+                 f"{max((t.arrival for t in tasks), default=0.0):.1f} s")
+        self._t0 = time.monotonic()
+        late = 0.0
+        for task in tasks:
+            time.sleep(max(0.0, self._t0 + task.arrival - time.monotonic()))
+            late = max(late, self._now() - task.arrival)
+            self._send(task)
+        log.info(f"all goals sent (at most {late * 1e3:.0f} ms after their recorded time); waiting for results")
+        deadline = time.monotonic() + float(node.result_timeout_s)
+        for _ in tasks:
+            if not self._pending.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                break
+        with self._lock:
+            for rec in self.records:
+                row = self.rows[rec.task.task_id]
+                if rec.result_at is None and row.status == "?":
+                    row.status, row.message = "no result", "timed out waiting for the result"
+            records = list(self.records)
+        if node.record_bag:
+            write_run_bag(node.record_bag, self.workload, records)
+            log.info(f"recorded {len(records)} goals and {sum(r.result_at is not None for r in records)} results "
+                     f"to {node.record_bag}")
+        return node.report(list(self.rows.values()))
+
+    def _now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _send(self, task: WorkloadTask) -> None:
+        goal = Plan.Goal(agent_id=task.agent_id, robot_type=task.robot_type, task=task.task, context=task.context,
+                         urgency_class=task.urgency)
+        rec = RunRecord(task, sent_at=self._now())
+        row = OutcomeRow(agent=task.agent_id, robot_type=task.robot_type, task=task.task, urgency=task.urgency,
+                         sent_at=rec.sent_at)
+        with self._lock:
+            self.records.append(rec)
+            self.rows[task.task_id] = row
+        future = self.node.client.send_goal_async(goal)
+        future.add_done_callback(lambda f: self._on_goal_response(f, rec, row))
+
+    def _on_goal_response(self, future, rec: RunRecord, row: OutcomeRow) -> None:
+        handle = future.result() if future.exception() is None else None
+        if handle is None or not handle.accepted:
+            with self._lock:
+                row.status, row.message = "no result", "goal not accepted by /plan"
+            self._pending.release()
+            return
+        handle.get_result_async().add_done_callback(lambda f: self._on_result(f, rec, row))
+
+    def _on_result(self, future, rec: RunRecord, row: OutcomeRow) -> None:
+        res = future.result().result if future.exception() is None else None
+        with self._lock:
+            if res is None:
+                row.status, row.message = "no result", f"result request failed: {future.exception()}"
+            else:
+                rec.result_at = self._now()
+                rec.result_cdr = serialize_message(res)
+                row.fill(res, _code_name(res.error_code))
+                rec.outcome = {"request_id": res.request_id, "status": row.status, "error_code": int(res.error_code)}
+        self.node.get_logger().info(f"{rec.task.agent_id}: {row.status} '{row.task}' segments={row.segments} "
+                                    f"response={row.response_time:.2f}s utility={row.utility:.2f}")
+        self._pending.release()
 
 
 def _code_name(code: int) -> str:

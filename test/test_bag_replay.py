@@ -1,0 +1,103 @@
+"""A recorded workload (mcap bag of Plan goals) replayed into the running server by the workload node, which
+records the goals as sent and every result into a second bag."""
+from __future__ import annotations
+
+import math
+import subprocess
+import time
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from timely_llm_ros.core.workload.bag import read_bag, read_results, write_bag  # noqa: E402
+from timely_llm_ros.core.workload.generator import Workload, WorkloadSpec, WorkloadTask  # noqa: E402
+from timely_llm_ros.paths import default_model_dir  # noqa: E402
+
+from ros_harness import NodeProcess, start_executor, start_server  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not (default_model_dir() / "config.json").is_file(),
+                                reason=f"needs the trained planner at {default_model_dir()} (replay generates real plans)")
+
+# (offset s, agent, robot type, urgency, task, context): corpus-style tasks the embedded planner was trained on
+GOALS = [
+    (0.0, "drone_1", "drone", "normal", "look for the cat", "room: living room; objects: sofa, lamp, plant"),
+    (0.2, "drone_2", "drone", "urgent", "a child is too close, avoid injuring them", "child in front, 60 cm away"),
+    (0.5, "arm_1", "arm", "normal", "clean the desk", "desk: paper, cup; places: trash bin, drawer, tray"),
+    (1.2, "drone_2", "drone", "normal", "check for keys or wallet", "room: bedroom; objects: bed, wallet, lamp"),
+    (1.8, "drone_1", "drone", "urgent", "evade the bird", "bird above, 120 cm away"),
+]
+
+
+def small_workload() -> Workload:
+    spec = WorkloadSpec(name="replay-test", eps=1.0, max_tpe=1, trace_ids=(1,), agents=2, duration_s=2.0)
+    tasks = [WorkloadTask(f"replay-{i}", t, i, agent, 1, robot, urgency, task, context, "", 0)
+             for i, (t, agent, robot, urgency, task, context) in enumerate(GOALS)]
+    return Workload(spec, tasks, 0, len(tasks))
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("replay")
+    workload_bag = write_bag(small_workload(), tmp / "workload.mcap")
+    results_bag = tmp / "results.mcap"
+    nodes = []
+    try:
+        nodes.append(start_server("executor_timeout_s:=5.0", "executor_discovery_timeout_s:=3.0"))
+        for agent, robot in (("drone_1", "drone"), ("drone_2", "drone"), ("arm_1", "arm")):
+            nodes.append(start_executor(agent, robot, 0.05))
+        node = NodeProcess("timely_llm_ros.ros.workload_node",
+                           ["-p", f"workload_file:={workload_bag}", "-p", f"record_bag:={results_bag}",
+                            "-p", "result_timeout_s:=120.0"], "replaying")
+        nodes.append(node)
+        try:
+            code = node.proc.wait(180)
+        except subprocess.TimeoutExpired:
+            node.stop()
+            pytest.fail("workload node did not finish in 180 s:\n" + node.output())
+        end = time.monotonic() + 5.0
+        while "plans executed" not in node.output() and time.monotonic() < end:
+            time.sleep(0.05)  # let the reader thread take the last lines
+        yield code, node.output(), results_bag
+    finally:
+        for n in reversed(nodes):
+            n.stop()
+
+
+def test_replay_node_exits_0_when_every_goal_got_a_result(replay):
+    code, output, _ = replay
+    assert code == 0, output[-3000:]
+    for _, agent, *_ in GOALS:
+        assert agent in output  # the outcome table lists every request
+
+
+def test_results_bag_holds_one_result_per_recorded_goal_for_the_right_agent(replay):
+    _, output, bag = replay
+    records = read_results(bag)
+    assert sorted(r["task_id"] for r in records) == [f"replay-{i}" for i in range(len(GOALS))], output[-2000:]
+    for r in records:
+        i = int(r["task_id"].split("-")[1])
+        assert r["agent_id"] == GOALS[i][1]
+        assert r["result"] is not None and r["result"].request_id == r["request_id"] != ""
+        assert r["result_at"] >= r["sent_at"]
+    # the goals as sent read back as a workload: same agents, tasks and order, at (about) the recorded offsets
+    sent = read_bag(bag)
+    assert [(t.agent_id, t.task, t.urgency) for t in sent.tasks] == [(g[1], g[4], g[3]) for g in GOALS]
+    for t, g in zip(sent.tasks, GOALS):
+        assert g[0] - 1e-3 <= t.arrival <= g[0] + 0.5
+
+
+def test_replayed_outcomes_are_consistent(replay):
+    _, output, bag = replay
+    results = [r["result"] for r in read_results(bag)]
+    served = [res for res in results if res.segments and all(s.executed for s in res.segments)]
+    assert served, "no replayed plan was executed:\n" + output[-3000:]
+    for res in served:
+        assert [s.index for s in res.segments] == list(range(len(res.segments)))
+        assert all(s.exec_time > 0 for s in res.segments)
+        assert 0 < res.response_time <= res.completion_time
+        assert res.waiting_time >= res.response_time - 1e-6
+        assert math.isfinite(res.utility)
+    for res in results:
+        if res.error_code == 0:
+            assert res in served
