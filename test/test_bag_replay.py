@@ -10,14 +10,16 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from timely_llm_ros.core.workload.bag import read_bag, read_results, write_bag  # noqa: E402
+from timely_llm_ros.core.workload.bag import (RunRecord, main as bag_cli, read_bag, read_results,  # noqa: E402
+                                              write_bag, write_run_bag)
 from timely_llm_ros.core.workload.generator import Workload, WorkloadSpec, WorkloadTask  # noqa: E402
 from timely_llm_ros.paths import default_model_dir  # noqa: E402
 
 from ros_harness import NodeProcess, start_executor, start_server  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not (default_model_dir() / "config.json").is_file(),
-                                reason=f"needs the trained planner at {default_model_dir()} (replay generates real plans)")
+needs_model = pytest.mark.skipif(not (default_model_dir() / "config.json").is_file(),
+                                 reason=f"needs the trained planner at {default_model_dir()} (replay generates real "
+                                        "plans)")
 
 # (offset s, agent, robot type, urgency, task, context): corpus-style tasks the embedded planner was trained on
 GOALS = [
@@ -34,6 +36,37 @@ def small_workload() -> Workload:
     tasks = [WorkloadTask(f"replay-{i}", t, i, agent, 1, robot, urgency, task, context, "", 0)
              for i, (t, agent, robot, urgency, task, context) in enumerate(GOALS)]
     return Workload(spec, tasks, 0, len(tasks))
+
+
+def test_run_bag_round_trips_goals_as_sent_and_results(tmp_path):
+    from rclpy.serialization import serialize_message
+    from timely_llm_ros.action import Plan
+    from timely_llm_ros.msg import PlanSegment, Skill
+
+    w = small_workload()
+    res = Plan.Result(error_code=Plan.Result.DROPPED, error_message="late", request_id="req-7", plan="mf(50);",
+                      segments=[PlanSegment(index=0, text="mf(50);", skills=[Skill(name="mf", args=["50"])],
+                                            estimated_exec_time=2.2, exec_time=2.5, executed=True)],
+                      response_time=0.4, waiting_time=0.5, completion_time=3.0, utility=0.7, tokens_generated=9)
+    records = [RunRecord(w.tasks[0], 0.01, 3.5, serialize_message(res), {"request_id": "req-7", "status": "DROPPED"}),
+               RunRecord(w.tasks[1], 0.21)]  # never answered
+    bag = write_run_bag(tmp_path / "run.mcap", w, records)
+    got = read_results(bag)
+    assert [g["task_id"] for g in got] == ["replay-0", "replay-1"]
+    back = got[0]["result"]
+    assert (back.error_code, back.request_id, back.segments[0].skills[0].args, back.utility) == (11, "req-7", ["50"], 0.7)
+    assert got[1]["result"] is None and got[1]["result_at"] is None
+    sent = read_bag(bag)
+    assert [t.task_id for t in sent.tasks] == ["replay-0", "replay-1"]
+    assert [t.arrival for t in sent.tasks] == pytest.approx([0.01, 0.21])
+
+
+def test_bag_cli_records_a_preset(tmp_path, capsys):
+    assert bag_cli(["record", "--preset", "WID1", "--duration", "20", "--out", str(tmp_path / "wid1.mcap")]) == 0
+    w = read_bag(tmp_path / "wid1.mcap")
+    assert w.spec.name == "WID1" and w.spec.duration_s == 20 and w.tasks
+    assert all(0 <= t.arrival < 20 for t in w.tasks)
+    assert bag_cli(["record", "--preset", "WID1", "--out", str(tmp_path / "wid1.mcap")]) == 1  # never overwrites
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +97,7 @@ def replay(tmp_path_factory):
             n.stop()
 
 
+@needs_model
 def test_replay_node_exits_0_when_every_goal_got_a_result(replay):
     code, output, _ = replay
     assert code == 0, output[-3000:]
@@ -71,6 +105,7 @@ def test_replay_node_exits_0_when_every_goal_got_a_result(replay):
         assert agent in output  # the outcome table lists every request
 
 
+@needs_model
 def test_results_bag_holds_one_result_per_recorded_goal_for_the_right_agent(replay):
     _, output, bag = replay
     records = read_results(bag)
@@ -87,6 +122,7 @@ def test_results_bag_holds_one_result_per_recorded_goal_for_the_right_agent(repl
         assert g[0] - 1e-3 <= t.arrival <= g[0] + 0.5
 
 
+@needs_model
 def test_replayed_outcomes_are_consistent(replay):
     _, output, bag = replay
     results = [r["result"] for r in read_results(bag)]

@@ -158,7 +158,7 @@ class RunRecord:
 
 def write_run_bag(path: str | Path, workload: Workload, records: list[RunRecord], start_ns: int = 0,
                   action_file: Path | None = None) -> Path:
-    """Record a run: the goals as sent (a workload bag of them) and every result with its outcome record."""
+    """Record a run: the goals as sent (a workload bag of them) and one outcome record per goal, with its result."""
     path = Path(path)
     store = make_typestore(action_file)
     with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
@@ -167,10 +167,10 @@ def write_run_bag(path: str | Path, workload: Workload, records: list[RunRecord]
         outcomes = writer.add_connection(OUTCOME_TOPIC, STRING_TYPE, typestore=store)
         out.header(workload, start_ns)
         timeline: list[tuple[int, int, RunRecord]] = []
-        for i, rec in enumerate(records):
+        end = max([r.sent_at for r in records] + [r.result_at for r in records if r.result_at is not None], default=0)
+        for rec in records:  # a request that got no result gets an outcome record at the end of the run
             timeline.append((start_ns + _ns(rec.sent_at), 0, rec))
-            if rec.result_at is not None:
-                timeline.append((start_ns + _ns(rec.result_at), 1, rec))
+            timeline.append((start_ns + _ns(rec.result_at if rec.result_at is not None else end), 1, rec))
         for stamp, kind, rec in sorted(timeline, key=lambda x: (x[0], x[1])):
             if kind == 0:
                 out.task(rec.task, stamp)
