@@ -215,7 +215,7 @@ class TransformersEngine(Engine):
         """The slot store, created or grown to hold ``rows`` rows of ``capacity`` columns."""
         headroom = self._headroom(gens)
         if self._store is None:
-            self._store = SlotKV(self.kv_shape, self.device, rows=max(rows, 4), capacity=capacity + headroom)
+            self._store = SlotKV(self.kv_shape, self.device, rows=max(rows, 8), capacity=capacity + headroom)
         self._store.ensure(rows, capacity, headroom)
         self._slots.extend([None] * (self._store.rows - len(self._slots)))
         return self._store
