@@ -226,3 +226,12 @@ def test_seeded_sampling_is_reproducible(tiny):
         engine.add("g", prompt(70, 10), 20)
         outs.append(run_to_end(engine, "g"))
     assert outs[0] == outs[1]
+
+
+def test_a_leading_bos_in_forced_ids_is_not_emitted(tiny):
+    engine = make(tiny)
+    plan = engine.encode(" mf(10);")           # the tokenizer prepends BOS, as the scheduler's encode() does
+    assert plan[0] == 256
+    engine.add("t", prompt(32, 12), 50, forced_ids=plan)
+    assert engine.decode(run_to_end(engine, "t")) == " mf(10);"
+    assert engine.output_ids("t") == plan[1:]

@@ -27,6 +27,7 @@ class Tokenizer(Protocol):
     """What the engine needs from a tokenizer."""
 
     eos_token_id: int | None
+    bos_token_id: int | None
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -51,6 +52,7 @@ class HFTokenizer:
     def __init__(self, tok) -> None:
         self._tok = tok
         self.eos_token_id = getattr(tok, "eos_token_id", None)
+        self.bos_token_id = getattr(tok, "bos_token_id", None)
 
     def encode(self, text: str) -> list[int]:
         out = self._tok.encode(text)

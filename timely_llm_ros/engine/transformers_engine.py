@@ -88,11 +88,16 @@ class TransformersEngine(Engine):
             raise EngineError(f"add: generation {gen_id!r} needs max_new_tokens >= 1, got {max_new_tokens}")
         if forced_ids is not None and len(forced_ids) == 0:
             raise EngineError(f"add: generation {gen_id!r} has empty forced_ids")
+        forced = None if forced_ids is None else list(forced_ids)
+        bos = getattr(self.tokenizer, "bos_token_id", None)
+        if forced and len(forced) > 1 and forced[0] == bos:   # encode() of a plan may prepend BOS: not output
+            forced = forced[1:]
         self._released.discard(gen_id)
         self._gens[gen_id] = _Generation(
-            gen_id, list(prompt_ids), int(max_new_tokens), None if forced_ids is None else list(forced_ids),
+            gen_id, list(prompt_ids), int(max_new_tokens), forced,
             generator_for(gen_id, self.sampling, self.device))
 
+    @torch.inference_mode()
     def suspend(self, gen_id: str) -> None:
         gen = self._get(gen_id, "suspend")
         if gen.suspended:
@@ -100,6 +105,7 @@ class TransformersEngine(Engine):
         gen.suspended, gen.suspended_seq = True, next(self._suspend_counter)
         self._enforce_budget()
 
+    @torch.inference_mode()
     def resume(self, gen_id: str) -> None:
         gen = self._get(gen_id, "resume")
         if not gen.suspended:
