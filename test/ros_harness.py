@@ -49,9 +49,13 @@ class NodeProcess:
                 self._ready.set()
 
     def wait_ready(self, timeout: float = 90.0) -> None:
-        if not self._ready.wait(timeout):
-            self.stop()
-            raise RuntimeError(f"node did not become ready in {timeout} s:\n" + "\n".join(self.lines[-40:]))
+        end = time.monotonic() + timeout
+        while not self._ready.wait(0.1):
+            if self.proc.poll() is not None or time.monotonic() > end:
+                self.stop()
+                why = f"exited with {self.proc.returncode}" if self.proc.returncode is not None else \
+                    f"did not become ready in {timeout} s"
+                raise RuntimeError(f"node {why}:\n" + "\n".join(self.lines[-40:]))
 
     def output(self) -> str:
         return "\n".join(self.lines)
@@ -67,7 +71,10 @@ class NodeProcess:
 
 
 def start_server(*params: str) -> NodeProcess:
+    """The real server; TIMELY_TEST_MODEL_PATH runs the suite against another local model directory."""
     args = ["-r", "__node:=timely_server"]
+    if os.environ.get("TIMELY_TEST_MODEL_PATH"):
+        args += ["-p", f"model_path:={os.environ['TIMELY_TEST_MODEL_PATH']}"]
     for p in params:
         args += ["-p", p]
     node = NodeProcess("timely_llm_ros.ros.server_node", args, "timely_server ready")

@@ -143,8 +143,8 @@ class _SilentExecutor:
 
     def close(self) -> None:
         self.release.set()
+        self.executor.shutdown(timeout_sec=5.0)
         self.server.destroy()
-        self.executor.shutdown()
         self.node.destroy_node()
         rclpy.shutdown(context=self.context)
 

@@ -51,7 +51,7 @@ class SegmentDispatcher:
         with self._lock:
             client = self._clients.get(agent)
             if client is None:
-                client = ActionClient(self._node, ExecuteSegment, f"/{agent}/execute_segment",
+                client = ActionClient(self._node, ExecuteSegment, f"{agent}/execute_segment",
                                       callback_group=self._group)
                 self._clients[agent] = client
             return client

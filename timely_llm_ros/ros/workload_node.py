@@ -86,14 +86,14 @@ class FleetWorkloadNode(Node):
             path = Path(tasks_file) if tasks_file else config_dir() / "fleet_tasks.yaml"
             self.tasks = yaml.safe_load(path.read_text())
             self.agents = parse_agents(self.agent_entries, self.tasks, int(self.per_agent))
-        self.client = ActionClient(self, Plan, "/plan")
+        self.client = ActionClient(self, Plan, "plan")
         self.rows: list[OutcomeRow] = []
         self._rows_lock = threading.Lock()
 
     def run(self) -> int:
         log = self.get_logger()
         if not self.client.wait_for_server(timeout_sec=float(self.server_timeout_s)):
-            log.error("no /plan action server; start timely_server first")
+            log.error("no plan action server (relative to this node's namespace); start timely_server first")
             return 1
         if self.workload is not None:
             return ReplayRun(self, self.workload).run()
