@@ -9,7 +9,8 @@ alternate between (1) an engine step (bookkeeping, inputs, forward, token choice
 positions prepared outside the timed region, (3) the same batch
 through a plain transformers DynamicCache (left-padded, 2D mask; cropped back after each call),
 and (4) an engine step right after the batch changed (one generation left and came back: its row is
-copied out and back in). Medians.
+copied out and back in). Medians. Then a step admitting a burst of new generations, prefilled
+in one padded forward vs one by one.
 """
 from __future__ import annotations
 
@@ -88,12 +89,30 @@ def measure(loaded, batch: int, context: int, steps: int) -> dict[str, float]:
     return {k: bk.median(v) for k, v in times.items()}
 
 
+def measure_prefill(loaded, burst: int, prompt: int, reps: int) -> dict[str, float]:
+    """A step admitting ``burst`` new generations (prompts of ~``prompt`` tokens): batched vs one by one."""
+    lengths = [max(8, prompt - 7 * i) for i in range(burst)]
+    times: dict[str, list[float]] = {"batched": [], "one_by_one": []}
+    for rep in range(reps + 1):
+        for mode in times:
+            engine = TransformersEngine(loaded, batch_prefill=mode == "batched")
+            ids = [f"p{i}" for i in range(burst)]
+            for i, (gid, n) in enumerate(zip(ids, lengths)):
+                engine.add(gid, bk.random_prompt(loaded, n, seed=100 + i), 4)
+            t = bk.timed(lambda: engine.step(ids), loaded.device)
+            if rep:
+                times[mode].append(t)
+    return {k: bk.median(v) for k, v in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     bk.add_model_args(parser)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--context", type=int, default=512, help="longest context in the batch (tokens)")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per batch size")
+    parser.add_argument("--bursts", type=int, nargs="+", default=[4, 8], help="new generations in one step")
+    parser.add_argument("--burst-prompt", type=int, default=160, help="prompt tokens of a burst's generations")
     args = parser.parse_args()
     loaded = bk.load_from_args(args)
     print(bk.describe(loaded))
@@ -108,6 +127,12 @@ def main() -> None:
         print(f"{batch:>5} | {bk.ms(r['engine']):>11} | {bk.ms(r['bare']):>12} | {over:>+8.1%} | "
               f"{bk.ms(r['hf']):>15} | {bk.ms(r['rejoin']):>14}")
     print(f"worst engine overhead vs bare forward: {worst:+.1%} (target <= +15%)")
+    print(f"prefill of a burst of new generations in one step (prompts ~{args.burst_prompt} tokens), "
+          f"medians of {args.reps}")
+    for burst in args.bursts:
+        r = measure_prefill(loaded, burst, args.burst_prompt, args.reps)
+        print(f"  {burst:>2} new: batched {bk.ms(r['batched'])}  one by one {bk.ms(r['one_by_one'])}  "
+              f"({r['batched'] / r['one_by_one']:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -105,12 +105,13 @@ def test_least_recently_suspended_is_offloaded_first(tiny):
     assert engine.is_offloaded("a") and not engine.is_offloaded("b")
 
 
-def test_generations_of_different_lengths_and_arrivals_each_equal_their_solo_output(tiny):
+@pytest.mark.parametrize("batch_prefill", [True, False])
+def test_generations_of_different_lengths_and_arrivals_each_equal_their_solo_output(tiny, batch_prefill):
     lengths = {"a": 7, "b": 64, "c": 15, "d": 33, "e": 3}
     max_new = {"a": 25, "b": 12, "c": 40, "d": 18, "e": 30}
-    arrival = {"a": 0, "b": 0, "c": 3, "d": 5, "e": 9}
+    arrival = {"a": 0, "b": 0, "c": 3, "d": 5, "e": 5}
     prompts = {g: prompt(10 + i, n) for i, (g, n) in enumerate(lengths.items())}
-    engine = make(tiny)
+    engine = make(tiny, batch_prefill=batch_prefill)
     rng = random.Random(11)
     done: set[str] = set()
     for it in range(400):
@@ -120,7 +121,7 @@ def test_generations_of_different_lengths_and_arrivals_each_equal_their_solo_out
         live = [g for g, t in arrival.items() if t <= it and g not in done]
         if not live and len(done) == len(lengths):
             break
-        chosen = [g for g in live if rng.random() < 0.7] or live[:1]   # a policy's varying pick
+        chosen = [g for g in live if it == arrival[g] or rng.random() < 0.7] or live[:1]   # a policy's pick
         res = engine.step(chosen)
         assert set(res.tokens) == set(chosen)
         done |= res.finished
@@ -129,7 +130,7 @@ def test_generations_of_different_lengths_and_arrivals_each_equal_their_solo_out
         assert engine.output_ids(g) == solo_greedy(tiny, prompts[g], max_new[g]), g
 
 
-def test_a_step_decodes_all_prefilled_generations_in_one_forward(tiny):
+def test_a_step_decodes_all_prefilled_generations_in_one_forward_and_prefills_new_ones_in_another(tiny):
     engine = make(tiny)
     calls = []
     handle = tiny.model.register_forward_hook(lambda mod, args, kwargs_out: calls.append(1))
@@ -137,10 +138,10 @@ def test_a_step_decodes_all_prefilled_generations_in_one_forward(tiny):
         for g, seed in (("a", 20), ("b", 21), ("c", 22)):
             engine.add(g, prompt(seed, 10 + seed), 20)
         engine.step(["a", "b"])                 # two prefills
-        engine.add("d", prompt(23, 5), 20)
+        engine.add("d", prompt(23, 28), 20)      # similar length to c: one padded prefill
         calls.clear()
-        res = engine.step(["a", "b", "c", "d"])  # one batched decode + two prefills
-        assert len(calls) == 3 and sorted(res.prefilled) == ["c", "d"]
+        res = engine.step(["a", "b", "c", "d"])  # one batched decode + one batched prefill
+        assert len(calls) == 2 and sorted(res.prefilled) == ["c", "d"]
         calls.clear()
         engine.step(["a", "b", "c", "d"])
         assert len(calls) == 1

@@ -51,11 +51,16 @@ class _SlotLayer(CacheLayerMixin):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         s = self._store
         keys, values = s.buffer[self._idx, 0], s.buffer[self._idx, 1]   # [rows, heads, capacity, dim]
-        if s.prefill_row is not None:                                   # one fresh sequence, columns [0, q)
-            r, q = s.prefill_row, key_states.shape[-2]
-            keys[r, :, :q].copy_(key_states[0])
-            values[r, :, :q].copy_(value_states[0])
-            return keys[r:r + 1, :, :q], values[r:r + 1, :, :q]
+        if s.prefill_rows is not None:                                  # fresh sequences, columns [0, q)
+            q = key_states.shape[-2]                                    # (they attend only to themselves)
+            if len(s.prefill_rows) == 1:
+                r = s.prefill_rows[0]
+                keys[r, :, :q].copy_(key_states[0])
+                values[r, :, :q].copy_(value_states[0])
+            else:
+                keys[s.prefill_index, :, :q] = key_states
+                values[s.prefill_index, :, :q] = value_states
+            return key_states, value_states
         rows, cols = s.row_index, s.lengths_t                          # one new token per active row
         keys[rows, :, cols] = key_states[:, :, 0]
         values[rows, :, cols] = value_states[:, :, 0]
@@ -66,20 +71,21 @@ class _SlotLayer(CacheLayerMixin):
         return self.get_seq_length() + query_length, 0
 
     def get_seq_length(self) -> int:
-        return 0 if self._store.prefill_row is not None else self._store.max_length
+        return 0 if self._store.prefill_rows is not None else self._store.max_length
 
     def get_max_length(self) -> int:
         return self._store.capacity
 
 
 class SlotKV(Cache):
-    """Rows of KV for resident generations; the model sees either one prefill row or the active decode rows."""
+    """Rows of KV for resident generations; a forward either prefills fresh rows or decodes rows [0, active)."""
 
     def __init__(self, shape: KVShape, device: torch.device | str, rows: int = 4, capacity: int = 256) -> None:
         self.shape = shape
         self.device = torch.device(device)
         self.buffer = self._zeros(rows, capacity)
-        self.prefill_row: int | None = None
+        self.prefill_rows: list[int] | None = None    # set while a prefill forward runs
+        self.prefill_index = torch.zeros(0, dtype=torch.long, device=self.device)
         self.active = 0
         self.lengths: list[int] = []           # tokens of the active rows (host copy)
         self.max_length = 0
@@ -131,13 +137,18 @@ class SlotKV(Cache):
         self.buffer[:, :, dst, :, :n].copy_(self.buffer[:, :, src, :, :n])
 
     # ----- modes -----
-    def begin_prefill(self, row: int) -> None:
-        """The next forward prefills one fresh sequence into ``row``."""
-        self.prefill_row = row
+    def begin_prefill(self, rows: Sequence[int]) -> None:
+        """The next forward prefills fresh sequences (batch order) into these rows, from column 0."""
+        self.prefill_rows = list(rows)
+        if len(rows) > 1:
+            self.prefill_index = torch.tensor(rows, dtype=torch.long, device=self.device)
+
+    def end_prefill(self) -> None:
+        self.prefill_rows = None
 
     def begin_decode(self, lengths: Sequence[int], changed: bool) -> torch.Tensor:
         """The next forward appends one token to each of rows [0, len(lengths)); returns the 4D mask."""
-        self.prefill_row = None
+        self.prefill_rows = None
         if changed:
             self.active = len(lengths)
             self.lengths_t = torch.tensor(lengths, dtype=torch.long, device=self.device)

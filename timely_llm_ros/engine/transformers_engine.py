@@ -52,13 +52,15 @@ class TransformersEngine(Engine):
     """Continuous batching over a transformers model, with KV kept across suspension."""
 
     def __init__(self, loaded: LoadedModel, kv_budget_mb: float | None = None,
-                 sampling: SamplingParams | None = None, headroom_tokens: int = 256) -> None:
+                 sampling: SamplingParams | None = None, headroom_tokens: int = 256,
+                 batch_prefill: bool = True, prefill_tokens: int = 16384) -> None:
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.device, self.dtype, self.source = loaded.device, loaded.dtype, loaded.source
         self.kv_shape = KVShape.of(self.model.config, self.dtype)
         self.sampling = sampling or SamplingParams()
         self.headroom_tokens = headroom_tokens
+        self.batch_prefill, self.prefill_tokens = batch_prefill, prefill_tokens
         self.kv_budget_bytes = math.inf if kv_budget_mb is None else float(kv_budget_mb) * 2**20
         self._eos_ids = _eos_ids(loaded)
         self.eos_token_id = min(self._eos_ids) if self._eos_ids else None
@@ -143,27 +145,65 @@ class TransformersEngine(Engine):
             decoding = [g for g in gens if g.prefilled]
             if decoding:
                 self._decode(decoding, result)
-            for gen in gens:
-                if not gen.prefilled:
-                    self._prefill(gen, result)
+            new = [g for g in gens if not g.prefilled]
+            if new:
+                self._prefill(new, result)
             self._enforce_budget()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         result.elapsed_s = time.perf_counter() - start
         return result
 
-    def _prefill(self, gen: _Generation, result: StepResult) -> None:
-        n = len(gen.prompt)
-        store = self._store_for(rows=0, capacity=n + 1, gens=[gen])
-        row = self._free_slot()
-        store.begin_prefill(row)
-        ids = torch.tensor([gen.prompt], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, past_key_values=store, use_cache=True, logits_to_keep=1)
-        store.prefill_row = None
-        self._slots[row], gen.row, gen.kv_len, gen.prefilled = gen, row, n, True
-        token = choose_tokens(out.logits[:, -1], self.sampling, [gen.generator])[0]
-        result.prefilled.append(gen.gen_id)
-        self._emit(gen, token, result)
+    def _prefill(self, gens: list[_Generation], result: StepResult) -> None:
+        """Prefill new generations into free rows: one forward per group of similar lengths (at most
+        prefill_tokens padded tokens, at most 50% padding), or one by one when batch_prefill is off."""
+        if not self.batch_prefill:
+            for gen in gens:
+                self._prefill_group([gen], result)
+            return
+        group: list[_Generation] = []
+        real = 0
+        for gen in sorted(gens, key=lambda g: len(g.prompt)):
+            padded = (len(group) + 1) * len(gen.prompt)
+            if group and (padded > self.prefill_tokens or padded > 1.5 * (real + len(gen.prompt))):
+                self._prefill_group(group, result)       # too big, or too much padding: start a new group
+                group, real = [], 0
+            group.append(gen)
+            real += len(gen.prompt)
+        if group:
+            self._prefill_group(group, result)
+
+    def _prefill_group(self, gens: list[_Generation], result: StepResult) -> None:
+        lengths = [len(g.prompt) for g in gens]
+        width = max(lengths)
+        store = self._store_for(rows=0, capacity=width + 1, gens=gens)
+        rows = [self._claim_slot(g) for g in gens]
+        store.begin_prefill(rows)
+        try:
+            if len(gens) == 1:               # causal attention, no mask, logits of the last position only
+                ids = torch.tensor([gens[0].prompt], dtype=torch.long, device=self.device)
+                out = self.model(input_ids=ids, past_key_values=store, use_cache=True, logits_to_keep=1)
+            else:                            # right-padded: row i's tokens [0, n_i) see only themselves
+                ids = torch.tensor([g.prompt + [0] * (width - len(g.prompt)) for g in gens],
+                                   dtype=torch.long, device=self.device)
+                n = torch.tensor(lengths, device=self.device)
+                cols = torch.arange(width, device=self.device)
+                mask = (cols[None, :] <= cols[:, None])[None] & (cols[None, None, :] < n[:, None, None])
+                last = (n - 1)[:, None]
+                out = self.model(input_ids=ids, position_ids=cols[None].expand(len(gens), width),
+                                 attention_mask=mask[:, None], past_key_values=store, use_cache=True,
+                                 logits_to_keep=last)
+        except Exception:
+            for gen in gens:                 # leave them unprefilled and rowless, as before the step
+                self._free_row(gen)
+            raise
+        finally:
+            store.end_prefill()
+        tokens = choose_tokens(out.logits[:, -1], self.sampling, [g.generator for g in gens])
+        for gen, n_tokens, token in zip(gens, lengths, tokens):
+            gen.kv_len, gen.prefilled = n_tokens, True
+            result.prefilled.append(gen.gen_id)
+            self._emit(gen, token, result)
 
     def _decode(self, gens: list[_Generation], result: StepResult) -> None:
         changed = self._arrange(gens)
@@ -226,13 +266,15 @@ class TransformersEngine(Engine):
         self._slots.extend([None] * (self._store.rows - len(self._slots)))
         return self._store
 
-    def _free_slot(self) -> int:
-        for r, gen in enumerate(self._slots):
-            if gen is None:
+    def _claim_slot(self, gen: _Generation) -> int:
+        """Give a generation the lowest free row (growing the store if none is free)."""
+        for r, resident in enumerate(self._slots):
+            if resident is None:
+                self._slots[r], gen.row = gen, r
                 return r
         self._store.ensure(len(self._slots) + 1, 0)
         self._slots.extend([None] * (self._store.rows - len(self._slots)))
-        return self._free_slot()
+        return self._claim_slot(gen)
 
     def _evict(self, gen: _Generation, to_host: bool) -> None:
         """Copy a resident generation's row out of the store (to its own device tensor or to host)."""
