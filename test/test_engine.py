@@ -236,3 +236,24 @@ def test_a_leading_bos_in_forced_ids_is_not_emitted(tiny):
     engine.add("t", prompt(32, 12), 50, forced_ids=plan)
     assert engine.decode(run_to_end(engine, "t")) == " mf(10);"
     assert engine.output_ids("t") == plan[1:]
+
+
+def test_fast_byte_level_detokenizer_matches_the_tokenizer_on_every_prefix():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from timely_llm_ros.engine.loader import HFTokenizer
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    texts = ["s('cat');g('cat');tp();", "mu(80);mb(100);", "déjà vu ünïcode 🤖 plan", "?iv('cup')==True{pi('cup');}"]
+    bpe.train_from_iterator(texts * 20, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<bos>", "<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    hf = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<bos>", eos_token="<eos>")
+    tok = HFTokenizer(hf)
+    assert tok._bytes is not None                       # the fast path is in use
+    ids = tok.encode(" déjà vu: s('cat');🤖 mu(80);") + [hf.eos_token_id]
+    for n in range(len(ids) + 1):                       # partial UTF-8 sequences included
+        assert tok.decode(ids[:n]) == hf.decode(ids[:n], skip_special_tokens=True)

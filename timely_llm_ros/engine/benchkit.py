@@ -56,6 +56,11 @@ def random_prompt(loaded: LoadedModel, length: int, seed: int = 0) -> list[int]:
     return [rng.randrange(top) for _ in range(length)]
 
 
+def endless(loaded: LoadedModel, length: int = 4096) -> list[int]:
+    """forced_ids that keep a benchmark generation going (a real model would stop at its EOS)."""
+    return random_prompt(loaded, length, seed=12345)
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

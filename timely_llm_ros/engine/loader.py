@@ -11,6 +11,9 @@ from typing import Protocol, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging as hf_logging
+
+from .detokenize import ByteTable
 
 # Named random shapes. "llama3-8b" is Llama-3-8B's geometry; "-Nl" variants keep the width and cut layers.
 RANDOM_CONFIGS: dict[str, dict] = {
@@ -53,12 +56,16 @@ class HFTokenizer:
         self._tok = tok
         self.eos_token_id = getattr(tok, "eos_token_id", None)
         self.bos_token_id = getattr(tok, "bos_token_id", None)
+        self._bytes = ByteTable.build(tok)       # fast path for byte-level BPE, None otherwise
 
     def encode(self, text: str) -> list[int]:
-        out = self._tok.encode(text)
+        # no special tokens: the embedded planner is trained on prompts encoded this way (model/tokenizer.py)
+        out = self._tok.encode(text, add_special_tokens=False)
         return list(getattr(out, "ids", out))
 
     def decode(self, ids: Sequence[int]) -> str:
+        if self._bytes is not None:
+            return self._bytes.decode(ids)
         return self._tok.decode(list(ids), skip_special_tokens=True)
 
 
@@ -136,6 +143,7 @@ def load_pretrained(model_path: str | Path, device: str = "auto", dtype: str = "
         raise FileNotFoundError(f"no model at {path} (expected config.json and weights)")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    hf_logging.disable_progress_bar()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, attn_implementation="sdpa", local_files_only=True)
     model.to(dev).eval()
     return LoadedModel(model, _load_tokenizer(path), dev, dt, str(path))

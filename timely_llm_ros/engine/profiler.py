@@ -64,7 +64,7 @@ def profile_decode(loaded: LoadedModel, batches: list[int], contexts: list[int],
         engine = TransformersEngine(loaded)
         ids = [f"g{i}" for i in range(max(batches))]
         for i, gid in enumerate(ids):
-            engine.add(gid, bk.random_prompt(loaded, ctx, seed=i), 10**6)
+            engine.add(gid, bk.random_prompt(loaded, ctx, seed=i), 10**6, forced_ids=bk.endless(loaded))
             engine.step([gid])
         for batch in batches:
             chosen = ids[:batch]

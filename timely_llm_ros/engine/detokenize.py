@@ -1,0 +1,62 @@
+"""Fast detokenization for byte-level BPE tokenizers: a table from token id to its bytes.
+
+The scheduler detokenizes a generation's whole output after every token; through the tokenizer that
+costs tens of microseconds a call, a lookup and one UTF-8 decode cost a few. Built only when the
+tokenizer's decoder is ByteLevel, and checked against the tokenizer before it is used.
+"""
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """The byte-level BPE character for each byte, inverted: printable Latin-1 bytes stand for
+    themselves, the other bytes take the code points from 256 upwards in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+class ByteTable:
+    """Token id -> bytes; special tokens decode to nothing (as skip_special_tokens=True)."""
+
+    def __init__(self, table: list[bytes]) -> None:
+        self._table = table
+
+    @classmethod
+    def build(cls, hf_tokenizer) -> "ByteTable | None":
+        """A verified table for a transformers fast tokenizer with a ByteLevel decoder, else None."""
+        backend = getattr(hf_tokenizer, "backend_tokenizer", None)
+        if backend is None or type(backend.decoder).__name__ != "ByteLevel":
+            return None
+        alphabet = _byte_level_alphabet()
+        special = set(getattr(hf_tokenizer, "all_special_ids", []) or [])
+        special |= set(backend.get_added_tokens_decoder())
+        vocab = backend.get_vocab(with_added_tokens=True)
+        table = [b""] * (max(vocab.values()) + 1)
+        for piece, idx in vocab.items():
+            if idx in special:
+                continue
+            if any(ch not in alphabet for ch in piece):
+                return None
+            table[idx] = bytes(alphabet[ch] for ch in piece)
+        fast = cls(table)
+        return fast if fast._agrees_with(hf_tokenizer, len(table)) else None
+
+    def _agrees_with(self, hf_tokenizer, vocab_size: int) -> bool:
+        rng = random.Random(0)
+        singles = range(vocab_size) if vocab_size <= 4096 else rng.sample(range(vocab_size), 4096)
+        samples = [[i] for i in singles] + [
+            [rng.randrange(vocab_size) for _ in range(rng.randrange(2, 40))] for _ in range(200)]
+        return all(self.decode(ids) == hf_tokenizer.decode(ids, skip_special_tokens=True) for ids in samples)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        table = self._table
+        return b"".join([table[i] for i in ids]).decode("utf-8", errors="replace")
