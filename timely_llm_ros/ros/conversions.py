@@ -57,7 +57,8 @@ def outcome_to_result(req_id: str, outcome: RequestOutcome) -> Plan.Result:
     return Plan.Result(error_code=int(outcome.error_code), error_message=outcome.message, request_id=req_id,
                        plan=outcome.plan_text, segments=[segment_to_msg(s) for s in outcome.segments],
                        response_time=_finite(outcome.response_time), waiting_time=_finite(outcome.waiting_time),
-                       completion_time=_finite(outcome.completion_time), utility=float(outcome.total_utility),
+                       completion_time=_finite(outcome.completion_time), utility=float(outcome.utility),
+                       segment_utility=float(outcome.total_utility),
                        tokens_generated=outcome.tokens)
 
 

@@ -17,6 +17,7 @@ class OutcomeRow:
     waiting_time: float = -1.0
     completion_time: float = -1.0
     utility: float = 0.0
+    segment_utility: float = 0.0
     tokens: int = 0
     message: str = ""
     plan: str = ""
@@ -29,6 +30,7 @@ class OutcomeRow:
         self.waiting_time = result.waiting_time
         self.completion_time = result.completion_time
         self.utility = result.utility
+        self.segment_utility = result.segment_utility
         self.tokens = result.tokens_generated
         self.message = result.error_message
         self.plan = result.plan.strip()

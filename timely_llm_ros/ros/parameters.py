@@ -26,6 +26,7 @@ class ServerParams:
     max_concurrent_goals: int = 64
     urgency_classes_file: str = ""
     state_period_s: float = 0.5
+    expected_agents: list = None  # type: ignore[assignment]  (declared as a string array)
 
 
 _DESCRIPTIONS = {
@@ -48,6 +49,8 @@ _DESCRIPTIONS = {
     "max_concurrent_goals": ("Plan goals served at once (executor threads)", (1, 4096)),
     "urgency_classes_file": ("YAML of named urgency classes; empty = config/urgency_classes.yaml", None),
     "state_period_s": ("period of the latched ~/state topic", (0.05, 60.0)),
+    "expected_agents": ("robot namespaces whose executors are discovered at start-up (others on their first goal)",
+                        None),
 }
 
 _RUNTIME = {"policy", "max_batch", "executor_timeout_s"}
@@ -67,8 +70,9 @@ def declare_server_params(node: Node) -> ServerParams:
     """Declare every server parameter (with description and range) and read them."""
     values = {}
     for f in fields(ServerParams):
-        default = f.default
+        default = f.default if f.name != "expected_agents" else [""]
         values[f.name] = node.declare_parameter(f.name, default, _descriptor(f.name, default)).value
+    values["expected_agents"] = [a.strip("/") for a in values["expected_agents"] if a.strip("/")]
     return ServerParams(**values)
 
 

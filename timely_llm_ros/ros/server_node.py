@@ -27,7 +27,8 @@ from ..core.errors import ErrorCode, RequestError
 from ..core.policies import make_policy
 from ..core.request import RequestState
 from ..core.runtime import SchedulerThread
-from ..core.scheduler import PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady, StateChanged
+from ..core.scheduler import (PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady, StateChanged,
+                              measure_outcome)
 from ..core.validation import GoalLimits, validate_goal
 from .conversions import error_result, goal_fields, outcome_to_result, segment_to_msg
 from .parameters import ServerParams, declare_server_params
@@ -66,6 +67,7 @@ class PlanServerNode(Node):
         from ..core.skills import load_skill_sets
         from ..core.urgency import load_urgency_classes
         self.skill_sets = load_skill_sets()
+        warm_up(engine, next(iter(self.skill_sets.values())).build_prompt("warm up", ""))
         self.urgency_classes = load_urgency_classes(p.urgency_classes_file or None)
         policy = make_policy(p.policy, max_batch=p.max_batch, options=self.policy_options())
         self.scheduler = PlanScheduler(engine, policy, self.skill_sets, load_exec_models(), time.monotonic,
@@ -83,6 +85,8 @@ class PlanServerNode(Node):
         self._state_pub = self.create_publisher(SchedulerState, "~/state", latched)
         self._last_state = 0.0
         self._counts = {"total": 0, "done": 0, "dropped": 0, "failed": 0}
+        for agent in p.expected_agents:  # start discovering their executors now, not on the first goal
+            self.dispatcher.client(agent)
         self._action = ActionServer(self, Plan, "plan", execute_callback=self._execute,
                                     goal_callback=self._on_goal, cancel_callback=self._on_cancel,
                                     callback_group=self._group)
@@ -205,6 +209,8 @@ class PlanServerNode(Node):
         if gen is not None:
             done = [s for s in gen.segments if s.exec_finished is not None]
             fb.segments_executed = len(done)
+            if done:
+                fb.utility_so_far = float(measure_outcome(gen, gen.state, ErrorCode.NONE, "", 0.0).total_utility)
             remaining = sum(s.est_exec_s for s in gen.segments if s.exec_finished is None)
             fb.estimated_time_remaining = float(remaining)
         return fb
@@ -229,7 +235,7 @@ class PlanServerNode(Node):
         if outcome.ok:
             log.info(f"[{session.req_id}] {session.agent_id} done: {len(outcome.segments)} segments, "
                      f"response {outcome.response_time:.2f} s, waiting {outcome.waiting_time:.2f} s, "
-                     f"utility {outcome.total_utility:.2f}")
+                     f"utility {outcome.utility:.2f} (segments {outcome.total_utility:.2f})")
         else:
             log.warning(f"[{session.req_id}] {session.agent_id} ended {outcome.state.value}: "
                      f"{outcome.error_code.name}: {outcome.message}")
@@ -246,7 +252,6 @@ class PlanServerNode(Node):
         for session in sessions:
             outcome = self.scheduler.outcomes.get(session.req_id)
             if outcome is None:
-                from ..core.scheduler import measure_outcome
                 gen = next((g for g in self.scheduler.generations() if g.req_id == session.req_id), None)
                 if gen is not None:
                     outcome = measure_outcome(gen, RequestState.FAILED, ErrorCode.SERVER_SHUTDOWN,
@@ -256,6 +261,17 @@ class PlanServerNode(Node):
         self.dispatcher.destroy()
         self._action.destroy()
         self.scheduler.engine.close()
+
+
+def warm_up(engine, prompt: str, tokens: int = 4) -> None:
+    """Run one short generation so the first robot's request does not pay one-time start-up costs."""
+    engine.add("__warm_up__", engine.encode(prompt), tokens)
+    try:
+        for _ in range(tokens):
+            if engine.step(["__warm_up__"]).finished:
+                break
+    finally:
+        engine.release("__warm_up__")
 
 
 def main(args: list[str] | None = None) -> int:

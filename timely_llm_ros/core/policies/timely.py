@@ -65,6 +65,7 @@ class TimelyPolicy(Policy):
         self.token_time_s = float(o.get("token_time_s", 0.022))  # decode s/token before one is measured
         self.adaptive = bool(o.get("adaptive", True))
         self.online_gen_time = bool(o.get("online_gen_time", False))
+        self._configured_gen_time = dict(self.gen_time_s)
         self.admit_when_late = bool(o.get("admit_when_late", True))
         self.admit_per_step = int(o.get("admit_per_step", 1))  # new prefills per step unless pressing (0: no limit)
         self.utility_floor = float(o.get("utility_floor", 0.05))
@@ -90,10 +91,11 @@ class TimelyPolicy(Policy):
         rt = gen.req.robot_type
         return self.max_segment_tokens.get(rt, self.max_segment_tokens.get("*", 20))
 
-    def utility_if_started(self, gen: Generation, now: float) -> float:
+    def utility_if_started(self, gen: Generation, now: float, gen_time_s: float | None = None) -> float:
         """TUF_0 / TUF_1 of the current segment if its generation starts now (unclamped)."""
         req = gen.req
-        ready = now + self.segment_time(req.robot_type) + self.network_delay_s
+        g = self.segment_time(req.robot_type) if gen_time_s is None else gen_time_s
+        ready = now + g + self.network_delay_s
         if gen.k == 0 or gen.expected_exec_end is None:
             return req.tuf(ready - req.arrival)
         return req.tuf.resumed(ready - gen.expected_exec_end)
@@ -114,7 +116,11 @@ class TimelyPolicy(Policy):
     def should_drop(self, gen: Generation, now: float) -> str | None:
         if self.drop == "never" or gen.k > 0:
             return None
-        u = self.utility_if_started(gen, now)
+        # optimistic G (the configured profile, or less if measured faster): an online G inflated by a burst
+        # must not drop a request that could still make it
+        rt = gen.req.robot_type
+        g = min(self.segment_time(rt), self._configured_gen_time.get(rt, self.segment_time(rt)))
+        u = self.utility_if_started(gen, now, g)
         if u <= 0:
             waited = now - gen.req.arrival
             return (f"dropped after waiting {waited:.2f} s: its first segment could no longer earn positive "
