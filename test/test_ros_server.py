@@ -162,3 +162,31 @@ def test_executor_that_never_answers_gives_timeout_error_not_a_hang(fleet):
         assert time.monotonic() - t0 < 15.0
     finally:
         ghost.close()
+
+
+def test_state_topic_and_diagnostics_report_the_served_requests(fleet):
+    from diagnostic_msgs.msg import DiagnosticArray
+    from rclpy.qos import DurabilityPolicy, QoSProfile
+
+    from timely_llm_ros.msg import SchedulerState
+
+    client, _ = fleet
+    states, diags = [], []
+    latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    sub = client.node.create_subscription(SchedulerState, "/timely_server/state", states.append, latched)
+    dsub = client.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
+    try:
+        run = client.send(**DRONE_TASK)
+        _check_done(*run.result(), run)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (states and diags and states[-1].requests_done >= 1):
+            time.sleep(0.05)
+        state = states[-1]
+        assert state.policy == "timely"
+        assert state.requests_total >= state.requests_done >= 1
+        status = diags[-1].status[0]
+        values = {kv.key: kv.value for kv in status.values}
+        assert status.name.startswith("timely_server") and int(values["requests_total"]) >= 1
+    finally:
+        client.node.destroy_subscription(sub)
+        client.node.destroy_subscription(dsub)

@@ -20,6 +20,8 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
 
+from diagnostic_msgs.msg import DiagnosticArray
+
 from timely_llm_ros.action import Plan
 from timely_llm_ros.msg import SchedulerState
 
@@ -33,7 +35,7 @@ from ..core.validation import GoalLimits, validate_goal
 from .conversions import error_result, goal_fields, outcome_to_result, segment_to_msg
 from .parameters import ServerParams, declare_server_params
 from .segment_dispatcher import SegmentDispatcher
-from .state_message import scheduler_state_msg
+from .state_message import diagnostics_msg, scheduler_state_msg
 
 _FINAL = {RequestState.DONE, RequestState.CANCELLED, RequestState.DROPPED, RequestState.FAILED}
 
@@ -83,6 +85,7 @@ class PlanServerNode(Node):
                                             on_feedback=None)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._state_pub = self.create_publisher(SchedulerState, "~/state", latched)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._last_state = 0.0
         self._counts = {"total": 0, "done": 0, "dropped": 0, "failed": 0}
         for agent in p.expected_agents:  # start discovering their executors now, not on the first goal
@@ -223,7 +226,9 @@ class PlanServerNode(Node):
             self._last_state = now
             with self._sessions_lock:
                 counts = dict(self._counts)
-            self._state_pub.publish(scheduler_state_msg(self, self.scheduler, counts))
+            state = scheduler_state_msg(self, self.scheduler, counts)
+            self._state_pub.publish(state)
+            self._diag_pub.publish(diagnostics_msg(self, state, self.scheduler.policy.max_batch))
 
     # ------------------------------------------------------------------ misc
     def _drop_session(self, req_id: str) -> None:

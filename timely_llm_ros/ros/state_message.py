@@ -40,3 +40,29 @@ def scheduler_state_msg(node, scheduler: PlanScheduler, counts: dict[str, int]) 
             priority=float(scheduler.policy.priority(g, now)) if waiting else 0.0,
             age=now - g.req.arrival, utility_so_far=0.0))
     return msg
+
+
+def diagnostics_msg(node, state: SchedulerState, max_batch: int):
+    """Server health on /diagnostics: WARN when the queue is long or requests fail, with the key numbers."""
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+    backlog = state.queued + state.suspended
+    level, message = DiagnosticStatus.OK, "serving"
+    if backlog > 4 * max_batch:
+        level, message = DiagnosticStatus.WARN, f"{backlog} generations waiting (max_batch {max_batch})"
+    status = DiagnosticStatus(level=level, name="timely_server: scheduler", message=message,
+                              hardware_id=state.engine)
+    values = {"policy": state.policy, "queued": state.queued, "running": state.running,
+              "suspended": state.suspended, "executing": state.executing,
+              "last_step_time_s": f"{state.last_step_time:.4f}", "kv_device_bytes": int(state.kv_device_bytes),
+              "kv_host_bytes": int(state.kv_host_bytes), "requests_total": state.requests_total,
+              "requests_done": state.requests_done, "requests_dropped": state.requests_dropped,
+              "requests_failed": state.requests_failed}
+    status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
+    return DiagnosticArray(header=state_header(node), status=[status])
+
+
+def state_header(node):
+    from std_msgs.msg import Header
+
+    return Header(stamp=node.get_clock().now().to_msg())
