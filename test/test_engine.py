@@ -257,3 +257,22 @@ def test_fast_byte_level_detokenizer_matches_the_tokenizer_on_every_prefix():
     ids = tok.encode(" déjà vu: s('cat');🤖 mu(80);") + [hf.eos_token_id]
     for n in range(len(ids) + 1):                       # partial UTF-8 sequences included
         assert tok.decode(ids[:n]) == hf.decode(ids[:n], skip_special_tokens=True)
+
+
+def test_prompts_sharing_a_cached_prefix_prefill_only_the_rest_and_stay_token_exact(tiny):
+    shared = prompt(80, 40)
+    prompts = {"first": shared + prompt(81, 9)[1:], "other": shared + prompt(82, 14)[1:],
+               "same": shared + prompt(81, 9)[1:], "short": shared[:30]}
+    engine = make(tiny, prefix_cache_mb=1, prefix_min_tokens=8)
+    engine.add("first", prompts["first"], 15)
+    run_to_end(engine, "first")
+    for g in ("other", "same", "short"):
+        engine.add(g, prompts[g], 15)
+    res = engine.step(["other", "same", "short"])
+    assert sorted(res.prefilled) == ["other", "same", "short"]
+    while not all(engine._gens[g].finished for g in ("other", "same", "short")):
+        engine.step([g for g in ("other", "same", "short") if not engine._gens[g].finished])
+    assert engine.prefix_cache.hits == 3
+    assert engine.prefix_cache.reused_tokens == 40 + (len(prompts["same"]) - 1) + 29
+    for g, ids in prompts.items():
+        assert engine.output_ids(g) == solo_greedy(tiny, ids, 15), g

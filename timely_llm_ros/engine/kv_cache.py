@@ -51,6 +51,11 @@ class _SlotLayer(CacheLayerMixin):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         s = self._store
         keys, values = s.buffer[self._idx, 0], s.buffer[self._idx, 1]   # [rows, heads, capacity, dim]
+        if s.prefill_rows is not None and s.prefill_offset:             # one row's prompt after a reused prefix
+            r, start, end = s.prefill_rows[0], s.prefill_offset, s.prefill_offset + key_states.shape[-2]
+            keys[r, :, start:end].copy_(key_states[0])
+            values[r, :, start:end].copy_(value_states[0])
+            return keys[r:r + 1, :, :end], values[r:r + 1, :, :end]
         if s.prefill_rows is not None:                                  # fresh sequences, columns [0, q)
             q = key_states.shape[-2]                                    # (they attend only to themselves)
             if len(s.prefill_rows) == 1:
@@ -71,7 +76,8 @@ class _SlotLayer(CacheLayerMixin):
         return self.get_seq_length() + query_length, 0
 
     def get_seq_length(self) -> int:
-        return 0 if self._store.prefill_rows is not None else self._store.max_length
+        s = self._store
+        return s.prefill_offset if s.prefill_rows is not None else s.max_length
 
     def get_max_length(self) -> int:
         return self._store.capacity
@@ -85,6 +91,7 @@ class SlotKV(Cache):
         self.device = torch.device(device)
         self.buffer = self._zeros(rows, capacity)
         self.prefill_rows: list[int] | None = None    # set while a prefill forward runs
+        self.prefill_offset = 0                        # columns already filled (a reused prompt prefix)
         self.prefill_index = torch.zeros(0, dtype=torch.long, device=self.device)
         self.active = 0
         self.lengths: list[int] = []           # tokens of the active rows (host copy)
@@ -137,14 +144,17 @@ class SlotKV(Cache):
         self.buffer[:, :, dst, :, :n].copy_(self.buffer[:, :, src, :, :n])
 
     # ----- modes -----
-    def begin_prefill(self, rows: Sequence[int]) -> None:
-        """The next forward prefills fresh sequences (batch order) into these rows, from column 0."""
-        self.prefill_rows = list(rows)
+    def begin_prefill(self, rows: Sequence[int], offset: int = 0) -> None:
+        """The next forward prefills sequences (batch order) into these rows from column ``offset``
+        (> 0 only for one row whose first ``offset`` columns already hold a reused prefix)."""
+        if offset and len(rows) != 1:
+            raise ValueError("a prefill after a reused prefix runs one row at a time")
+        self.prefill_rows, self.prefill_offset = list(rows), offset
         if len(rows) > 1:
             self.prefill_index = torch.tensor(rows, dtype=torch.long, device=self.device)
 
     def end_prefill(self) -> None:
-        self.prefill_rows = None
+        self.prefill_rows, self.prefill_offset = None, 0
 
     def begin_decode(self, lengths: Sequence[int], changed: bool) -> torch.Tensor:
         """The next forward appends one token to each of rows [0, len(lengths)); returns the 4D mask."""

@@ -21,6 +21,7 @@ import torch
 from .base import Engine, EngineError, MemoryStats, StepResult
 from .kv_cache import KVShape, SlotKV
 from .loader import LoadedModel
+from .prefix_cache import PrefixCache
 from .sampling import SamplingParams, choose_tokens, generator_for
 
 
@@ -53,7 +54,8 @@ class TransformersEngine(Engine):
 
     def __init__(self, loaded: LoadedModel, kv_budget_mb: float | None = None,
                  sampling: SamplingParams | None = None, headroom_tokens: int = 256,
-                 batch_prefill: bool = True, prefill_tokens: int = 16384) -> None:
+                 batch_prefill: bool = True, prefill_tokens: int = 16384,
+                 prefix_cache_mb: float | None = None, prefix_min_tokens: int = 32) -> None:
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.device, self.dtype, self.source = loaded.device, loaded.dtype, loaded.source
@@ -61,6 +63,8 @@ class TransformersEngine(Engine):
         self.sampling = sampling or SamplingParams()
         self.headroom_tokens = headroom_tokens
         self.batch_prefill, self.prefill_tokens = batch_prefill, prefill_tokens
+        self.prefix_cache = (PrefixCache(prefix_cache_mb * 2**20, prefix_min_tokens)
+                             if prefix_cache_mb else None)
         self.kv_budget_bytes = math.inf if kv_budget_mb is None else float(kv_budget_mb) * 2**20
         self._eos_ids = _eos_ids(loaded)
         self.eos_token_id = min(self._eos_ids) if self._eos_ids else None
@@ -155,15 +159,24 @@ class TransformersEngine(Engine):
         return result
 
     def _prefill(self, gens: list[_Generation], result: StepResult) -> None:
-        """Prefill new generations into free rows: one forward per group of similar lengths (at most
-        prefill_tokens padded tokens, at most 50% padding), or one by one when batch_prefill is off."""
+        """Prefill new generations into free rows. A prompt that starts like a cached one copies that
+        prefix's KV and prefills only the rest; the others run one forward per group of similar
+        lengths (at most prefill_tokens padded tokens, at most 50% padding), or one by one when
+        batch_prefill is off."""
+        fresh = []
+        for gen in gens:
+            reused, kv = self.prefix_cache.lookup(gen.prompt) if self.prefix_cache else (0, None)
+            if kv is not None:
+                self._prefill_after_prefix(gen, reused, kv, result)
+            else:
+                fresh.append(gen)
         if not self.batch_prefill:
-            for gen in gens:
+            for gen in fresh:
                 self._prefill_group([gen], result)
             return
         group: list[_Generation] = []
         real = 0
-        for gen in sorted(gens, key=lambda g: len(g.prompt)):
+        for gen in sorted(fresh, key=lambda g: len(g.prompt)):
             padded = (len(group) + 1) * len(gen.prompt)
             if group and (padded > self.prefill_tokens or padded > 1.5 * (real + len(gen.prompt))):
                 self._prefill_group(group, result)       # too big, or too much padding: start a new group
@@ -172,6 +185,25 @@ class TransformersEngine(Engine):
             real += len(gen.prompt)
         if group:
             self._prefill_group(group, result)
+
+    def _prefill_after_prefix(self, gen: _Generation, reused: int, kv: torch.Tensor, result: StepResult) -> None:
+        n = len(gen.prompt)
+        store = self._store_for(rows=0, capacity=n + 1, gens=[gen])
+        row = self._claim_slot(gen)
+        store.write_row(row, kv[..., :reused, :])
+        store.begin_prefill([row], offset=reused)
+        try:
+            cols = torch.arange(n, device=self.device)
+            mask = cols[None, :] <= cols[reused:, None]          # suffix token i sees columns [0, reused + i]
+            out = self.model(input_ids=torch.tensor([gen.prompt[reused:]], dtype=torch.long, device=self.device),
+                             position_ids=cols[None, reused:], attention_mask=mask[None, None],
+                             past_key_values=store, use_cache=True, logits_to_keep=1)
+        except Exception:
+            self._free_row(gen)
+            raise
+        finally:
+            store.end_prefill()
+        self._finish_prefill([gen], [n], out.logits[:, -1], result)
 
     def _prefill_group(self, gens: list[_Generation], result: StepResult) -> None:
         lengths = [len(g.prompt) for g in gens]
@@ -199,7 +231,14 @@ class TransformersEngine(Engine):
             raise
         finally:
             store.end_prefill()
-        tokens = choose_tokens(out.logits[:, -1], self.sampling, [g.generator for g in gens])
+        if self.prefix_cache is not None:
+            for gen, n_tokens in zip(gens, lengths):
+                self.prefix_cache.insert(gen.prompt, store.read_row(gen.row, n_tokens))
+        self._finish_prefill(gens, lengths, out.logits[:, -1], result)
+
+    def _finish_prefill(self, gens: list[_Generation], lengths: list[int], logits: torch.Tensor,
+                        result: StepResult) -> None:
+        tokens = choose_tokens(logits, self.sampling, [g.generator for g in gens])
         for gen, n_tokens, token in zip(gens, lengths, tokens):
             gen.kv_len, gen.prefilled = n_tokens, True
             result.prefilled.append(gen.gen_id)
@@ -307,6 +346,8 @@ class TransformersEngine(Engine):
     def held_bytes(self) -> dict[str, int]:
         """Bytes physically held by KV tensors (batch buffer included), by location."""
         held = {"device": self._store.nbytes() if self._store is not None else 0, "host": 0}
+        if self.prefix_cache is not None:
+            held["device"] += self.prefix_cache.nbytes()
         for gen in self._gens.values():
             if gen.kv is not None:
                 base = gen.kv.untyped_storage().nbytes()
