@@ -73,6 +73,7 @@ def test_two_agents_at_once(fleet):
 @pytest.mark.parametrize("fields,code", [
     (dict(DRONE_TASK, task="   "), R.INVALID_TASK),
     (dict(DRONE_TASK, task="x" * 100_000), R.INVALID_TASK),
+    (dict(DRONE_TASK, context="cat, chair, " * 600), R.INVALID_TASK),  # within the char limit, over the model's context
     (dict(DRONE_TASK, urgency_class="", ert=float("nan"), alpha=-1.0, beta=1.0), R.INVALID_TIME_REQUIREMENT),
     (dict(DRONE_TASK, urgency_class="", ert=-1.0, alpha=-1.0, beta=1.0), R.INVALID_TIME_REQUIREMENT),
     (dict(DRONE_TASK, urgency_class="", ert=1.0, alpha=float("nan"), beta=1.0), R.INVALID_TIME_REQUIREMENT),

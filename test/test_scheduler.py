@@ -165,3 +165,14 @@ def test_plan_that_stops_parsing_ends_early_with_generation_failed():
     assert [i for _, i, _ in dispatched] == [0]  # the valid first segment was still executed
     assert out.tokens < len(engine.encode(bad))  # generation stopped at the error, not at the end
     assert engine.memory().generations == 0
+
+
+def test_prompt_longer_than_the_model_context_is_rejected_before_the_engine():
+    sched, engine, _ = make()
+    engine.max_context = 64
+    req = request("a")
+    req.context = "a very cluttered room " * 40
+    with pytest.raises(RequestError) as err:
+        sched.submit(req)
+    assert err.value.code == ErrorCode.INVALID_TASK and "64 tokens" in err.value.message
+    assert engine.memory().generations == 0

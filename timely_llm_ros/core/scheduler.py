@@ -151,6 +151,13 @@ class PlanScheduler:
                                f"prompt is {len(prompt_ids)} tokens, over the limit of {self.config.max_prompt_tokens};"
                                " shorten the task or context")
         max_new = min(req.max_new_tokens, skill_set.max_plan_tokens) if req.max_new_tokens else skill_set.max_plan_tokens
+        room = self.engine.max_context
+        if room is not None:
+            if len(prompt_ids) + min(max_new, skill_set.max_segment_tokens) > room:
+                raise RequestError(ErrorCode.INVALID_TASK,
+                                   f"prompt is {len(prompt_ids)} tokens; the model attends over {room} tokens in all,"
+                                   " which leaves no room for a plan: shorten the task or context")
+            max_new = min(max_new, room - len(prompt_ids))
         forced = self.engine.encode(" " + req.forced_plan) if req.forced_plan is not None else None
         self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced)
         gen = Generation(req=req, prompt_ids=list(prompt_ids), enqueued_at=self.clock())

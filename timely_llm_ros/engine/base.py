@@ -40,6 +40,7 @@ class Engine(ABC):
     """A step-controlled LLM engine with suspend/resume that keeps KV and token ids."""
 
     eos_token_id: int | None = None
+    max_context: int | None = None   # prompt + output tokens the model can attend over (None = unbounded)
 
     @abstractmethod
     def encode(self, text: str) -> list[int]:

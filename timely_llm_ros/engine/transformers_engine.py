@@ -68,6 +68,7 @@ class TransformersEngine(Engine):
         self.kv_budget_bytes = math.inf if kv_budget_mb is None else float(kv_budget_mb) * 2**20
         self._eos_ids = _eos_ids(loaded)
         self.eos_token_id = min(self._eos_ids) if self._eos_ids else None
+        self.max_context = getattr(self.model.config, "max_position_embeddings", None)
         self._pin = self.device.type == "cuda"
         self._gens: dict[str, _Generation] = {}
         self._released: set[str] = set()
