@@ -57,6 +57,14 @@ class NodeProcess:
                     f"did not become ready in {timeout} s"
                 raise RuntimeError(f"node {why}:\n" + "\n".join(self.lines[-40:]))
 
+    def wait_for(self, text: str, timeout: float) -> None:
+        """Block until the node has printed a line containing text."""
+        end = time.monotonic() + timeout
+        while not any(text in line for line in list(self.lines)):
+            if self.proc.poll() is not None or time.monotonic() > end:
+                raise RuntimeError(f"node never printed {text!r}:\n" + "\n".join(self.lines[-40:]))
+            time.sleep(0.05)
+
     def output(self) -> str:
         return "\n".join(self.lines)
 

@@ -27,11 +27,13 @@ ARM_TASK = dict(agent_id="arm_1", robot_type="arm", task="stack the red block on
 def fleet():
     nodes = []
     try:
-        nodes.append(start_server("executor_timeout_s:=1.5", "executor_discovery_timeout_s:=1.0", "max_batch:=4"))
+        nodes.append(start_server("executor_timeout_s:=1.5", "executor_discovery_timeout_s:=3.0", "max_batch:=4",
+                                  "expected_agents:=[drone_1,drone_2,arm_1,arm_slow]"))
         nodes.append(start_executor("drone_1", "drone", 0.05))
         nodes.append(start_executor("drone_2", "drone", 0.05))
         nodes.append(start_executor("arm_1", "arm", 0.05))
         nodes.append(start_executor("arm_slow", "arm", 1.0))
+        nodes[0].wait_for("all expected executors discovered", 30.0)
         with plan_client() as client:
             yield client, nodes[0]
     finally:
@@ -50,7 +52,10 @@ def _check_done(status, result, run):
     assert result.completion_time >= result.response_time
     assert math.isfinite(result.utility)
     streamed = [fb.segment.index for fb in run.feedback if fb.new_segment]
-    assert streamed == list(range(len(result.segments))), "segments must stream in order as feedback"
+    # feedback sent before the client has processed the goal acceptance can be missed (ROS 2 actions):
+    # what arrives must be in order and end with the last segment
+    assert streamed and streamed == sorted(set(streamed)), "segments must stream in order as feedback"
+    assert streamed[-1] == len(result.segments) - 1
 
 
 def test_plan_round_trip_executes_segments_in_order(fleet):
@@ -154,7 +159,9 @@ def test_executor_that_never_answers_gives_timeout_error_not_a_hang(fleet):
     client, _ = fleet
     ghost = _SilentExecutor("drone_ghost")
     try:
-        run = client.send(**dict(DRONE_TASK, agent_id="drone_ghost"))
+        # a lenient time requirement: discovering the new executor may take seconds, and the request must not be
+        # dropped for lateness before it reaches the robot
+        run = client.send(**dict(DRONE_TASK, agent_id="drone_ghost", urgency_class="", ert=10.0, alpha=-0.1, beta=1.0))
         t0 = time.monotonic()
         status, result = run.result(30)
         assert status == GoalStatus.STATUS_ABORTED
@@ -176,18 +183,15 @@ def test_state_topic_and_diagnostics_report_the_served_requests(fleet):
     latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     sub = client.node.create_subscription(SchedulerState, "/timely_server/state", states.append, latched)
     dsub = client.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
-    try:
-        run = client.send(**DRONE_TASK)
-        _check_done(*run.result(), run)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not (states and diags and states[-1].requests_done >= 1):
-            time.sleep(0.05)
-        state = states[-1]
-        assert state.policy == "timely"
-        assert state.requests_total >= state.requests_done >= 1
-        status = diags[-1].status[0]
-        values = {kv.key: kv.value for kv in status.values}
-        assert status.name.startswith("timely_server") and int(values["requests_total"]) >= 1
-    finally:
-        client.node.destroy_subscription(sub)
-        client.node.destroy_subscription(dsub)
+    assert sub and dsub  # they live until the client closes (destroying them while spinning is noisy)
+    run = client.send(**DRONE_TASK)
+    _check_done(*run.result(), run)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (states and diags and states[-1].requests_done >= 1):
+        time.sleep(0.05)
+    state = states[-1]
+    assert state.policy == "timely"
+    assert state.requests_total >= state.requests_done >= 1
+    status = diags[-1].status[0]
+    values = {kv.key: kv.value for kv in status.values}
+    assert status.name.startswith("timely_server") and int(values["requests_total"]) >= 1

@@ -88,8 +88,11 @@ class PlanServerNode(Node):
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._last_state = 0.0
         self._counts = {"total": 0, "done": 0, "dropped": 0, "failed": 0}
-        for agent in p.expected_agents:  # start discovering their executors now, not on the first goal
+        self._undiscovered = list(p.expected_agents)
+        for agent in self._undiscovered:  # start discovering their executors now, not on the first goal
             self.dispatcher.client(agent)
+        if self._undiscovered:
+            self._discovery_timer = self.create_timer(0.2, self._report_discovery, callback_group=self._group)
         self._action = ActionServer(self, Plan, "plan", execute_callback=self._execute,
                                     goal_callback=self._on_goal, cancel_callback=self._on_cancel,
                                     callback_group=self._group)
@@ -105,6 +108,16 @@ class PlanServerNode(Node):
         from ..core.policies.timely import options_from_skill_sets
         return {**options_from_skill_sets(self.skill_sets), "network_delay_s": self.params.network_delay_s,
                 "online_gen_time": True}
+
+    def _report_discovery(self) -> None:
+        """Log each expected robot's executor once it is discoverable."""
+        for agent in list(self._undiscovered):
+            if self.dispatcher.client(agent).server_is_ready():
+                self._undiscovered.remove(agent)
+                self.get_logger().info(f"executor discovered: {agent}/execute_segment")
+        if not self._undiscovered:
+            self._discovery_timer.cancel()
+            self.get_logger().info("all expected executors discovered")
 
     # ------------------------------------------------------------------ action callbacks
     def _on_goal(self, goal: Plan.Goal) -> GoalResponse:
