@@ -65,14 +65,18 @@ class StepLog(Engine):
 
 @pytest.fixture(scope="module")
 def real_run():
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
     from timely_llm_ros.engine.factory import make_engine
 
+    threads = torch.get_num_threads()
     clock = WallClock()
-    engine = StepLog(make_engine("transformers", random_config="tiny", num_threads=2), clock)
+    engine = StepLog(make_engine("transformers", random_config="tiny", num_threads=1), clock)
     sim = Simulator(make_policy("timely"), None, engine=engine, clock=clock, time_scale=0.02, network_delay_s=0.008)
     t0 = time.monotonic()
-    result = sim.run(THREE, max_sim_s=120)
+    try:
+        result = sim.run(THREE, max_sim_s=120)
+    finally:
+        torch.set_num_threads(threads)
     return result, engine.log, time.monotonic() - t0
 
 
