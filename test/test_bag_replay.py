@@ -10,8 +10,8 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from timely_llm_ros.core.workload.bag import (RunRecord, main as bag_cli, read_bag, read_results,  # noqa: E402
-                                              write_bag, write_run_bag)
+from timely_llm_ros.core.workload.bag import (RunRecord, format_comparison, main as bag_cli,  # noqa: E402
+                                              read_bag, read_results, write_bag, write_run_bag)
 from timely_llm_ros.core.workload.generator import Workload, WorkloadSpec, WorkloadTask  # noqa: E402
 from timely_llm_ros.paths import default_model_dir  # noqa: E402
 
@@ -59,6 +59,11 @@ def test_run_bag_round_trips_goals_as_sent_and_results(tmp_path):
     sent = read_bag(bag)
     assert [t.task_id for t in sent.tasks] == ["replay-0", "replay-1"]
     assert [t.arrival for t in sent.tasks] == pytest.approx([0.01, 0.21])
+    table = format_comparison(got, got[:1], "run_a", "run_b")
+    lines = {line.split()[0]: line for line in table.splitlines() if line.startswith("replay-")}
+    assert set(lines) == {"replay-0", "replay-1"}
+    assert "DROPPED" in lines["replay-0"] and lines["replay-1"].count("no result") == 2
+    assert "run_a: 1 results, 1 served, mean response 0.400 s, mean utility 0.700" in table
 
 
 def test_bag_cli_records_a_preset(tmp_path, capsys):
@@ -120,6 +125,7 @@ def test_results_bag_holds_one_result_per_recorded_goal_for_the_right_agent(repl
     assert [(t.agent_id, t.task, t.urgency) for t in sent.tasks] == [(g[1], g[4], g[3]) for g in GOALS]
     for t, g in zip(sent.tasks, GOALS):
         assert g[0] - 1e-3 <= t.arrival <= g[0] + 0.5
+    assert bag_cli(["compare", str(bag), str(bag)]) == 0
 
 
 @needs_model

@@ -207,27 +207,37 @@ class ReplayRun:
         future.add_done_callback(lambda f: self._on_goal_response(f, rec, row))
 
     def _on_goal_response(self, future, rec: RunRecord, row: OutcomeRow) -> None:
-        handle = future.result() if future.exception() is None else None
-        if handle is None or not handle.accepted:
+        try:
+            handle = future.result() if future.exception() is None else None
+            if handle is not None and handle.accepted:
+                handle.get_result_async().add_done_callback(lambda f: self._on_result(f, rec, row))
+                return
             with self._lock:
-                row.status, row.message = "no result", "goal not accepted by /plan"
-            self._pending.release()
-            return
-        handle.get_result_async().add_done_callback(lambda f: self._on_result(f, rec, row))
+                row.status, row.message = "no result", "goal not accepted by the plan server"
+        except Exception as exc:  # a callback must never lose a request: count it, say why
+            with self._lock:
+                row.status, row.message = "no result", f"sending the goal failed: {exc!r}"
+        self._pending.release()
 
     def _on_result(self, future, rec: RunRecord, row: OutcomeRow) -> None:
-        res = future.result().result if future.exception() is None else None
-        with self._lock:
-            if res is None:
-                row.status, row.message = "no result", f"result request failed: {future.exception()}"
-            else:
-                rec.result_at = self._now()
-                rec.result_cdr = serialize_message(res)
-                row.fill(res, _code_name(res.error_code))
-                rec.outcome = {"request_id": res.request_id, "status": row.status, "error_code": int(res.error_code)}
-        self.node.get_logger().info(f"{rec.task.agent_id}: {row.status} '{row.task}' segments={row.segments} "
-                                    f"response={row.response_time:.2f}s utility={row.utility:.2f}")
-        self._pending.release()
+        try:
+            res = future.result().result if future.exception() is None else None
+            with self._lock:
+                if res is None:
+                    row.status, row.message = "no result", f"result request failed: {future.exception()}"
+                else:
+                    rec.result_at = self._now()
+                    rec.result_cdr = serialize_message(res)
+                    row.fill(res, _code_name(res.error_code))
+                    rec.outcome = {"request_id": res.request_id, "status": row.status,
+                                   "error_code": int(res.error_code)}
+            self.node.get_logger().info(f"{rec.task.agent_id}: {row.status} '{row.task}' segments={row.segments} "
+                                        f"response={row.response_time:.2f}s utility={row.utility:.2f}")
+        except Exception as exc:
+            with self._lock:
+                row.status, row.message = "no result", f"reading the result failed: {exc!r}"
+        finally:
+            self._pending.release()
 
 
 def _code_name(code: int) -> str:

@@ -15,11 +15,13 @@ read_bag reads it as a workload, plus the outcomes (log time = when the result a
                           (registered from the result section, with msg/PlanSegment and msg/Skill)
     /workload/outcome     std_msgs/msg/String  JSON: task_id, request_id, agent_id, sent_at, result_at, status
 Record a preset:  python -m timely_llm_ros.core.workload.bag record --preset WID1 --duration 20 --out wid1.mcap
+Compare two runs: python -m timely_llm_ros.core.workload.bag compare run_timely.mcap run_vllm.mcap
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -219,8 +221,41 @@ def load_any(path: str | Path) -> Workload:
     raise ValueError(f"{path}: not a workload file (expected .yaml/.yml, an .mcap bag or a rosbag2 directory)")
 
 
+def _outcome_line(rec: dict | None) -> tuple[str, float, float]:
+    res = rec["result"] if rec else None
+    if res is None:
+        return "no result", math.nan, math.nan
+    return (rec.get("status") or str(res.error_code)), res.response_time, res.utility
+
+
+def format_comparison(a: list[dict], b: list[dict], name_a: str = "a", name_b: str = "b") -> str:
+    """Per goal (matched by task id): status, response time and utility of run a next to run b, then the means."""
+    by_a, by_b = {r["task_id"]: r for r in a}, {r["task_id"]: r for r in b}
+    lines = [f"{'task id':18s} {'agent':10s} | {'status':>17s} {'resp s':>7s} {'util':>6s} | "
+             f"{'status':>17s} {'resp s':>7s} {'util':>6s}", f"{'':29s}| {name_a[-33:]:>33s} | {name_b[-33:]:>33s}"]
+    sums = {"a": [], "b": []}
+    for task_id in sorted(set(by_a) | set(by_b)):
+        ra, rb = by_a.get(task_id), by_b.get(task_id)
+        cells = []
+        for key, rec in (("a", ra), ("b", rb)):
+            status, resp, util = _outcome_line(rec)
+            if not math.isnan(util):
+                sums[key].append((resp, util))
+            cells.append(f"{status[:17]:>17s} {resp:7.3f} {util:6.2f}")
+        agent = (ra or rb)["agent_id"]
+        lines.append(f"{task_id:18s} {agent:10s} | {cells[0]} | {cells[1]}")
+    for key, name in (("a", name_a), ("b", name_b)):
+        got = sums[key]
+        served = [r for r, _ in got if r >= 0]  # the server reports -1 for a request never served
+        if got:
+            mean_resp = f"{sum(served) / len(served):.3f} s" if served else "-"
+            lines.append(f"{name}: {len(got)} results, {len(served)} served, mean response {mean_resp}, "
+                         f"mean utility {sum(u for _, u in got) / len(got):.3f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """CLI: record a workload preset (or a workload YAML) to a bag, or summarise a bag."""
+    """CLI: record a workload preset (or a workload YAML) to a bag, summarise a bag, or compare two run bags."""
     p = argparse.ArgumentParser(prog="python -m timely_llm_ros.core.workload.bag", description=main.__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     rec = sub.add_parser("record", help="write a workload as an mcap bag of Plan goals")
@@ -231,7 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--out", required=True, help="bag path to create (a rosbag2 directory holding the .mcap)")
     show = sub.add_parser("show", help="summarise a workload or run bag")
     show.add_argument("bag")
+    cmp = sub.add_parser("compare", help="outcomes of two run bags of the same workload side by side")
+    cmp.add_argument("a")
+    cmp.add_argument("b")
     args = p.parse_args(argv)
+    if args.cmd == "compare":
+        print(format_comparison(read_results(args.a), read_results(args.b), args.a, args.b))
+        return 0
     if args.cmd == "record":
         if args.workload:
             workload = load_any(args.workload)
@@ -253,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["GOAL_TYPE", "RESULT_TYPE", "RunRecord", "goal_definition", "load_any", "make_typestore", "read_bag",
-           "read_results", "result_definition", "write_bag", "write_run_bag"]
+__all__ = ["GOAL_TYPE", "RESULT_TYPE", "RunRecord", "format_comparison", "goal_definition", "load_any",
+           "make_typestore", "read_bag", "read_results", "result_definition", "write_bag", "write_run_bag"]
 
 if __name__ == "__main__":
     sys.exit(main())
