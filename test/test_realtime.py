@@ -1,6 +1,7 @@
 """The simulator's event loop on a real engine in real time (WallClock), and unchanged on the SimEngine."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Sequence
@@ -151,3 +152,22 @@ def test_time_scale_shrinks_robot_time_only():
     assert fast.response_time == pytest.approx(full.response_time)
     busy = lambda o: sum(s.exec_finished - s.exec_started for s in o.segments)  # noqa: E731
     assert busy(fast) == pytest.approx(0.1 * busy(full))
+
+
+def _stops_parsing() -> WorkloadTask:
+    """An urgent drone task whose plan has one complete segment, then stops parsing (a stray '}')."""
+    return dataclasses.replace(task(0, 6, 0.0), plan="mu(80);}mb(100);")
+
+
+def test_loop_reports_a_request_the_scheduler_never_finishes():
+    result = Simulator(make_policy("vllm"), LAT).run([_stops_parsing()])
+    assert len(result.outcomes) == 1  # never silently lost: the loop ends it when nothing can change any more
+    assert result.outcomes[0].state in (RequestState.CANCELLED, RequestState.FAILED)
+
+
+@pytest.mark.xfail(strict=True, reason="scheduler._invalid_plan never dispatches the complete segments of a "
+                                       "non-streaming policy (vllm), so the request never finishes; reported")
+def test_whole_plan_policy_ends_a_plan_that_stops_parsing_with_generation_failed():
+    outcome = Simulator(make_policy("vllm"), LAT).run([_stops_parsing()]).outcomes[0]
+    assert outcome.error_code.name == "GENERATION_FAILED"
+    assert outcome.segments[0].exec_finished is not None  # the complete first segment was still executed
