@@ -13,7 +13,8 @@ costs it ~40 ms of engine time (30-token prompt, ~3 ms per decode step) instead 
 prompt, 22 ms per token on an RTX 4090), so WID1's 0.25 events/s is scaled x32 to 8 events/s (~30 tasks/s), which
 keeps the engine busy ~70% of the arrival window; agents are raised so that no task finds every drone busy.
 
-Task text: the LRTrace task of each trace is rephrased in the planner corpus's style (TRACE_PROMPTS below), because
+Task text: the LRTrace task of each trace is rephrased in the planner corpus's style (core.workload.bag
+CORPUS_PHRASING), because
 the embedded model was trained on that phrasing (timely_llm_ros/model/corpus.py); the trace id stays the task type.
 Writes <out>/summary.csv, <out>/outcomes.csv, <out>/workload.yaml and <out>/utility.png.
 """
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import gc
 import math
 import sys
@@ -38,18 +38,8 @@ from timely_llm_ros.core.policies.timely import options_from_skill_sets  # noqa:
 from timely_llm_ros.core.sim.simulator import Simulator  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.workload import Workload, generate, load_spec, save_workload  # noqa: E402
+from timely_llm_ros.core.workload.bag import corpus_phrased  # noqa: E402
 
-# trace id -> (task, scene) in the corpus's phrasing (same intent and urgency as the LRTrace trace)
-TRACE_PROMPTS: dict[int, tuple[str, str]] = {
-    1: ("look for the cat", "room: bedroom; objects: bed, chair, window"),
-    2: ("check for keys or wallet", "room: bedroom; objects: bed, wallet, lamp"),
-    3: ("check the book on the cabinet", "room: office; objects: cabinet, chair, lamp"),
-    4: ("find a toy under the bed", "room: bedroom; objects: bed, chair, rug"),
-    5: ("find a tool for cutting paper", "room: office; objects: scissors, cup, desk"),
-    6: ("a person is too close, avoid injuring them", "person in front, 60 cm away"),
-    7: ("prevent a collision with the door", "door on the left, 40 cm away"),
-    8: ("evade the dog", "dog behind, 90 cm away"),
-}
 FIELDS = ["policy", "group", "n", "utility", "utility_share", "eq3_utility", "response_time", "waiting_time",
           "completion_time", "served", "dropped"]
 NETWORK_DELAY_S = 0.008
@@ -80,10 +70,7 @@ def make_workload(args) -> Workload:
     spec = load_spec("WID1", eps=args.eps, max_tpe=args.max_tpe, agents=args.agents, duration_s=args.duration,
                      seed=args.seed)
     w = generate(spec)
-    if not args.forced_plans:
-        w.tasks = [dataclasses.replace(t, task=TRACE_PROMPTS[t.trace_id][0], context=TRACE_PROMPTS[t.trace_id][1])
-                   for t in w.tasks]
-    return w
+    return w if args.forced_plans else corpus_phrased(w)
 
 
 def load_model(args):

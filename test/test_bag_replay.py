@@ -10,7 +10,8 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from timely_llm_ros.core.workload.bag import (RunRecord, format_comparison, main as bag_cli,  # noqa: E402
+from timely_llm_ros.core.workload.bag import (CORPUS_PHRASING, RunRecord, format_comparison,  # noqa: E402
+                                              main as bag_cli,
                                               read_bag, read_results, write_bag, write_run_bag)
 from timely_llm_ros.core.workload.generator import Workload, WorkloadSpec, WorkloadTask  # noqa: E402
 from timely_llm_ros.paths import default_model_dir  # noqa: E402
@@ -72,6 +73,11 @@ def test_bag_cli_records_a_preset(tmp_path, capsys):
     assert w.spec.name == "WID1" and w.spec.duration_s == 20 and w.tasks
     assert all(0 <= t.arrival < 20 for t in w.tasks)
     assert bag_cli(["record", "--preset", "WID1", "--out", str(tmp_path / "wid1.mcap")]) == 1  # never overwrites
+    assert bag_cli(["record", "--preset", "WID1", "--duration", "20", "--phrasing", "corpus",
+                    "--out", str(tmp_path / "wid1_corpus.mcap")]) == 0
+    phrased = read_bag(tmp_path / "wid1_corpus.mcap")
+    assert [t.arrival for t in phrased.tasks] == [t.arrival for t in w.tasks]
+    assert [(t.task, t.context) for t in phrased.tasks] == [CORPUS_PHRASING[t.trace_id] for t in w.tasks]
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import json
 import math
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -34,6 +34,26 @@ from rosbags.typesys.store import Typestore
 
 from ...paths import share_dir
 from .generator import Workload, WorkloadSpec, WorkloadTask, load_spec, generate
+
+# LRTrace drone traces rephrased the way the embedded planner's corpus phrases them (timely_llm_ros/model/corpus.py):
+# same intent and urgency; the model was not trained on the LRTrace wording, so many of its plans for it do not parse.
+CORPUS_PHRASING: dict[int, tuple[str, str]] = {
+    1: ("look for the cat", "room: bedroom; objects: bed, chair, window"),
+    2: ("check for keys or wallet", "room: bedroom; objects: bed, wallet, lamp"),
+    3: ("check the book on the cabinet", "room: office; objects: cabinet, chair, lamp"),
+    4: ("find a toy under the bed", "room: bedroom; objects: bed, chair, rug"),
+    5: ("find a tool for cutting paper", "room: office; objects: scissors, cup, desk"),
+    6: ("a person is too close, avoid injuring them", "person in front, 60 cm away"),
+    7: ("prevent a collision with the door", "door on the left, 40 cm away"),
+    8: ("evade the dog", "dog behind, 90 cm away"),
+}
+
+
+def corpus_phrased(workload: Workload) -> Workload:
+    """The workload with each task's text and scene in the corpus's phrasing (traces without one are kept)."""
+    tasks = [replace(t, task=CORPUS_PHRASING[t.trace_id][0], context=CORPUS_PHRASING[t.trace_id][1])
+             if t.trace_id in CORPUS_PHRASING else t for t in workload.tasks]
+    return replace(workload, tasks=tasks)
 
 GOAL_TYPE = "timely_llm_ros/action/Plan_Goal"
 RESULT_TYPE = "timely_llm_ros/action/Plan_Result"
@@ -263,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--workload", default="", help="a saved workload YAML instead of a preset")
     rec.add_argument("--duration", type=float, default=None, help="override the preset's duration (s)")
     rec.add_argument("--seed", type=int, default=None)
+    rec.add_argument("--phrasing", choices=("lrtrace", "corpus"), default="lrtrace",
+                     help="task text: LRTrace's, or the embedded planner's corpus style (CORPUS_PHRASING)")
     rec.add_argument("--out", required=True, help="bag path to create (a rosbag2 directory holding the .mcap)")
     show = sub.add_parser("show", help="summarise a workload or run bag")
     show.add_argument("bag")
@@ -279,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             overrides = {k: v for k, v in (("duration_s", args.duration), ("seed", args.seed)) if v is not None}
             workload = generate(load_spec(args.preset, **overrides))
+        if args.phrasing == "corpus":
+            workload = corpus_phrased(workload)
         if Path(args.out).exists():
             print(f"{args.out} exists; choose a new path", file=sys.stderr)
             return 1
@@ -294,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["GOAL_TYPE", "RESULT_TYPE", "RunRecord", "format_comparison", "goal_definition", "load_any",
+__all__ = ["CORPUS_PHRASING", "GOAL_TYPE", "RESULT_TYPE", "RunRecord", "corpus_phrased", "format_comparison", "goal_definition", "load_any",
            "make_typestore", "read_bag", "read_results", "result_definition", "write_bag", "write_run_bag"]
 
 if __name__ == "__main__":
