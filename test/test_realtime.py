@@ -165,8 +165,6 @@ def test_loop_reports_a_request_the_scheduler_never_finishes():
     assert result.outcomes[0].state in (RequestState.CANCELLED, RequestState.FAILED)
 
 
-@pytest.mark.xfail(strict=True, reason="scheduler._invalid_plan never dispatches the complete segments of a "
-                                       "non-streaming policy (vllm), so the request never finishes; reported")
 def test_whole_plan_policy_ends_a_plan_that_stops_parsing_with_generation_failed():
     outcome = Simulator(make_policy("vllm"), LAT).run([_stops_parsing()]).outcomes[0]
     assert outcome.error_code.name == "GENERATION_FAILED"

@@ -310,6 +310,7 @@ class PlanScheduler:
             self.engine.release(gen.req_id)
             track.engine_held = False
         self._set_state(gen, RequestState.EXECUTING)
+        self._dispatch(track, t)  # a whole-plan policy sends the complete segments now
         self._maybe_complete(track, t)
 
     def _new_segment(self, track: _Track, parsed, t: float) -> bool:
