@@ -159,10 +159,15 @@ def _stops_parsing() -> WorkloadTask:
     return dataclasses.replace(task(0, 6, 0.0), plan="mu(80);}mb(100);")
 
 
-def test_loop_reports_a_request_the_scheduler_never_finishes():
-    result = Simulator(make_policy("vllm"), LAT).run([_stops_parsing()])
-    assert len(result.outcomes) == 1  # never silently lost: the loop ends it when nothing can change any more
-    assert result.outcomes[0].state in (RequestState.CANCELLED, RequestState.FAILED)
+def test_requests_unfinished_when_the_run_stops_are_reported_not_hidden():
+    arm = task(0, 9, 0.0)  # ~30 s of robot work
+    result = Simulator(make_policy("timely"), LAT).run([arm, task(1, 7, 1.0)], max_sim_s=10.0)
+    by_id = {o.req.req_id: o for o in result.outcomes}
+    assert set(by_id) == {"r0", "r1"}
+    assert by_id["r1"].state == RequestState.DONE
+    assert by_id["r0"].state == RequestState.CANCELLED and "run ended" in by_id["r0"].message
+    assert by_id["r0"].segments[0].exec_started is not None  # it was being served, just not finished
+    assert result.sim_time_s == pytest.approx(10.0)
 
 
 def test_whole_plan_policy_ends_a_plan_that_stops_parsing_with_generation_failed():
