@@ -16,6 +16,7 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 
 from timely_llm_ros.action import Plan
+from timely_llm_ros.ros.goal_sender import GoalSender
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -105,7 +106,8 @@ class PlanClient:
         self.context = Context()
         rclpy.init(context=self.context)
         self.node = rclpy.create_node("test_plan_client", context=self.context)
-        self.client = ActionClient(self.node, Plan, "/plan")
+        self.sender = GoalSender(self.node)
+        self.client = ActionClient(self.node, Plan, "/plan", callback_group=self.sender.group)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self._spin = threading.Thread(target=self.executor.spin, daemon=True)
@@ -115,7 +117,7 @@ class PlanClient:
     def send(self, **fields) -> "GoalRun":
         run = GoalRun()
         goal = Plan.Goal(**fields)
-        fut = self.client.send_goal_async(goal, feedback_callback=lambda m: run.feedback.append(m.feedback))
+        fut = self.sender.send(self.client, goal, feedback_callback=lambda m: run.feedback.append(m.feedback))
         run.handle = wait(fut, 30.0)
         assert run.handle is not None and run.handle.accepted, "goal was not accepted"
         run.result_future = run.handle.get_result_async()

@@ -109,7 +109,7 @@ def main(args: list[str] | None = None) -> int:
     node = None
     try:
         node = RobotExecutorNode()
-        executor = MultiThreadedExecutor(num_threads=8)
+        executor = MultiThreadedExecutor(num_threads=32)  # segments queued at the robot each hold a thread
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):

@@ -1,5 +1,8 @@
 """Sends generated segments to each robot's ExecuteSegment action server and reports back.
 
+Goals and cancels go out through a GoalSender (on the ROS executor, in the clients' callback group):
+the scheduler thread never calls the ActionClients itself.
+
 Results (and timeouts) are posted into the scheduler thread as real execution feedback: a segment's
 first feedback marks its execution start (a robot queues segments sent while it is busy), its result
 arrival the end. A segment's timeout clock starts when the robot should have reached it.
@@ -19,6 +22,7 @@ from timely_llm_ros.action import ExecuteSegment
 from ..core.errors import ErrorCode
 from ..core.request import Segment
 from .conversions import execute_goal
+from .goal_sender import GoalSender
 
 Post = Callable[[Callable], None]
 
@@ -35,11 +39,12 @@ class _InFlight:
 class SegmentDispatcher:
     """One ActionClient per robot namespace; a request's segments are sent as soon as they exist."""
 
-    def __init__(self, node: Node, post: Post, callback_group, timeout_s: float,
+    def __init__(self, node: Node, post: Post, timeout_s: float,
                  on_feedback: Callable[[str, int, object], None] | None = None) -> None:
         self._node = node
         self._post = post
-        self._group = callback_group
+        self._sender = GoalSender(node)
+        self._group = self._sender.group
         self.timeout_s = timeout_s
         self._on_feedback = on_feedback
         self._clients: dict[str, ActionClient] = {}
@@ -61,15 +66,18 @@ class SegmentDispatcher:
         return self.client(agent).wait_for_server(timeout_sec=timeout_s)
 
     def send(self, req_id: str, agent: str, seg: Segment) -> None:
-        """Send one segment; its start, result or timeout is posted to the scheduler."""
+        """Queue one segment for sending (any thread); its start, result or timeout is posted to the scheduler."""
         key = (req_id, seg.index)
         now = time.monotonic()
         with self._lock:
             ahead = sum(v.est_s for k, v in self._inflight.items() if k[0] == req_id)
             self._inflight[key] = _InFlight(agent, seg.est_exec_s, now + ahead + seg.est_exec_s + self.timeout_s)
-        future = self.client(agent).send_goal_async(execute_goal(req_id, seg),
-                                                    feedback_callback=lambda msg: self._on_feedback_msg(key, msg))
+        future = self._sender.send(self.client(agent), execute_goal(req_id, seg),
+                                   feedback_callback=lambda msg: self._on_feedback_msg(key, msg))
         future.add_done_callback(lambda f: self._on_goal_response(key, f))
+
+    def _cancel(self, handle) -> None:
+        self._sender.call(handle.cancel_goal_async)
 
     def _on_feedback_msg(self, key: tuple[str, int], msg) -> None:
         now = time.monotonic()
@@ -92,7 +100,7 @@ class SegmentDispatcher:
                 del self._inflight[k]
         for _, inflight in items:
             if inflight.handle is not None:
-                inflight.handle.cancel_goal_async()
+                self._cancel(inflight.handle)
 
     def check_timeouts(self) -> None:
         """Report segments whose executor did not answer in time (runs on the scheduler thread)."""
@@ -103,13 +111,14 @@ class SegmentDispatcher:
                 del self._inflight[k]
         for (req_id, index), inflight in expired:
             if inflight.handle is not None:
-                inflight.handle.cancel_goal_async()
+                self._cancel(inflight.handle)
             msg = (f"executor /{inflight.agent}/execute_segment did not finish segment {index} within its estimate"
                    f" + executor_timeout_s ({self.timeout_s:.1f} s); check that the robot's executor is running")
             self._post(lambda s, r=req_id, i=index, m=msg, t=now: s.on_execution_finished(
                 r, i, t, ok=False, error=m, code=ErrorCode.EXECUTOR_TIMEOUT))
 
     def destroy(self) -> None:
+        self._sender.destroy()
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}
         for client in clients:
@@ -130,7 +139,7 @@ class SegmentDispatcher:
             first_of_request = not any(k[0] == req_id and k[1] < index for k in self._inflight)
         if inflight is None:  # cancelled or timed out meanwhile
             if handle.accepted:
-                handle.cancel_goal_async()
+                handle.cancel_goal_async()  # already on the executor, in the clients' group
             return
         if not handle.accepted:
             self._fail(key, now, f"executor /{inflight.agent}/execute_segment rejected segment {index}")

@@ -81,8 +81,7 @@ class PlanServerNode(Node):
         self._sessions_lock = threading.Lock()
         self._group = ReentrantCallbackGroup()
         self.loop = SchedulerThread(self.scheduler, self._on_events, on_idle=self._on_idle)
-        self.dispatcher = SegmentDispatcher(self, self.loop.post, self._group, p.executor_timeout_s,
-                                            on_feedback=None)
+        self.dispatcher = SegmentDispatcher(self, self.loop.post, p.executor_timeout_s)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._state_pub = self.create_publisher(SchedulerState, "~/state", latched)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)

@@ -33,6 +33,7 @@ from ..core.errors import ErrorCode
 from ..core.workload.bag import RunRecord, load_any, write_run_bag
 from ..core.workload.generator import Workload, WorkloadTask
 from ..paths import config_dir
+from .goal_sender import GoalSender
 from .outcome_table import OutcomeRow, format_table
 
 
@@ -86,7 +87,8 @@ class FleetWorkloadNode(Node):
             path = Path(tasks_file) if tasks_file else config_dir() / "fleet_tasks.yaml"
             self.tasks = yaml.safe_load(path.read_text())
             self.agents = parse_agents(self.agent_entries, self.tasks, int(self.per_agent))
-        self.client = ActionClient(self, Plan, "plan")
+        self.sender = GoalSender(self)  # goals are sent on the executor (see goal_sender.py)
+        self.client = ActionClient(self, Plan, "plan", callback_group=self.sender.group)
         self.rows: list[OutcomeRow] = []
         self._rows_lock = threading.Lock()
 
@@ -130,7 +132,7 @@ class FleetWorkloadNode(Node):
                          context=task.get("context", ""), urgency_class=task.get("urgency", "normal"))
         row = OutcomeRow(agent=agent.name, robot_type=agent.robot_type, task=task["task"],
                          urgency=goal.urgency_class, sent_at=time.monotonic())
-        handle = _wait(self.client.send_goal_async(goal, feedback_callback=lambda fb: self._on_feedback(agent, fb)), 30)
+        handle = _wait(self.sender.send(self.client, goal, feedback_callback=lambda fb: self._on_feedback(agent, fb)), 30)
         if handle is None or not handle.accepted:
             row.status = "no result"
             row.message = "goal not accepted by /plan"
@@ -203,7 +205,7 @@ class ReplayRun:
         with self._lock:
             self.records.append(rec)
             self.rows[task.task_id] = row
-        future = self.node.client.send_goal_async(goal)
+        future = self.node.sender.send(self.node.client, goal)
         future.add_done_callback(lambda f: self._on_goal_response(f, rec, row))
 
     def _on_goal_response(self, future, rec: RunRecord, row: OutcomeRow) -> None:
