@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import random
 import sys
-import threading
 import time
 
-import rclpy
 from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
 from timely_llm_ros.action import ExecuteSegment
 
 from ..core.exec_time import ExecTimeModel
+from .spin import spin_node
 from .conversions import skill_from_msg
 from .segment_queue import SegmentQueue
 
@@ -105,23 +103,8 @@ class RobotExecutorNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=args if args is not None else sys.argv)
-    node = None
-    try:
-        node = RobotExecutorNode()
-        executor = MultiThreadedExecutor(num_threads=32)  # segments queued at the robot each hold a thread
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.shutdown()
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.try_shutdown()
-    return 0
-
+    # segments queued at the robot each hold an executor thread
+    return spin_node(RobotExecutorNode, 32, args)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import rclpy
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
 
@@ -35,6 +34,7 @@ from ..core.validation import GoalLimits, validate_goal
 from .conversions import error_result, goal_fields, outcome_to_result, segment_to_msg
 from .parameters import ServerParams, declare_server_params
 from .segment_dispatcher import SegmentDispatcher
+from .spin import spin_node
 from .state_message import diagnostics_msg, scheduler_state_msg
 
 _FINAL = {RequestState.DONE, RequestState.CANCELLED, RequestState.DROPPED, RequestState.FAILED}
@@ -292,23 +292,8 @@ def warm_up(engine, prompt: str, tokens: int = 4) -> None:
 
 
 def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=args if args is not None else sys.argv)
-    node = None
-    try:
-        node = PlanServerNode()
-        executor = MultiThreadedExecutor(num_threads=node.params.max_concurrent_goals + 8)
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.shutdown()
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.try_shutdown()
-    return 0
-
+    # every Plan goal being served holds an executor thread
+    return spin_node(PlanServerNode, lambda node: node.params.max_concurrent_goals + 8, args)
 
 if __name__ == "__main__":
     sys.exit(main())
