@@ -38,7 +38,7 @@ from .generator import Workload, WorkloadSpec, WorkloadTask, load_spec, generate
 # LRTrace drone traces rephrased the way the embedded planner's corpus phrases them (timely_llm_ros/model/corpus.py):
 # same intent and urgency; the model was not trained on the LRTrace wording, so many of its plans for it do not parse.
 CORPUS_PHRASING: dict[int, tuple[str, str]] = {
-    1: ("look for the cat", "room: bedroom; objects: bed, chair, window"),
+    1: ("find the cat", "room: bedroom; objects: bed, chair, window"),
     2: ("check for keys or wallet", "room: bedroom; objects: bed, wallet, lamp"),
     3: ("check the book on the cabinet", "room: office; objects: cabinet, chair, lamp"),
     4: ("find a toy under the bed", "room: bedroom; objects: bed, chair, rug"),
