@@ -15,7 +15,7 @@ from timely_llm_ros.core.skills.prompt import build_prompt  # noqa: E402
 from timely_llm_ros.model.corpus import generate, split  # noqa: E402
 from timely_llm_ros.model.evaluate import fallback_problems, plan_checker  # noqa: E402
 from timely_llm_ros.model.tokenizer import encode_example, train_tokenizer  # noqa: E402
-from timely_llm_ros.paths import default_model_dir  # noqa: E402
+from timely_llm_ros.paths import config_dir, default_model_dir  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +58,16 @@ def test_greedy_plan_is_valid_stops_at_eos_and_names_the_objects(planner, robot_
     assert check(robot_type, plan) == [], plan
     assert fallback_problems(robot_type, plan) == [], plan
     assert all(f"'{obj}'" in plan for obj in objs), plan
+
+
+def test_every_demo_fleet_task_gets_a_valid_plan_that_stops_at_eos(planner):
+    yaml = pytest.importorskip("yaml")
+    fleet = yaml.safe_load((config_dir() / "fleet_tasks.yaml").read_text())
+    _, check = plan_checker()
+    for robot_type, tasks in fleet.items():
+        for entry in tasks:
+            plan, stopped = greedy(planner, robot_type, entry["task"], entry["context"])
+            assert stopped and check(robot_type, plan) == [], (entry["task"], plan)
 
 
 def test_urgent_plan_is_a_short_evasive_move_away_from_the_threat(planner):
