@@ -15,6 +15,7 @@ class ServerParams:
     model_path: str = ""
     device: str = "auto"
     dtype: str = "auto"
+    num_threads: int = 0
     kv_budget_mb: float = 0.0
     executor_timeout_s: float = 30.0
     executor_discovery_timeout_s: float = 3.0
@@ -36,6 +37,8 @@ _DESCRIPTIONS = {
     "model_path": ("local Hugging Face model directory; empty = the embedded default planner", None),
     "device": ("auto | cpu | cuda (auto = cuda when present)", None),
     "dtype": ("auto | float32 | bfloat16 | float16 (auto = float32 on cpu, bfloat16 on cuda)", None),
+    "num_threads": ("torch CPU threads for the engine; 0 = torch's default (1 is steadier on a shared 2-core box)",
+                    (0, 1024)),
     "kv_budget_mb": ("device KV-cache budget in MB; suspended generations beyond it move to host memory; 0 = unbounded",
                      (0.0, 1e7)),
     "executor_timeout_s": ("seconds past a segment's estimated execution time before its executor counts as lost",

@@ -64,7 +64,8 @@ class PlanServerNode(Node):
         t0 = time.monotonic()
         from ..engine.factory import make_engine  # torch is imported only here
         engine = make_engine(p.engine, p.model_path or None, device=p.device, dtype=p.dtype,
-                             kv_budget_mb=p.kv_budget_mb if p.kv_budget_mb > 0 else None)
+                             kv_budget_mb=p.kv_budget_mb if p.kv_budget_mb > 0 else None,
+                             num_threads=p.num_threads or None)
         from ..core.exec_time import load_exec_models
         from ..core.skills import load_skill_sets
         from ..core.urgency import load_urgency_classes
