@@ -81,7 +81,7 @@ class NodeProcess:
 
 def start_server(*params: str) -> NodeProcess:
     """The real server; TIMELY_TEST_MODEL_PATH runs the suite against another local model directory."""
-    args = ["-r", "__node:=timely_server"]
+    args = ["-r", "__node:=timely_server", "-p", "num_threads:=1"]  # steadier than 2 on a shared 2-core box
     if os.environ.get("TIMELY_TEST_MODEL_PATH"):
         args += ["-p", f"model_path:={os.environ['TIMELY_TEST_MODEL_PATH']}"]
     for p in params:
