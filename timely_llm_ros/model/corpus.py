@@ -120,8 +120,8 @@ def _find_block(obj: str, visible: bool, ret: str = "found") -> str:
     return body if visible else f"s({_q(obj)});{body}"
 
 
-def _drone_find(rng: random.Random) -> Example:
-    i, obj = rng.randrange(len(FIND)), rng.choice(SMALL_OBJECTS)
+def _drone_find(rng: random.Random, i: int | None = None, obj: str | None = None) -> Example:
+    i, obj = rng.randrange(len(FIND)) if i is None else i, obj or rng.choice(SMALL_OBJECTS)
     visible = rng.random() < 0.4
     context, _ = _scene(rng, [obj] if visible else [], [*FILLER_OBJECTS, *SMALL_OBJECTS], rng.randint(2, 4), (obj,))
     if visible:
@@ -131,32 +131,36 @@ def _drone_find(rng: random.Random) -> Example:
     return Example("drone", FIND[i].format(o=obj), context, plan, f"find{i}", obj)
 
 
-def _drone_check_two(rng: random.Random) -> Example:
-    i = rng.randrange(len(CHECK_TWO))
-    a, b = rng.sample(SMALL_OBJECTS, 2)
+def _drone_check_two(rng: random.Random, i: int | None = None, pair: tuple[str, str] | None = None) -> Example:
+    i = rng.randrange(len(CHECK_TWO)) if i is None else i
+    a, b = pair or rng.sample(SMALL_OBJECTS, 2)
     seen = [o for o in (a, b) if rng.random() < 0.4]
     context, _ = _scene(rng, seen, [*FILLER_OBJECTS, *SMALL_OBJECTS], rng.randint(2, 3), (a, b))
     plan = "".join(_find_block(o, o in seen, o) for o in (a, b)) + f"->{_q('none')};"
     return Example("drone", CHECK_TWO[i].format(a=a, b=b), context, plan, f"two{i}", a)
 
 
-def _drone_on_furn(rng: random.Random) -> Example:
-    i, obj, furn = rng.randrange(len(ON_FURN)), rng.choice(SMALL_OBJECTS), rng.choice(list(FURNITURE))
+def _drone_on_furn(rng: random.Random, i: int | None = None, obj: str | None = None, furn: str | None = None
+                   ) -> Example:
+    i = rng.randrange(len(ON_FURN)) if i is None else i
+    obj, furn = obj or rng.choice(SMALL_OBJECTS), furn or rng.choice(list(FURNITURE))
     context, _ = _scene(rng, [furn], FILLER_OBJECTS, rng.randint(2, 4))
     plan = f"g({_q(furn)});?iv({_q(obj)})==True{{tp();->{_q('yes')};}}->{_q('no')};"
     return Example("drone", ON_FURN[i].format(o=obj, f=furn), context, plan, f"on{i}", obj)
 
 
-def _drone_under_furn(rng: random.Random) -> Example:
-    i, obj, furn = rng.randrange(len(UNDER_FURN)), rng.choice(SMALL_OBJECTS), rng.choice(list(FURNITURE))
+def _drone_under_furn(rng: random.Random, i: int | None = None, obj: str | None = None, furn: str | None = None
+                      ) -> Example:
+    i = rng.randrange(len(UNDER_FURN)) if i is None else i
+    obj, furn = obj or rng.choice(SMALL_OBJECTS), furn or rng.choice(list(FURNITURE))
     context, _ = _scene(rng, [furn], FILLER_OBJECTS, rng.randint(2, 4))
     plan = (f"g({_q(furn)});md({FURNITURE[furn]});s({_q(obj)});"
             f"?iv({_q(obj)})==True{{tp();->{_q('found')};}}->{_q('not found')};")
     return Example("drone", UNDER_FURN[i].format(o=obj, f=furn), context, plan, f"under{i}", obj)
 
 
-def _drone_purpose(rng: random.Random) -> Example:
-    i, purpose = rng.randrange(len(PURPOSE)), rng.choice(list(PURPOSES))
+def _drone_purpose(rng: random.Random, i: int | None = None, purpose: str | None = None) -> Example:
+    i, purpose = rng.randrange(len(PURPOSE)) if i is None else i, purpose or rng.choice(list(PURPOSES))
     tools = PURPOSES[purpose]
     present = [t for t in tools if rng.random() < 0.35]
     filler = [o for o in FILLER_OBJECTS + SMALL_OBJECTS if not any(o == t for p in PURPOSES.values() for t in p)]
@@ -209,6 +213,17 @@ def _drone_probe(rng: random.Random) -> Example:
     context, _ = _scene(rng, [furn], FILLER_OBJECTS + SMALL_OBJECTS, rng.randint(2, 3))
     plan = f"g({_q(furn)});_1=p({_q('what is on the ' + furn + '?')});l({_q('looked at the ' + furn)});"
     return Example("drone", PROBE[i].format(f=furn), context, plan, f"probe{i}", furn)
+
+
+def _drone_lrtrace(rng: random.Random) -> Example:
+    """LRTrace traces 1-5 in their own wording (look for the cat, ...), in random scenes."""
+    return rng.choice([
+        lambda: _drone_find(rng, 0, "cat"),
+        lambda: _drone_check_two(rng, 0, ("keys", "wallet")),
+        lambda: _drone_on_furn(rng, 0, "book", "cabinet"),
+        lambda: _drone_under_furn(rng, 0, "toy", "bed"),
+        lambda: _drone_purpose(rng, 0, "cutting paper"),
+    ])()
 
 
 # ---- drone, urgent tasks (traces 6-8): two evasive moves, or a delay then a move ----
@@ -333,7 +348,7 @@ def _chat(rng: random.Random) -> Example:
 
 
 GENERATORS: list[tuple[Callable[[random.Random], Example], float]] = [
-    (_drone_find, 0.12), (_drone_check_two, 0.07), (_drone_on_furn, 0.07), (_drone_under_furn, 0.07),
+    (_drone_lrtrace, 0.06), (_drone_find, 0.12), (_drone_check_two, 0.07), (_drone_on_furn, 0.07), (_drone_under_furn, 0.07),
     (_drone_purpose, 0.07), (_drone_motion, 0.06), (_drone_approach, 0.04), (_drone_probe, 0.04),
     (_drone_urgent, 0.16), (_arm_stack, 0.08), (_arm_clean, 0.07), (_arm_classify, 0.07), (_arm_move_to, 0.03),
     (_chat, 0.04),

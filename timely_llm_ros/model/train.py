@@ -191,7 +191,7 @@ def write_card(out_dir: Path, cfg: TrainConfig, r: Report, n_params: int, vocab:
 The embedded planner of timely_llm_ros: a {cfg.layers}-layer, {cfg.hidden}-wide LlamaForCausalLM
 ({n_params / 1e6:.2f} M parameters, fp32 safetensors, {size_mb:.1f} MB) with a {vocab}-token byte-level BPE,
 trained from scratch on the generated corpus (timely_llm_ros/model/corpus.py: LRTrace-like drone, urgent drone,
-arm and chat tasks). It exists so the package plans offline with realistic decode timescales; it is not a general LLM.
+arm and chat tasks). It exists so the package plans offline (no model hub); it is not a general LLM.
 
 Prompt: `timely_llm_ros.core.skills.prompt.build_prompt(robot_type, task, context)`; the plan follows after one
 space and ends with `<|eos|>`. Greedy decoding (`do_sample=False`).
