@@ -348,7 +348,8 @@ def _chat(rng: random.Random) -> Example:
 
 
 GENERATORS: list[tuple[Callable[[random.Random], Example], float]] = [
-    (_drone_lrtrace, 0.06), (_drone_find, 0.12), (_drone_check_two, 0.07), (_drone_on_furn, 0.07), (_drone_under_furn, 0.07),
+    (_drone_lrtrace, 0.06), (_drone_find, 0.12), (_drone_check_two, 0.07), (_drone_on_furn, 0.07),
+    (_drone_under_furn, 0.07),
     (_drone_purpose, 0.07), (_drone_motion, 0.06), (_drone_approach, 0.04), (_drone_probe, 0.04),
     (_drone_urgent, 0.16), (_arm_stack, 0.08), (_arm_clean, 0.07), (_arm_classify, 0.07), (_arm_move_to, 0.03),
     (_chat, 0.04),
