@@ -11,7 +11,6 @@ options: timely-fixed (no adaptive admission), timely-nodrop (never drop).
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 from pathlib import Path
@@ -19,6 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tqdm import tqdm  # noqa: E402
+
+from report import print_table, write_csv  # noqa: E402
 
 from timely_llm_ros.core.metrics import by_urgency, overhead_summary, summarize  # noqa: E402
 from timely_llm_ros.core.policies import make_policy  # noqa: E402
@@ -88,28 +89,12 @@ def run(args) -> list[dict]:
         oh = overhead_summary(result.select_s)
         tqdm.write(f"  {spec:14s} batch {mb:3d}: sim {result.sim_time_s:7.1f} s, {result.engine_steps} steps, "
                    f"wall {result.wall_s:5.1f} s, select mean {oh['mean_ms']:.3f} ms / max {oh['max_ms']:.3f} ms")
-    with open(out / "summary.csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(rows)
-    print_table(rows)
+    write_csv(out / "summary.csv", rows, FIELDS)
+    print_table([r for r in rows if r["group"].startswith("[") or r["group"] == "all"], with_batch=True)
     if not args.no_plots:
         plot(rows, out, workload.spec.name, len(batches) > 1)
     print(f"wrote {out / 'summary.csv'}" + ("" if args.no_plots else f" and plots in {out}"))
     return rows
-
-
-def _fmt(v) -> str:
-    return "   -  " if isinstance(v, float) and math.isnan(v) else (f"{v:6.3f}" if isinstance(v, float) else str(v))
-
-
-def print_table(rows: list[dict]) -> None:
-    cols = ["utility", "utility_share", "response_time", "waiting_time", "served", "dropped"]
-    print(f"{'policy':14s} {'batch':>5s} {'group':>9s} {'n':>4s} " + " ".join(f"{c[:13]:>13s}" for c in cols))
-    for r in rows:
-        if r["group"].startswith("[") or r["group"] == "all":
-            print(f"{r['policy']:14s} {r['max_batch']:5d} {r['group']:>9s} {r['n']:4d} "
-                  + " ".join(f"{_fmt(r[c]):>13s}" for c in cols))
 
 
 def plot(rows: list[dict], out: Path, title: str, sweep: bool) -> None:

@@ -17,7 +17,6 @@ almost no task finds every drone busy.
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
 import math
 import sys
@@ -27,6 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tqdm import tqdm  # noqa: E402
+
+from report import fmt, print_table, write_csv  # noqa: E402
 
 from timely_llm_ros.core.metrics import by_urgency, summarize  # noqa: E402
 from timely_llm_ros.core.policies import make_policy  # noqa: E402
@@ -187,24 +188,6 @@ def run(args) -> list[dict]:
     return rows
 
 
-def write_csv(path: Path, rows: list[dict], fields: list[str]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-
-
-def _fmt(v) -> str:
-    return "-" if isinstance(v, float) and math.isnan(v) else (f"{v:.3f}" if isinstance(v, float) else str(v))
-
-
-def print_table(rows: list[dict]) -> None:
-    cols = ["utility", "utility_share", "response_time", "waiting_time", "served", "dropped"]
-    print(f"{'policy':12s} {'group':>9s} {'n':>4s} " + " ".join(f"{c[:13]:>13s}" for c in cols))
-    for r in rows:
-        print(f"{r['policy']:12s} {r['group']:>9s} {r['n']:4d} " + " ".join(f"{_fmt(r[c]):>13s}" for c in cols))
-
-
 def print_ratios(rows: list[dict], policies: list[str]) -> None:
     """timely vs each baseline: utility ratio (a difference when either is <= 0: TUFs go negative when late),
     response and waiting time ratios (lower is better)."""
@@ -219,11 +202,12 @@ def print_ratios(rows: list[dict], policies: list[str]) -> None:
                 continue
             ua, ub = a["utility"], b["utility"]
             util = f"x{ua / ub:.2f}" if ua > 0 and ub > 0 else f"{ua - ub:+.3f}"
-            ratio = lambda k: _fmt(a[k] / b[k]) if b[k] and not math.isnan(a[k] + b[k]) else "-"  # noqa: E731
-            print(f"  {group:9s} utility {_fmt(ua)} vs {_fmt(ub)} ({util}); response {_fmt(a['response_time'])} vs "
-                  f"{_fmt(b['response_time'])} s (x{ratio('response_time')}); waiting {_fmt(a['waiting_time'])} vs "
-                  f"{_fmt(b['waiting_time'])} s (x{ratio('waiting_time')}); served {_fmt(a['served'])} vs "
-                  f"{_fmt(b['served'])}")
+            f = lambda v: fmt(v, pad=False)  # noqa: E731
+            ratio = lambda k: f(a[k] / b[k]) if b[k] and not math.isnan(a[k] + b[k]) else "-"  # noqa: E731
+            print(f"  {group:9s} utility {f(ua)} vs {f(ub)} ({util}); response {f(a['response_time'])} vs "
+                  f"{f(b['response_time'])} s (x{ratio('response_time')}); waiting {f(a['waiting_time'])} vs "
+                  f"{f(b['waiting_time'])} s (x{ratio('waiting_time')}); served {f(a['served'])} vs "
+                  f"{f(b['served'])}")
 
 
 def plot(rows: list[dict], path: Path) -> None:

@@ -1,0 +1,33 @@
+"""Tables and CSV files shared by the benchmark scripts (run from benchmarks/, so importable as `report`)."""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+METRIC_COLUMNS = ["utility", "utility_share", "response_time", "waiting_time", "served", "dropped"]
+
+
+def fmt(v, pad: bool = True) -> str:
+    """A metric cell: '-' for NaN, three decimals for floats (padded to 6 characters for tables)."""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "   -  " if pad else "-"
+        return f"{v:6.3f}" if pad else f"{v:.3f}"
+    return str(v)
+
+
+def print_table(rows: list[dict], with_batch: bool = False) -> None:
+    """One line per policy (and max batch) and group: the per-task-type metrics."""
+    lead = f"{'policy':14s} " + (f"{'batch':>5s} " if with_batch else "") + f"{'group':>9s} {'n':>4s} "
+    print(lead + " ".join(f"{c[:13]:>13s}" for c in METRIC_COLUMNS))
+    for r in rows:
+        head = f"{r['policy']:14s} " + (f"{r['max_batch']:5d} " if with_batch else "") + f"{r['group']:>9s} {r['n']:4d} "
+        print(head + " ".join(f"{fmt(r[c]):>13s}" for c in METRIC_COLUMNS))
+
+
+def write_csv(path: Path, rows: list[dict], fields: list[str]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
