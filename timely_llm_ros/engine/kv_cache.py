@@ -8,6 +8,7 @@ indexed write per layer) and attention reads a view masked to each row's length.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Sequence
 
 import torch
@@ -36,14 +37,26 @@ class KVShape:
 
 
 class _SlotLayer(CacheLayerMixin):
-    """One layer's view of the shared buffer; the store's mode says where new keys/values go."""
+    """One layer's view of the shared buffer; the store's mode says where new keys/values go.
+
+    It holds its store through a weak reference: a strong one would make store <-> layers a reference
+    cycle, and the store's buffer (all the KV) would then be freed only when Python's cycle collector
+    happens to run, long after the engine dropped the store.
+    """
 
     is_sliding = False
 
     def __init__(self, store: "SlotKV", layer_idx: int) -> None:
         super().__init__()
-        self._store, self._idx = store, layer_idx
+        self._store_ref, self._idx = weakref.ref(store), layer_idx
         self.is_initialized = True
+
+    @property
+    def _store(self) -> "SlotKV":
+        store = self._store_ref()
+        if store is None:
+            raise RuntimeError("the slot KV store of this cache layer was freed")
+        return store
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         """Nothing to do: the buffer is preallocated."""
