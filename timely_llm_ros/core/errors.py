@@ -22,6 +22,8 @@ class ErrorCode(IntEnum):
     GENERATION_FAILED = 30      # engine error or plan invalid under the skill grammar
     PLAN_TOO_LONG = 31          # hit the plan length cap without finishing
     SERVER_SHUTDOWN = 40
+    OVERLOADED = 41             # the server's queue (max_queued) is full: retry later
+    NOT_ACTIVE = 42             # the lifecycle server is not active (unconfigured or inactive)
 
 
 class RequestError(ValueError):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -10,6 +11,32 @@ from .request import PlanRequest
 from .tuf import TimeUtility
 
 _AGENT_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/")
+# the agent's executor serves /<agent_id>/execute_segment, whose hidden action topics must stay within
+# DDS's 256-character topic names with the longest prefix and suffix ROS adds
+MAX_AGENT_CHARS = 100
+
+
+def agent_problem(agent_id: str) -> str | None:
+    """Why agent_id (leading/trailing '/' stripped) is not a valid ROS namespace, or None."""
+    agent = agent_id.strip().strip("/")
+    if not agent:
+        return "is empty"
+    if len(agent) > MAX_AGENT_CHARS:
+        return f"is {len(agent)} characters, over the limit of {MAX_AGENT_CHARS}"
+    if not set(agent) <= _AGENT_CHARS:
+        return "may hold only letters, digits, '_' and '/'"
+    for token in agent.split("/"):
+        if not token:
+            return "has an empty namespace token ('//')"
+        if token[0].isdigit():
+            return f"has a token starting with a digit ({token!r})"
+    return None
+
+
+def visible(text: str) -> bool:
+    """True if text has at least one visible character (not whitespace, control or format, e.g. U+200B)."""
+    return any(not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf", "Zs", "Zl", "Zp", "Co", "Cn")
+               for ch in text)
 
 
 @dataclass(frozen=True)
@@ -40,15 +67,17 @@ def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Ma
                   urgency_classes: Mapping[str, TimeUtility], limits: GoalLimits = GoalLimits()) -> PlanRequest:
     """Check every field; raise RequestError(code, message) on the first problem."""
     agent = goal.agent_id.strip().strip("/")
-    if not agent or not set(agent) <= _AGENT_CHARS or agent[0].isdigit():
+    problem = agent_problem(goal.agent_id)
+    if problem:
+        shown = goal.agent_id if len(goal.agent_id) <= 60 else goal.agent_id[:60] + "..."
         raise RequestError(ErrorCode.UNKNOWN_AGENT,
-                           f"agent_id {goal.agent_id!r} is not a valid ROS namespace (e.g. 'drone_3')")
+                           f"agent_id {shown!r} {problem}: it must be a valid ROS namespace (e.g. 'drone_3')")
     if goal.robot_type not in robot_types:
         raise RequestError(ErrorCode.UNKNOWN_ROBOT_TYPE,
                            f"unknown robot_type {goal.robot_type!r}; known: {', '.join(sorted(robot_types))}")
     task = goal.task.strip()
-    if not task:
-        raise RequestError(ErrorCode.INVALID_TASK, "task is empty; say what the robot should do")
+    if not visible(task):
+        raise RequestError(ErrorCode.INVALID_TASK, "task has no visible characters; say what the robot should do")
     if len(goal.task) > limits.max_task_chars:
         raise RequestError(ErrorCode.INVALID_TASK,
                            f"task is {len(goal.task)} characters, over the limit of {limits.max_task_chars}")

@@ -24,10 +24,12 @@ class ServerParams:
     max_context_chars: int = 8000
     max_new_tokens: int = 512
     max_prompt_tokens: int = 2048
-    max_concurrent_goals: int = 64
+    max_queued: int = 256
     urgency_classes_file: str = ""
     state_period_s: float = 0.5
     expected_agents: list = None  # type: ignore[assignment]  (declared as a string array)
+    autostart: bool = True
+    executor_ack_timeout_s: float = 2.0
 
 
 _DESCRIPTIONS = {
@@ -49,11 +51,16 @@ _DESCRIPTIONS = {
     "max_context_chars": ("longest scene/context text accepted", (0, 1_000_000)),
     "max_new_tokens": ("largest max_new_tokens a goal may ask for", (1, 100_000)),
     "max_prompt_tokens": ("longest prompt (tokens) accepted", (16, 1_000_000)),
-    "max_concurrent_goals": ("Plan goals served at once (executor threads)", (1, 4096)),
+    "max_queued": ("Plan goals accepted and not yet finished, at most; a goal beyond it ends at once with "
+                   "OVERLOADED (41): retry later", (1, 4096)),
     "urgency_classes_file": ("YAML of named urgency classes; empty = config/urgency_classes.yaml", None),
     "state_period_s": ("period of the latched ~/state topic", (0.05, 60.0)),
     "expected_agents": ("robot namespaces whose executors are discovered at start-up (others on their first goal)",
                         None),
+    "autostart": ("configure and activate the lifecycle node at start-up (false: wait for a lifecycle manager "
+                  "or `ros2 lifecycle set`)", None),
+    "executor_ack_timeout_s": ("seconds an executor may take to accept or reject a segment before it counts as "
+                               "unavailable (EXECUTOR_UNAVAILABLE)", (0.1, 600.0)),
 }
 
 _RUNTIME = {"policy", "max_batch", "executor_timeout_s"}
@@ -83,6 +90,11 @@ def check_runtime_update(node, params) -> SetParametersResult:
     """Validate (and apply) parameter changes made while the server runs."""
     from ..core.policies import make_policy
 
+    if getattr(node, "loop", None) is None:  # unconfigured: the values are read at the next configure
+        for p in params:
+            if hasattr(node.params, p.name):
+                setattr(node.params, p.name, p.value)
+        return SetParametersResult(successful=True)
     for p in params:
         if p.name == "policy":
             try:

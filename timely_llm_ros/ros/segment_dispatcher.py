@@ -1,11 +1,15 @@
 """Sends generated segments to each robot's ExecuteSegment action server and reports back.
 
 Goals and cancels go out through a GoalSender (on the ROS executor, in the clients' callback group):
-the scheduler thread never calls the ActionClients itself.
+the scheduler thread never calls the ActionClients itself. An ActionClient is made only for an agent
+whose executor is in the ROS graph (or listed in expected_agents): unknown agent ids leave nothing behind.
 
-Results (and timeouts) are posted into the scheduler thread as real execution feedback: a segment's
-first feedback marks its execution start (a robot queues segments sent while it is busy), its result
-arrival the end. A segment's timeout clock starts when the robot should have reached it.
+Results (and timeouts) are posted into the scheduler thread as real execution feedback. The segment's
+execution time is the one the executor reports (result.execution_time), ending when its result arrives.
+Timeouts: an executor must accept or reject a segment within ``ack_timeout_s`` (else EXECUTOR_UNAVAILABLE,
+as when its action server leaves the graph); a segment's execution clock (estimate + ``timeout_s``, else
+EXECUTOR_TIMEOUT) starts when it starts executing: at its first feedback, or when it becomes the oldest
+accepted segment at its robot (the robot runs segments one at a time, in order).
 """
 from __future__ import annotations
 
@@ -31,7 +35,8 @@ Post = Callable[[Callable], None]
 class _InFlight:
     agent: str
     est_s: float
-    deadline: float
+    sent_at: float
+    deadline: float | None = None    # execution deadline, set once the segment runs
     handle: object | None = None
     started: bool = False
 
@@ -39,13 +44,15 @@ class _InFlight:
 class SegmentDispatcher:
     """One ActionClient per robot namespace; a request's segments are sent as soon as they exist."""
 
-    def __init__(self, node: Node, post: Post, timeout_s: float,
+    def __init__(self, node: Node, post: Post, timeout_s: float, ack_timeout_s: float = 2.0,
                  on_feedback: Callable[[str, int, object], None] | None = None) -> None:
         self._node = node
         self._post = post
         self._sender = GoalSender(node)
         self._group = self._sender.group
         self.timeout_s = timeout_s
+        self.ack_timeout_s = ack_timeout_s
+        self._last_presence_check = 0.0
         self._on_feedback = on_feedback
         self._clients: dict[str, ActionClient] = {}
         self._inflight: dict[tuple[str, int], _InFlight] = {}
@@ -61,17 +68,44 @@ class SegmentDispatcher:
                 self._clients[agent] = client
             return client
 
-    def wait_for(self, agent: str, timeout_s: float) -> bool:
-        """True when the agent's executor is discoverable within timeout_s."""
-        return self.client(agent).wait_for_server(timeout_sec=timeout_s)
+    def known(self) -> list[str]:
+        """Agents that have an ActionClient."""
+        with self._lock:
+            return list(self._clients)
+
+    def ready(self, agent: str) -> bool:
+        """True when a client for this agent exists and its executor's action server is matched."""
+        with self._lock:
+            client = self._clients.get(agent)
+        return client is not None and client.server_is_ready()
+
+    def in_graph(self, agent: str) -> bool:
+        """Whether the agent's ExecuteSegment server is in the ROS graph (no entity is created to find out)."""
+        name = self._node.resolve_service_name(f"{agent}/execute_segment") + "/_action/send_goal"
+        return any(n == name for n, _ in self._node.get_service_names_and_types())
+
+    def discover(self, agent: str, timeout_s: float, aborted: Callable[[], bool] = lambda: False) -> bool:
+        """Wait (blocking, up to timeout_s) until the agent's executor is in the graph and matched; a client
+        is created only once it is in the graph."""
+        end = time.monotonic() + timeout_s
+        while not self.in_graph(agent):
+            if aborted() or time.monotonic() >= end:
+                return False
+            time.sleep(0.05)
+        client = self.client(agent)
+        match_end = max(end, time.monotonic() + 1.0)  # in the graph: give the client a moment to match
+        while not client.server_is_ready():
+            if aborted() or time.monotonic() >= match_end:
+                return False
+            time.sleep(0.02)
+        return True
 
     def send(self, req_id: str, agent: str, seg: Segment) -> None:
         """Queue one segment for sending (any thread); its start, result or timeout is posted to the scheduler."""
         key = (req_id, seg.index)
         now = time.monotonic()
         with self._lock:
-            ahead = sum(v.est_s for k, v in self._inflight.items() if k[0] == req_id)
-            self._inflight[key] = _InFlight(agent, seg.est_exec_s, now + ahead + seg.est_exec_s + self.timeout_s)
+            self._inflight[key] = _InFlight(agent, seg.est_exec_s, now)
         future = self._sender.send(self.client(agent), execute_goal(req_id, seg),
                                    feedback_callback=lambda msg: self._on_feedback_msg(key, msg))
         future.add_done_callback(lambda f: self._on_goal_response(key, f))
@@ -87,6 +121,7 @@ class SegmentDispatcher:
             if first:
                 inflight.started = True
                 inflight.deadline = now + inflight.est_s + self.timeout_s
+                inflight.sent_at = min(inflight.sent_at, now)
         if first:
             self._post(lambda s, r=key[0], i=key[1]: s.on_execution_started(r, i, now))
         if self._on_feedback is not None:
@@ -102,20 +137,50 @@ class SegmentDispatcher:
             if inflight.handle is not None:
                 self._cancel(inflight.handle)
 
+    def _arm(self, agent: str, now: float) -> None:
+        """Start the execution clock of the agent's oldest accepted segment if none of its segments runs
+        (call with the lock held): the robot moves on to it now."""
+        mine = [v for v in self._inflight.values() if v.agent == agent]
+        if any(v.deadline is not None for v in mine):
+            return
+        for v in mine:
+            if v.handle is not None:
+                v.deadline = now + v.est_s + self.timeout_s
+                return
+
     def check_timeouts(self) -> None:
-        """Report segments whose executor did not answer in time (runs on the scheduler thread)."""
+        """Report segments whose executor did not answer in time or vanished (runs on the scheduler thread)."""
         now = time.monotonic()
+        gone: set[str] = set()
+        if now - self._last_presence_check > 0.5:
+            self._last_presence_check = now
+            with self._lock:
+                agents = {v.agent for v in self._inflight.values()}
+                clients = {a: self._clients.get(a) for a in agents}
+            gone = {a for a, c in clients.items() if c is None or not c.server_is_ready()}
+        expired = []
         with self._lock:
-            expired = [(k, v) for k, v in self._inflight.items() if now > v.deadline]
-            for k, _ in expired:
+            for k, v in list(self._inflight.items()):
+                if v.agent in gone:
+                    why = (ErrorCode.EXECUTOR_UNAVAILABLE, f"executor /{v.agent}/execute_segment left the ROS graph "
+                           f"while segment {k[1]} was with it; restart the robot's executor")
+                elif v.handle is None and now > v.sent_at + self.ack_timeout_s:
+                    why = (ErrorCode.EXECUTOR_UNAVAILABLE, f"executor /{v.agent}/execute_segment did not accept or "
+                           f"reject segment {k[1]} within executor_ack_timeout_s ({self.ack_timeout_s:.1f} s); "
+                           "check that the robot's executor is running")
+                elif v.deadline is not None and now > v.deadline:
+                    why = (ErrorCode.EXECUTOR_TIMEOUT, f"executor /{v.agent}/execute_segment did not finish segment "
+                           f"{k[1]} within its estimate ({v.est_s:.1f} s) + executor_timeout_s "
+                           f"({self.timeout_s:.1f} s) after it started; check the robot")
+                else:
+                    continue
                 del self._inflight[k]
-        for (req_id, index), inflight in expired:
+                expired.append((k, v, why))
+        for (req_id, index), inflight, (code, msg) in expired:
             if inflight.handle is not None:
                 self._cancel(inflight.handle)
-            msg = (f"executor /{inflight.agent}/execute_segment did not finish segment {index} within its estimate"
-                   f" + executor_timeout_s ({self.timeout_s:.1f} s); check that the robot's executor is running")
-            self._post(lambda s, r=req_id, i=index, m=msg, t=now: s.on_execution_finished(
-                r, i, t, ok=False, error=m, code=ErrorCode.EXECUTOR_TIMEOUT))
+            self._post(lambda s, r=req_id, i=index, m=msg, t=now, c=code: s.on_execution_finished(
+                r, i, t, ok=False, error=m, code=c))
 
     def destroy(self) -> None:
         self._sender.destroy()
@@ -136,13 +201,16 @@ class SegmentDispatcher:
             inflight = self._inflight.get(key)
             if inflight is not None:
                 inflight.handle = handle
+                if handle.accepted:
+                    self._arm(inflight.agent, now)
             first_of_request = not any(k[0] == req_id and k[1] < index for k in self._inflight)
         if inflight is None:  # cancelled or timed out meanwhile
             if handle.accepted:
                 handle.cancel_goal_async()  # already on the executor, in the clients' group
             return
         if not handle.accepted:
-            self._fail(key, now, f"executor /{inflight.agent}/execute_segment rejected segment {index}")
+            self._fail(key, now, f"executor /{inflight.agent}/execute_segment rejected segment {index} (busy or "
+                                 "unable to take it)")
             return
         if first_of_request and not inflight.started:
             # provisional start (an executor that sends no feedback); the first feedback overrides it
@@ -154,6 +222,8 @@ class SegmentDispatcher:
         req_id, index = key
         with self._lock:
             inflight = self._inflight.pop(key, None)
+            if inflight is not None:
+                self._arm(inflight.agent, now)
         if inflight is None:
             return
         try:
@@ -163,7 +233,16 @@ class SegmentDispatcher:
             return
         ok = bool(result.success)
         err = result.error_message or f"executor error code {result.error_code}"
-        self._post(lambda s: s.on_execution_finished(req_id, index, now, ok=ok, error=err))
+        if result.error_code == ExecuteSegment.Result.BUSY:
+            err = f"executor /{inflight.agent}/execute_segment is busy: {err}"
+        code = ErrorCode.EXECUTOR_UNAVAILABLE if result.error_code == ExecuteSegment.Result.BUSY \
+            else ErrorCode.EXECUTION_FAILED
+        took = float(result.execution_time)
+        if ok and 0.0 < took < now - inflight.sent_at + 1.0:
+            # the executor's own measure of the segment: it started `took` seconds before its result arrived
+            start = max(inflight.sent_at, now - took)
+            self._post(lambda s: s.on_execution_started(req_id, index, start))
+        self._post(lambda s: s.on_execution_finished(req_id, index, now, ok=ok, error=err, code=code))
 
     def _fail(self, key: tuple[str, int], now: float, message: str, pop: bool = True) -> None:
         if pop:

@@ -1,23 +1,32 @@
 """timely_server: the Plan action server hosting the LLM engine and the segmented scheduler.
 
-ROS plumbing only: goals are validated into core PlanRequests, handed to the scheduler thread,
-and the scheduler's events come back as Plan feedback, ExecuteSegment goals to the robots, and
-Plan results. Scheduling logic lives in timely_llm_ros.core.
+A managed (lifecycle) node (docs/server.md):
+  configure   load the model and engine, build the scheduler, start its thread
+  activate    serve /plan          (autostart:=true does configure + activate at start-up)
+  deactivate  new goals end at once with NOT_ACTIVE (42); goals already accepted run to completion
+  cleanup     end what is left as SERVER_SHUTDOWN, stop the scheduler thread, free the model
+The /plan action server exists in every state, so a goal sent to an unconfigured or inactive server
+gets NOT_ACTIVE with a message instead of silence.
+
+ROS plumbing only: goals are validated into core PlanRequests, handed to the scheduler thread, and the
+scheduler's events come back as Plan feedback, ExecuteSegment goals to the robots, and Plan results.
+Each accepted goal holds one executor thread (blocked on an Event, not polling) until its result; at
+most ``max_queued`` goals are open at once, a goal beyond that ends at once with OVERLOADED (41).
 """
 from __future__ import annotations
 
-import queue
+import math
 import sys
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import rclpy
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
-from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from diagnostic_msgs.msg import DiagnosticArray
 
@@ -28,8 +37,8 @@ from ..core.errors import ErrorCode, RequestError
 from ..core.policies import make_policy
 from ..core.request import RequestState
 from ..core.runtime import SchedulerThread
-from ..core.scheduler import (PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady, StateChanged,
-                              measure_outcome)
+from ..core.scheduler import (PlanScheduler, RequestFinished, RequestOutcome, SchedulerConfig, SegmentReady,
+                              StateChanged, measure_outcome)
 from ..core.validation import GoalLimits, validate_goal
 from .conversions import error_result, goal_fields, outcome_to_result, segment_to_msg
 from .parameters import ServerParams, declare_server_params
@@ -38,69 +47,204 @@ from .spin import spin_node
 from .state_message import diagnostics_msg, scheduler_state_msg
 
 _FINAL = {RequestState.DONE, RequestState.CANCELLED, RequestState.DROPPED, RequestState.FAILED}
+# Goal/result/cancel requests of a burst wait in these queues while the executor threads catch up (the
+# default depth of 10 drops requests of a burst of goals before the server ever sees them).
+_DEEP = QoSProfile(depth=4096, reliability=ReliabilityPolicy.RELIABLE)
 
 
 @dataclass
 class _GoalSession:
-    """What the goal's execute callback waits on."""
+    """One accepted goal: what its execute callback waits on."""
 
     req_id: str
     agent_id: str
     dry_run: bool
-    items: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    goal_handle: object
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: RequestOutcome | None = None
+    submitted: bool = False
     segments_generated: int = 0
-    segments_executed: int = 0
+
+    def end(self, outcome: RequestOutcome) -> None:
+        if self.outcome is None:
+            self.outcome = outcome
+        self.done.set()
 
 
-class PlanServerNode(Node):
+def goal_request_id(goal_handle) -> str:
+    """The server's request id: the first 12 hex digits of the action goal id."""
+    return uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid)).hex[:12]
+
+
+class PlanServerNode(LifecycleNode):
     """Serves /plan (timely_llm_ros/action/Plan) for many robots with one engine."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__("timely_server", **kwargs)
         self.params: ServerParams = declare_server_params(self)
-        p = self.params
-        log = self.get_logger()
-        log.info(f"loading engine={p.engine} model={p.model_path or '(embedded default)'} device={p.device}")
-        t0 = time.monotonic()
-        from ..engine.factory import make_engine  # torch is imported only here
-        engine = make_engine(p.engine, p.model_path or None, device=p.device, dtype=p.dtype,
-                             kv_budget_mb=p.kv_budget_mb if p.kv_budget_mb > 0 else None,
-                             num_threads=p.num_threads or None)
-        from ..core.exec_time import load_exec_models
-        from ..core.skills import load_skill_sets
-        from ..core.urgency import load_urgency_classes
-        self.skill_sets = load_skill_sets()
-        warm_up(engine, next(iter(self.skill_sets.values())).build_prompt("warm up", ""))
-        self.urgency_classes = load_urgency_classes(p.urgency_classes_file or None)
-        policy = make_policy(p.policy, max_batch=p.max_batch, options=self.policy_options())
-        self.scheduler = PlanScheduler(engine, policy, self.skill_sets, load_exec_models(), time.monotonic,
-                                       SchedulerConfig(network_delay_s=p.network_delay_s,
-                                                       max_prompt_tokens=p.max_prompt_tokens))
-        self.limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
-                                 max_new_tokens=p.max_new_tokens)
+        self.stop_flag = None            # set by spin_node: SIGINT/SIGTERM
+        self.exit_code = 0
+        self.scheduler: PlanScheduler | None = None
+        self.loop: SchedulerThread | None = None
+        self.dispatcher: SegmentDispatcher | None = None
+        self.skill_sets: dict = {}
+        self.urgency_classes: dict = {}
+        self.limits = GoalLimits()
+        self._active = False
+        self._closing = False
         self._sessions: dict[str, _GoalSession] = {}
         self._sessions_lock = threading.Lock()
+        self._counts = {"total": 0, "done": 0, "dropped": 0, "failed": 0, "overloaded": 0}
+        self._last_state = 0.0
+        self._undiscovered: list[str] = []
+        self._discovery_timer = None
+        self._discovery_pool: ThreadPoolExecutor | None = None
         self._group = ReentrantCallbackGroup()
-        self.loop = SchedulerThread(self.scheduler, self._on_events, on_idle=self._on_idle)
-        self.dispatcher = SegmentDispatcher(self, self.loop.post, p.executor_timeout_s)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._state_pub = self.create_publisher(SchedulerState, "~/state", latched)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._last_state = 0.0
-        self._counts = {"total": 0, "done": 0, "dropped": 0, "failed": 0}
+        self._action = ActionServer(self, Plan, "plan", execute_callback=self._execute,
+                                    goal_callback=lambda goal: GoalResponse.ACCEPT,
+                                    cancel_callback=self._on_cancel, callback_group=self._group,
+                                    goal_service_qos_profile=_DEEP, result_service_qos_profile=_DEEP,
+                                    cancel_service_qos_profile=_DEEP, feedback_pub_qos_profile=QoSProfile(depth=1000))
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.get_logger().info(f"timely_server up (unconfigured): action /plan, autostart={self.params.autostart}")
+
+    # ------------------------------------------------------------------ lifecycle
+    def on_spinning(self) -> None:
+        """Called by spin_node once the node spins: autostart drives configure and activate."""
+        if not self.params.autostart:
+            self.get_logger().info("autostart is false: waiting for configure/activate (ros2 lifecycle set)")
+            return
+        for step in (self.trigger_configure, self.trigger_activate):
+            if self.stop_flag is not None and self.stop_flag.is_set():
+                return
+            if step() != TransitionCallbackReturn.SUCCESS:
+                self.get_logger().error(f"autostart: {step.__name__} failed; exiting")
+                self.exit_code = 1
+                if self.stop_flag is not None:
+                    self.stop_flag.set()
+                return
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        p = self.params
+        log = self.get_logger()
+        log.info(f"configuring: engine={p.engine} model={p.model_path or '(embedded default)'} device={p.device}")
+        t0 = time.monotonic()
+        try:
+            from ..engine.factory import make_engine  # torch is imported only here
+            engine = make_engine(p.engine, p.model_path or None, device=p.device, dtype=p.dtype,
+                                 kv_budget_mb=p.kv_budget_mb if p.kv_budget_mb > 0 else None,
+                                 num_threads=p.num_threads or None)
+            from ..core.exec_time import load_exec_models
+            from ..core.skills import load_skill_sets
+            from ..core.urgency import load_urgency_classes
+            self.skill_sets = load_skill_sets()
+            warm_up(engine, next(iter(self.skill_sets.values())).build_prompt("warm up", ""))
+            self.urgency_classes = load_urgency_classes(p.urgency_classes_file or None)
+            policy = make_policy(p.policy, max_batch=p.max_batch, options=self.policy_options())
+            self.scheduler = PlanScheduler(engine, policy, self.skill_sets, load_exec_models(), time.monotonic,
+                                           SchedulerConfig(network_delay_s=p.network_delay_s,
+                                                           max_prompt_tokens=p.max_prompt_tokens,
+                                                           max_waiting=p.max_queued))
+        except Exception as exc:  # a bad model path, device or file: say so, stay unconfigured
+            log.error(f"configure failed: {type(exc).__name__}: {exc}")
+            self.scheduler = None
+            return TransitionCallbackReturn.FAILURE
+        self.limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
+                                 max_new_tokens=p.max_new_tokens)
+        self.loop = SchedulerThread(self.scheduler, self._on_events, on_idle=self._on_idle)
+        self.dispatcher = SegmentDispatcher(self, self.loop.post, p.executor_timeout_s, p.executor_ack_timeout_s)
+        self._discovery_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="discovery")
         self._undiscovered = list(p.expected_agents)
         for agent in self._undiscovered:  # start discovering their executors now, not on the first goal
             self.dispatcher.client(agent)
         if self._undiscovered:
-            self._discovery_timer = self.create_timer(0.2, self._report_discovery, callback_group=self._group)
-        self._action = ActionServer(self, Plan, "plan", execute_callback=self._execute,
-                                    goal_callback=self._on_goal, cancel_callback=self._on_cancel,
-                                    callback_group=self._group)
-        self.add_on_set_parameters_callback(self._on_set_parameters)
+            self._discovery_timer = self.create_timer(0.2, self._report_discovery,
+                                                      callback_group=MutuallyExclusiveCallbackGroup())
         self.loop.start()
-        log.info(f"timely_server ready: action /plan, policy={p.policy} max_batch={p.max_batch} "
+        log.info(f"configured: policy={p.policy} max_batch={p.max_batch} max_queued={p.max_queued} "
                  f"robot types={sorted(self.skill_sets)} urgency classes={sorted(self.urgency_classes)} "
                  f"(engine loaded in {time.monotonic() - t0:.1f} s)")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._active = True
+        self.get_logger().info(f"timely_server ready: action /plan, policy={self.params.policy}")
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._active = False
+        self.get_logger().info(f"deactivated: new goals get NOT_ACTIVE; {len(self._sessions)} accepted goal(s) "
+                               "run to completion")
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release_engine(timeout_s=10.0)
+        self.get_logger().info("cleaned up: model freed")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._active = False
+        self._release_engine(timeout_s=10.0)
+        return TransitionCallbackReturn.SUCCESS
+
+    def _release_engine(self, timeout_s: float) -> None:
+        """End every open goal as SERVER_SHUTDOWN, stop the scheduler thread, free the model."""
+        self._end_all_goals(timeout_s)
+        if self._discovery_timer is not None:
+            self.destroy_timer(self._discovery_timer)
+            self._discovery_timer = None
+        if self.loop is not None:
+            self.loop.stop()
+            self.loop = None
+        if self._discovery_pool is not None:
+            self._discovery_pool.shutdown(wait=True, cancel_futures=True)
+            self._discovery_pool = None
+        if self.dispatcher is not None:
+            self.dispatcher.destroy()
+            self.dispatcher = None
+        if self.scheduler is not None:
+            self.scheduler.engine.close()
+            self.scheduler = None
+
+    def _end_all_goals(self, timeout_s: float) -> None:
+        """Finish every accepted goal with SERVER_SHUTDOWN (through the scheduler when it holds the request,
+        so its engine state and executor goals are released) and wait until their callbacks returned."""
+        with self._sessions_lock:
+            sessions = list(self._sessions.values())
+        if not sessions:
+            return
+        msg = "server shutting down (or cleaning up); send the goal again when it is active"
+        for s in sessions:
+            if s.submitted and self.loop is not None:
+                self.loop.post(lambda sch, r=s.req_id: sch.cancel(r, ErrorCode.SERVER_SHUTDOWN, msg))
+            else:
+                s.end(_bare_outcome(s, ErrorCode.SERVER_SHUTDOWN, msg))
+        deadline = time.monotonic() + timeout_s
+        while self._sessions and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with self._sessions_lock:
+            left = list(self._sessions.values())
+        for s in left:  # the scheduler thread did not answer in time: end them here
+            s.end(_bare_outcome(s, ErrorCode.SERVER_SHUTDOWN, msg))
+        while self._sessions and time.monotonic() < deadline + 2.0:
+            time.sleep(0.02)
+
+    def finish(self, timeout_s: float) -> None:
+        """Process stop (spin_node, executor still spinning): no new goals, end accepted ones as
+        SERVER_SHUTDOWN and give their results time to reach the clients."""
+        self._closing = True
+        self._active = False
+        had_goals = bool(self._sessions)
+        self._release_engine(timeout_s)
+        if had_goals:
+            time.sleep(0.3)  # result responses go out on the executor threads
+
+    def shutdown(self) -> None:
+        """Free ROS entities that destroy_node does not destroy (after the executor stopped)."""
+        self._action.destroy()
 
     def policy_options(self) -> dict:
         """Options every policy gets (those a policy does not use are ignored): segment sizes from the skill
@@ -111,86 +255,129 @@ class PlanServerNode(Node):
 
     def _report_discovery(self) -> None:
         """Log each expected robot's executor once it is discoverable."""
+        dispatcher = self.dispatcher
+        if dispatcher is None:
+            return
         for agent in list(self._undiscovered):
-            if self.dispatcher.client(agent).server_is_ready():
+            if dispatcher.client(agent).server_is_ready():
                 self._undiscovered.remove(agent)
                 self.get_logger().info(f"executor discovered: {agent}/execute_segment")
-        if not self._undiscovered:
+        if not self._undiscovered and self._discovery_timer is not None:
             self._discovery_timer.cancel()
             self.get_logger().info("all expected executors discovered")
 
     # ------------------------------------------------------------------ action callbacks
-    def _on_goal(self, goal: Plan.Goal) -> GoalResponse:
-        # Every well-formed message is accepted; bad fields end in an aborted goal carrying an
-        # error code (a rejected goal would give the client no reason).
-        return GoalResponse.ACCEPT
-
     def _on_cancel(self, goal_handle) -> CancelResponse:
+        req_id = goal_request_id(goal_handle)
+        session = self._sessions.get(req_id)
+        if session is not None:
+            if session.submitted and self.loop is not None:
+                if self.dispatcher is not None:
+                    self.dispatcher.cancel_request(req_id)
+                self.loop.post(lambda s: s.cancel(req_id))
+            else:
+                session.end(_bare_outcome(session, ErrorCode.CANCELLED, "cancelled by the client"))
         return CancelResponse.ACCEPT
 
     def _execute(self, goal_handle) -> Plan.Result:
         arrival = time.monotonic()
-        req_id = uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid)).hex[:12]
+        req_id = goal_request_id(goal_handle)
         goal: Plan.Goal = goal_handle.request
         log = self.get_logger()
+        if not self._active or self.loop is None:
+            state = "shutting down" if self._closing else self._state_machine.current_state[1]
+            code = ErrorCode.SERVER_SHUTDOWN if self._closing else ErrorCode.NOT_ACTIVE
+            return self._abort(goal_handle, req_id, code,
+                               f"the plan server is {state}, not active; activate it (ros2 lifecycle set "
+                               f"{self.get_fully_qualified_name()} activate) or wait for autostart")
         try:
             req = validate_goal(goal_fields(goal), req_id, arrival, self.skill_sets, self.urgency_classes, self.limits)
         except RequestError as err:
             log.warning(f"[{req_id}] rejected goal from {goal.agent_id!r}: {err.code.name}: {err.message}")
-            goal_handle.abort()
-            return error_result(req_id, err.code, err.message)
-        if not goal.dry_run and not self.dispatcher.wait_for(req.agent_id, self.params.executor_discovery_timeout_s):
-            msg = (f"no executor at /{req.agent_id}/execute_segment (waited "
-                   f"{self.params.executor_discovery_timeout_s:.1f} s); start the robot's executor node or set dry_run")
-            log.warning(f"[{req_id}] {msg}")
-            goal_handle.abort()
-            return error_result(req_id, ErrorCode.EXECUTOR_UNAVAILABLE, msg)
-        session = _GoalSession(req_id, req.agent_id, bool(goal.dry_run))
+            return self._abort(goal_handle, req_id, err.code, err.message)
+        session = _GoalSession(req_id, req.agent_id, bool(goal.dry_run), goal_handle)
         with self._sessions_lock:
-            self._sessions[req_id] = session
-            self._counts["total"] += 1
-        try:
-            self.loop.call(lambda s: self._submit(s, req)).result(timeout=30.0)
-        except RequestError as err:
-            self._drop_session(req_id)
-            log.warning(f"[{req_id}] not accepted: {err.code.name}: {err.message}")
-            goal_handle.abort()
-            return error_result(req_id, err.code, err.message)
-        log.info(f"[{req_id}] {req.agent_id} ({req.robot_type}, {req.urgency or 'custom TUF'}): {req.task!r}")
-        return self._serve(goal_handle, session)
-
-    def _serve(self, goal_handle, session: _GoalSession) -> Plan.Result:
-        """Forward feedback until the request finishes; honour cancel requests."""
-        cancel_sent = False
-        while True:
-            if goal_handle.is_cancel_requested and not cancel_sent:
-                cancel_sent = True
-                self.dispatcher.cancel_request(session.req_id)
-                self.loop.post(lambda s: s.cancel(session.req_id))
-            try:
-                kind, payload = session.items.get(timeout=0.05)
-            except queue.Empty:
-                if not rclpy.ok():
-                    return error_result(session.req_id, ErrorCode.SERVER_SHUTDOWN, "server shutting down")
-                continue
-            if kind == "feedback":
-                goal_handle.publish_feedback(payload)
-                continue
-            outcome = payload
-            self._drop_session(session.req_id)
-            result = outcome_to_result(session.req_id, outcome)
-            self._log_outcome(session, outcome)
-            if outcome.error_code == ErrorCode.CANCELLED and goal_handle.is_cancel_requested:
-                goal_handle.canceled()
-            elif outcome.ok:
-                goal_handle.succeed()
+            full = len(self._sessions) >= self.params.max_queued
+            if full:
+                self._counts["overloaded"] += 1
             else:
-                goal_handle.abort()
-            return result
+                self._sessions[req_id] = session
+                self._counts["total"] += 1
+        if full:
+            return self._abort(goal_handle, req_id, ErrorCode.OVERLOADED,
+                               f"the server already holds max_queued={self.params.max_queued} goals; retry later "
+                               "(or raise max_queued)")
+        try:
+            return self._serve(goal_handle, session, req)
+        finally:
+            self._drop_session(req_id)
+
+    def _serve(self, goal_handle, session: _GoalSession, req) -> Plan.Result:
+        log = self.get_logger()
+        if not session.dry_run and not self._discover(session):
+            if session.outcome is None:
+                msg = (f"no executor at /{req.agent_id}/execute_segment (waited "
+                       f"{self.params.executor_discovery_timeout_s:.1f} s); start the robot's executor node or "
+                       "set dry_run")
+                log.warning(f"[{session.req_id}] {msg}")
+                session.end(_bare_outcome(session, ErrorCode.EXECUTOR_UNAVAILABLE, msg))
+        loop = self.loop
+        if session.outcome is None and loop is not None:
+            session.submitted = True
+            loop.post(lambda s: self._submit(s, req, session))
+            log.info(f"[{session.req_id}] {req.agent_id} ({req.robot_type}, {req.urgency or 'custom TUF'}): "
+                     f"{req.task!r}")
+        elif session.outcome is None:
+            session.end(_bare_outcome(session, ErrorCode.SERVER_SHUTDOWN, "server shutting down"))
+        session.done.wait()
+        outcome = session.outcome
+        self._log_outcome(session, outcome)
+        result = outcome_to_result(session.req_id, outcome)
+        if outcome.error_code == ErrorCode.CANCELLED and goal_handle.is_cancel_requested:
+            goal_handle.canceled()
+        elif outcome.ok:
+            goal_handle.succeed()
+        else:
+            goal_handle.abort()
+        return result
+
+    def _discover(self, session: _GoalSession) -> bool:
+        """True once the agent's executor is discoverable (known agents at once); no ActionClient is made for
+        an agent whose executor never shows up in the ROS graph."""
+        dispatcher = self.dispatcher
+        if dispatcher is None:
+            return False
+        if dispatcher.ready(session.agent_id):
+            return True
+        pool = self._discovery_pool
+        if pool is None:
+            return False
+        try:
+            fut = pool.submit(dispatcher.discover, session.agent_id, self.params.executor_discovery_timeout_s,
+                              session.done.is_set)
+        except RuntimeError:  # pool shut down meanwhile
+            return False
+        try:
+            return bool(fut.result())
+        except Exception:
+            return False
+
+    @staticmethod
+    def _abort(goal_handle, req_id: str, code: ErrorCode, message: str) -> Plan.Result:
+        goal_handle.abort()
+        return error_result(req_id, code, message)
 
     # ------------------------------------------------------------------ scheduler thread side
-    def _submit(self, scheduler: PlanScheduler, req) -> None:
-        self._on_events(scheduler.submit(req))
+    def _submit(self, scheduler: PlanScheduler, req, session: _GoalSession) -> None:
+        if session.outcome is not None:  # cancelled or shut down before it reached the scheduler
+            return
+        try:
+            events = scheduler.submit(req)
+        except RequestError as err:
+            self.get_logger().warning(f"[{req.req_id}] not accepted: {err.code.name}: {err.message}")
+            session.end(_bare_outcome(session, err.code, err.message))
+            return
+        self._on_events(events)
 
     def _on_events(self, events) -> None:
         """Runs on the scheduler thread for every event the scheduler produces."""
@@ -200,21 +387,30 @@ class PlanServerNode(Node):
                 continue
             if isinstance(ev, SegmentReady):
                 session.segments_generated += 1
-                session.items.put(("feedback", self._feedback(session, RequestState.EXECUTING.value, ev.segment)))
+                self._publish(session, self._feedback(session, RequestState.EXECUTING.value, ev.segment))
                 if session.dry_run:
                     now = time.monotonic()
                     self.scheduler.on_execution_started(ev.req_id, ev.segment.index, now)
                     self._on_events(self.scheduler.on_execution_finished(ev.req_id, ev.segment.index, now))
-                else:
+                elif self.dispatcher is not None:
                     self.dispatcher.send(ev.req_id, session.agent_id, ev.segment)
             elif isinstance(ev, StateChanged) and ev.state not in _FINAL:
-                session.items.put(("feedback", self._feedback(session, ev.state.value)))
+                self._publish(session, self._feedback(session, ev.state.value))
             elif isinstance(ev, RequestFinished):
-                self.dispatcher.cancel_request(ev.req_id)
+                if self.dispatcher is not None:
+                    self.dispatcher.cancel_request(ev.req_id)
                 with self._sessions_lock:
                     key = {RequestState.DONE: "done", RequestState.DROPPED: "dropped"}.get(ev.outcome.state, "failed")
                     self._counts[key] += 1
-                session.items.put(("result", ev.outcome))
+                session.end(ev.outcome)
+
+    @staticmethod
+    def _publish(session: _GoalSession, feedback: Plan.Feedback) -> None:
+        try:
+            if session.goal_handle.is_active:
+                session.goal_handle.publish_feedback(feedback)
+        except Exception:  # the goal ended meanwhile; feedback is best effort
+            pass
 
     def _feedback(self, session: _GoalSession, state: str, segment=None) -> Plan.Feedback:
         fb = Plan.Feedback(request_id=session.req_id, state=state, new_segment=segment is not None,
@@ -233,9 +429,10 @@ class PlanServerNode(Node):
 
     def _on_idle(self) -> None:
         """Each scheduler-loop iteration: executor timeouts, and the latched state topic."""
-        self.dispatcher.check_timeouts()
+        if self.dispatcher is not None:
+            self.dispatcher.check_timeouts()
         now = time.monotonic()
-        if now - self._last_state >= self.params.state_period_s:
+        if now - self._last_state >= self.params.state_period_s and self.scheduler is not None:
             self._last_state = now
             with self._sessions_lock:
                 counts = dict(self._counts)
@@ -256,29 +453,22 @@ class PlanServerNode(Node):
                      f"utility {outcome.utility:.2f} (segments {outcome.total_utility:.2f})")
         else:
             log.warning(f"[{session.req_id}] {session.agent_id} ended {outcome.state.value}: "
-                     f"{outcome.error_code.name}: {outcome.message}")
+                        f"{outcome.error_code.name}: {outcome.message}")
 
     def _on_set_parameters(self, params):
         from .parameters import check_runtime_update
         return check_runtime_update(self, params)
 
-    def shutdown(self) -> None:
-        """Stop the scheduler thread, end open goals, free ROS entities (destroy_node does not)."""
-        self.loop.stop()
-        with self._sessions_lock:
-            sessions = list(self._sessions.values())
-        for session in sessions:
-            outcome = self.scheduler.outcomes.get(session.req_id)
-            if outcome is None:
-                gen = next((g for g in self.scheduler.generations() if g.req_id == session.req_id), None)
-                if gen is not None:
-                    outcome = measure_outcome(gen, RequestState.FAILED, ErrorCode.SERVER_SHUTDOWN,
-                                              "server shutting down", time.monotonic())
-            if outcome is not None:
-                session.items.put(("result", outcome))
-        self.dispatcher.destroy()
-        self._action.destroy()
-        self.scheduler.engine.close()
+
+def _bare_outcome(session: _GoalSession, code: ErrorCode, message: str) -> RequestOutcome:
+    """The outcome of a goal that never reached the scheduler (or whose scheduler is gone)."""
+    from ..core.request import PlanRequest
+    from ..core.tuf import TimeUtility
+    state = RequestState.CANCELLED if code == ErrorCode.CANCELLED else RequestState.FAILED
+    req = PlanRequest(req_id=session.req_id, agent_id=session.agent_id, robot_type="", task="",
+                      tuf=TimeUtility(1.0, -1.0, 1.0), arrival=math.nan)
+    return RequestOutcome(req=req, state=state, error_code=code, message=message, plan_text="", segments=[],
+                          tokens=0, finished_at=time.monotonic())
 
 
 def warm_up(engine, prompt: str, tokens: int = 4) -> None:
@@ -293,8 +483,12 @@ def warm_up(engine, prompt: str, tokens: int = 4) -> None:
 
 
 def main(args: list[str] | None = None) -> int:
-    # every Plan goal being served holds an executor thread
-    return spin_node(PlanServerNode, lambda node: node.params.max_concurrent_goals + 8, args)
+    # every open Plan goal holds an executor thread (blocked, not polling); goals beyond max_queued are
+    # answered at once with OVERLOADED, which needs a few threads more
+    code = spin_node(PlanServerNode, lambda node: node.params.max_queued + 16, args,
+                     exit_code=lambda node: node.exit_code)
+    return code
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,31 +1,134 @@
-"""main() for a node: init, spin on a multi-threaded executor, clean shutdown (shared by every node)."""
+"""main() for a node: init, spin, clean shutdown on completion, SIGINT or SIGTERM (shared by every node).
+
+rclpy's own signal handlers are not installed: they re-raise KeyboardInterrupt wherever the main thread
+happens to be, and a second SIGINT (Ctrl-C in a terminal reaches the whole process group, and the
+launcher forwards one more) then lands inside the shutdown code and prints a traceback. Here SIGINT and
+SIGTERM only set a stop event; the main thread then
+
+1. calls ``node.finish(timeout)`` if the node has it, WHILE the executor still spins (the server ends
+   its accepted goals as SERVER_SHUTDOWN and lets their results go out),
+2. stops the spin thread and joins it, then shuts the executor down (joining its worker threads),
+3. calls ``node.shutdown()`` (entities rclpy does not destroy with the node), ``destroy_node()`` and
+   shuts the context down.
+
+Destroying entities while another thread still waits on them is what aborted processes with
+"terminate called without an active exception"; here nothing is destroyed before the threads are joined.
+"""
 from __future__ import annotations
 
+import signal
 import sys
-from typing import Callable
+import threading
+from typing import Any, Callable
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.signals import SignalHandlerOptions
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM (or by the node itself); every later signal is ignored quietly."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signal: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _on_signal(self, signum, _frame) -> None:
+        if self.signal is None:
+            self.signal = signum
+        self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def set(self) -> None:
+        self.event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.event.wait(timeout)
+
+
+class Spinner:
+    """Spins an executor on its own thread until stop(); stop() joins that thread."""
+
+    def __init__(self, executor, context) -> None:
+        self._executor, self._context = executor, context
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ros-spin")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._halt.is_set() and self._context.ok():
+            self._executor.spin_once(timeout_sec=0.05)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._halt.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
 
 
 def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], int] | int,
-              args: list[str] | None = None) -> int:
-    """Create the node, spin until Ctrl-C or shutdown, then node.shutdown() (entities rclpy does not
-    destroy with the node) and destroy_node()."""
-    rclpy.init(args=args if args is not None else sys.argv)
-    node = None
+              args: list[str] | None = None,
+              work: Callable[[object, StopFlag], int] | None = None,
+              finish_timeout_s: float = 10.0, exit_code: Callable[[object], int] | None = None) -> int:
+    """Create the node, spin it, and tear everything down in order (see the module docstring).
+
+    ``work(node, stop)`` runs on the main thread while the node spins (a client's run); without it the
+    node serves until SIGINT/SIGTERM or until ``node.stop`` (if it has one) is set. Returns the exit code:
+    ``work``'s result, else ``exit_code(node)`` if given, else 0 (a requested stop is a normal end).
+    """
+    stop = StopFlag()
+    stop.install()
+    rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    context = rclpy.get_default_context()
+    node = executor = spinner = None
+    code = 0
     try:
         node = make_node()
+        if hasattr(node, "stop_flag"):
+            node.stop_flag = stop
         threads = num_threads(node) if callable(num_threads) else num_threads
-        executor = MultiThreadedExecutor(num_threads=threads)
+        executor = MultiThreadedExecutor(num_threads=max(2, threads))
         executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+        spinner = Spinner(executor, context)
+        spinner.start()
+        if hasattr(node, "on_spinning") and not stop.is_set():
+            node.on_spinning()
+        if work is not None:
+            code = work(node, stop)
+        else:
+            while not stop.wait(0.2) and context.ok():
+                pass
     finally:
+        stop.set()
+        if node is not None and hasattr(node, "finish") and spinner is not None:
+            node.finish(finish_timeout_s)
+        if spinner is not None:
+            spinner.stop()
+        if executor is not None:
+            executor.shutdown(timeout_sec=finish_timeout_s)
         if node is not None:
-            node.shutdown()
+            if hasattr(node, "shutdown"):
+                node.shutdown()
             node.destroy_node()
-        if rclpy.ok():
-            rclpy.try_shutdown()
-    return 0
+        rclpy.try_shutdown()
+        stop.restore()
+    if work is None and exit_code is not None and node is not None:
+        code = exit_code(node)
+    return code

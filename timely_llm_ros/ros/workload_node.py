@@ -8,7 +8,9 @@ robot type, task and urgency class, whether or not earlier goals have finished (
 record_bag: also write the goals as sent and every Plan result into a new mcap bag (core.workload.bag
 write_run_bag), so two runs can be compared.
 Both modes print a table of every request at the end and exit 0 if every request got a result
-(whatever its error code), 1 otherwise.
+(whatever its error code), 1 otherwise. On SIGINT/SIGTERM no new goal is sent; goals in flight get
+`shutdown_grace_s` to end (a server stopped at the same time answers them SERVER_SHUTDOWN), then the
+rest are cancelled, and the table is printed as usual.
 """
 from __future__ import annotations
 
@@ -23,7 +25,6 @@ import rclpy
 import yaml
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.action import ActionClient
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.serialization import serialize_message
 
@@ -35,6 +36,7 @@ from ..core.workload.generator import Workload, WorkloadTask
 from ..paths import config_dir
 from .goal_sender import GoalSender
 from .outcome_table import OutcomeRow, format_table
+from .spin import spin_node
 
 
 @dataclass
@@ -81,6 +83,11 @@ class FleetWorkloadNode(Node):
             "record_bag", "", d(description="write the goals as sent and their results to this new mcap bag")).value
         self.result_timeout_s = self.declare_parameter(
             "result_timeout_s", 600.0, d(description="replay: wait this long after the last goal for results")).value
+        self.shutdown_grace_s = self.declare_parameter(
+            "shutdown_grace_s", 8.0, d(description="on SIGINT/SIGTERM: wait this long for the results of goals in "
+                                                   "flight, then cancel them")).value
+        self.stop = threading.Event()      # replaced by spin_node's stop flag
+        self._stop_at: float | None = None
         self.workload: Workload | None = load_any(workload_file) if workload_file else None
         self.agents: list[AgentSpec] = []
         if self.workload is None:
@@ -92,17 +99,52 @@ class FleetWorkloadNode(Node):
         self.rows: list[OutcomeRow] = []
         self._rows_lock = threading.Lock()
 
+    def shutdown(self) -> None:
+        """Free what destroy_node does not (called by spin_node after the executor stopped)."""
+        self.client.destroy()
+        self.sender.destroy()
+
+    def stopping(self) -> bool:
+        """True once a stop was requested; remembers when."""
+        if self.stop.is_set() and self._stop_at is None:
+            self._stop_at = time.monotonic()
+        return self.stop.is_set()
+
+    def give_up(self) -> bool:
+        """True once a stop was requested and the grace period for results in flight is over."""
+        return self.stopping() and time.monotonic() > self._stop_at + float(self.shutdown_grace_s)
+
+    def await_result(self, handle, timeout: float):
+        """The wrapped result of an accepted goal; after a stop and its grace period, cancel it and wait a
+        little for the CANCELLED result. None if none came."""
+        future = handle.get_result_async()
+        end = time.monotonic() + timeout
+        cancelled_at = None
+        while not future.done():
+            now = time.monotonic()
+            if now > end or (cancelled_at is not None and now > cancelled_at + 3.0):
+                return None
+            if cancelled_at is None and self.give_up():
+                self.sender.call(handle.cancel_goal_async)
+                cancelled_at = now
+            time.sleep(0.01)
+        return future.result()
+
     def run(self) -> int:
         log = self.get_logger()
-        if not self.client.wait_for_server(timeout_sec=float(self.server_timeout_s)):
-            log.error("no plan action server (relative to this node's namespace); start timely_server first")
-            return 1
+        end = time.monotonic() + float(self.server_timeout_s)
+        while not self.client.wait_for_server(timeout_sec=0.2):
+            if self.stopping():
+                return self.report([])
+            if time.monotonic() > end:
+                log.error("no plan action server (relative to this node's namespace); start timely_server first")
+                return 1
         if self.workload is not None:
             return ReplayRun(self, self.workload).run()
         log.info(f"fleet of {len(self.agents)} agents, {sum(len(a.tasks) for a in self.agents)} requests")
         threads = []
         for i, agent in enumerate(self.agents):
-            t = threading.Thread(target=self._agent_loop, args=(agent, i * float(self.stagger_s)), daemon=True)
+            t = threading.Thread(target=self._agent_loop, args=(agent, i * float(self.stagger_s)))
             t.start()
             threads.append(t)
         for t in threads:
@@ -122,8 +164,11 @@ class FleetWorkloadNode(Node):
         return 0 if all(r.status != "no result" for r in rows) else 1
 
     def _agent_loop(self, agent: AgentSpec, delay: float) -> None:
-        time.sleep(delay)
+        if self.stop.wait(delay):
+            return
         for task in agent.tasks:
+            if self.stopping():
+                return
             self._send(agent, task)
 
     def _send(self, agent: AgentSpec, task: dict) -> None:
@@ -137,7 +182,7 @@ class FleetWorkloadNode(Node):
             row.status = "no result"
             row.message = "goal not accepted by /plan"
         else:
-            wrapped = _wait(handle.get_result_async(), 600)
+            wrapped = self.await_result(handle, 600)
             if wrapped is None:
                 row.status, row.message = "no result", "timed out waiting for the result"
             else:
@@ -162,6 +207,7 @@ class ReplayRun:
         self.records: list[RunRecord] = []
         self.rows: dict[str, OutcomeRow] = {}
         self._pending = threading.Semaphore(0)
+        self._handles: list = []
         self._lock = threading.Lock()
         self._t0 = 0.0
 
@@ -173,14 +219,28 @@ class ReplayRun:
         self._t0 = time.monotonic()
         late = 0.0
         for task in tasks:
-            time.sleep(max(0.0, self._t0 + task.arrival - time.monotonic()))
+            if node.stop.wait(max(0.0, self._t0 + task.arrival - time.monotonic())):
+                log.info("stop requested: no more goals are sent")
+                break
             late = max(late, self._now() - task.arrival)
             self._send(task)
         log.info(f"all goals sent (at most {late * 1e3:.0f} ms after their recorded time); waiting for results")
         deadline = time.monotonic() + float(node.result_timeout_s)
-        for _ in tasks:
-            if not self._pending.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                break
+        cancel_deadline = None
+        for _ in self.records:
+            while not self._pending.acquire(timeout=0.05):
+                now = time.monotonic()
+                if now > deadline or (cancel_deadline is not None and now > cancel_deadline):
+                    break
+                if cancel_deadline is None and node.give_up():
+                    with self._lock:
+                        handles = list(self._handles)
+                    for handle in handles:
+                        node.sender.call(handle.cancel_goal_async)
+                    cancel_deadline = now + 3.0
+            else:
+                continue
+            break
         with self._lock:
             for rec in self.records:
                 row = self.rows[rec.task.task_id]
@@ -212,6 +272,8 @@ class ReplayRun:
         try:
             handle = future.result() if future.exception() is None else None
             if handle is not None and handle.accepted:
+                with self._lock:
+                    self._handles.append(handle)
                 handle.get_result_async().add_done_callback(lambda f: self._on_result(f, rec, row))
                 return
             with self._lock:
@@ -259,27 +321,13 @@ def _wait(future, timeout: float):
     return future.result()
 
 
+def _run(node: FleetWorkloadNode, stop) -> int:
+    node.stop = stop.event
+    return node.run()
+
+
 def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=args if args is not None else sys.argv)
-    node = None
-    code = 1
-    try:
-        node = FleetWorkloadNode()
-        executor = MultiThreadedExecutor(num_threads=4)
-        executor.add_node(node)
-        spinner = threading.Thread(target=executor.spin, daemon=True)
-        spinner.start()
-        code = node.run()
-        executor.shutdown()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        code = 130
-    finally:
-        if node is not None:
-            node.client.destroy()
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.try_shutdown()
-    return code
+    return spin_node(FleetWorkloadNode, 4, args, work=_run)
 
 
 if __name__ == "__main__":
