@@ -14,6 +14,7 @@ import rclpy
 from rclpy.action import ActionClient
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import QoSProfile
 
 from timely_llm_ros.action import Plan
 from timely_llm_ros.ros.goal_sender import GoalSender
@@ -33,10 +34,12 @@ def ros_env() -> dict[str, str]:
 class NodeProcess:
     """A node started as its own process; its output is collected for assertions and failure messages."""
 
-    def __init__(self, module: str, ros_args: list[str], ready: str) -> None:
+    def __init__(self, module: str, ros_args: list[str], ready: str, group: int | None = None) -> None:
+        """group: None = the test's process group; 0 = lead a new group; a pid = join that group."""
         cmd = [sys.executable, "-m", module, "--ros-args", *ros_args]
+        setpgid = None if group is None else (lambda: os.setpgid(0, group))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ros_env(),
-                                     cwd=REPO)
+                                     cwd=REPO, preexec_fn=setpgid)
         self.lines: list[str] = []
         self._ready = threading.Event()
         self._marker = ready
@@ -79,22 +82,22 @@ class NodeProcess:
                 self.proc.wait(5)
 
 
-def start_server(*params: str) -> NodeProcess:
+def start_server(*params: str, ready: str = "timely_server ready", group: int | None = None) -> NodeProcess:
     """The real server; TIMELY_TEST_MODEL_PATH runs the suite against another local model directory."""
     args = ["-r", "__node:=timely_server", "-p", "num_threads:=1"]  # steadier than 2 on a shared 2-core box
     if os.environ.get("TIMELY_TEST_MODEL_PATH"):
         args += ["-p", f"model_path:={os.environ['TIMELY_TEST_MODEL_PATH']}"]
     for p in params:
         args += ["-p", p]
-    node = NodeProcess("timely_llm_ros.ros.server_node", args, "timely_server ready")
+    node = NodeProcess("timely_llm_ros.ros.server_node", args, ready, group)
     node.wait_ready()
     return node
 
 
-def start_executor(agent: str, robot_type: str, time_scale: float) -> NodeProcess:
+def start_executor(agent: str, robot_type: str, time_scale: float, group: int | None = None) -> NodeProcess:
     node = NodeProcess("timely_llm_ros.ros.executor_node",
                        ["-r", f"__ns:=/{agent}", "-r", "__node:=executor", "-p", f"robot_type:={robot_type}",
-                        "-p", f"time_scale:={time_scale}"], "executor ready")
+                        "-p", f"time_scale:={time_scale}"], "executor ready", group)
     node.wait_ready()
     return node
 
@@ -107,7 +110,10 @@ class PlanClient:
         rclpy.init(context=self.context)
         self.node = rclpy.create_node("test_plan_client", context=self.context)
         self.sender = GoalSender(self.node)
-        self.client = ActionClient(self.node, Plan, "/plan", callback_group=self.sender.group)
+        deep = QoSProfile(depth=1000)  # a burst's responses must not be dropped on this side either
+        self.client = ActionClient(self.node, Plan, "/plan", callback_group=self.sender.group,
+                                   goal_service_qos_profile=deep, result_service_qos_profile=deep,
+                                   cancel_service_qos_profile=deep)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self._spin = threading.Thread(target=self.executor.spin, daemon=True)
@@ -115,12 +121,15 @@ class PlanClient:
         assert self.client.wait_for_server(timeout_sec=30.0), "no /plan server"
 
     def send(self, **fields) -> "GoalRun":
+        run = self.send_async(**fields)
+        run.accepted(30.0)
+        return run
+
+    def send_async(self, **fields) -> "GoalRun":
+        """Send without waiting for the goal response (bursts); GoalRun.accepted() waits for it."""
         run = GoalRun()
-        goal = Plan.Goal(**fields)
-        fut = self.sender.send(self.client, goal, feedback_callback=lambda m: run.feedback.append(m.feedback))
-        run.handle = wait(fut, 30.0)
-        assert run.handle is not None and run.handle.accepted, "goal was not accepted"
-        run.result_future = run.handle.get_result_async()
+        run.handle_future = self.sender.send(self.client, Plan.Goal(**fields),
+                                             feedback_callback=lambda m: run.feedback.append(m.feedback))
         return run
 
     def close(self) -> None:
@@ -137,7 +146,13 @@ class GoalRun:
     def __init__(self) -> None:
         self.feedback: list = []
         self.handle = None
+        self.handle_future = None
         self.result_future = None
+
+    def accepted(self, timeout: float) -> None:
+        self.handle = wait(self.handle_future, timeout)
+        assert self.handle is not None and self.handle.accepted, "goal was not accepted"
+        self.result_future = self.handle.get_result_async()
 
     def result(self, timeout: float = 120.0):
         wrapped = wait(self.result_future, timeout)

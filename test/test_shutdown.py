@@ -1,0 +1,49 @@
+"""Ctrl-C as a terminal delivers it: SIGINT to the process group of server + executors + workload, mid-run.
+Every process exits 0 without a traceback, and every goal the workload sent got a terminal result."""
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from ros_harness import NodeProcess, start_executor, start_server  # noqa: E402
+
+
+def test_sigint_to_the_process_group_ends_every_process_cleanly_and_loses_no_goal(tmp_path):
+    table = tmp_path / "results.csv"
+    nodes = []
+    try:
+        server = start_server("executor_timeout_s:=5.0", group=0)       # leads a new process group
+        pgid = server.proc.pid
+        nodes.append(server)
+        nodes.append(start_executor("drone_1", "drone", 0.5, group=pgid))
+        nodes.append(start_executor("arm_1", "arm", 0.5, group=pgid))
+        workload = NodeProcess("timely_llm_ros.ros.workload_node",
+                               ["-p", "agents:=['drone_1:drone', 'arm_1:arm']", "-p", "requests_per_agent:=4",
+                                "-p", "stagger_s:=0.0", "-p", f"results_csv:={table}"], "fleet of", group=pgid)
+        nodes.append(workload)
+        workload.wait_ready(60)
+        workload.wait_for("-> robot", 90)        # plans are being generated and executed
+        os.killpg(pgid, signal.SIGINT)
+        for node in nodes:
+            try:
+                node.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                pytest.fail("a process did not exit within 30 s of SIGINT:\n" + node.output()[-3000:])
+        for node in nodes:
+            out = node.output()
+            assert node.proc.returncode == 0, out[-3000:]
+            assert "Traceback" not in out and "terminate called" not in out, out[-3000:]
+        rows = list(csv.DictReader(table.open()))
+        assert rows, workload.output()[-3000:]
+        assert all(r["status"] != "no result" for r in rows), rows
+        assert any(r["status"] == "SERVER_SHUTDOWN" for r in rows), [r["status"] for r in rows]
+        assert "SERVER_SHUTDOWN" in server.output() or "shutting down" in server.output()
+    finally:
+        for node in reversed(nodes):
+            node.stop()
