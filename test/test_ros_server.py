@@ -86,6 +86,9 @@ def test_two_agents_at_once(fleet):
     (dict(DRONE_TASK, robot_type="submarine"), R.UNKNOWN_ROBOT_TYPE),
     (dict(DRONE_TASK, urgency_class="whenever"), R.UNKNOWN_URGENCY_CLASS),
     (dict(DRONE_TASK, agent_id=""), R.UNKNOWN_AGENT),
+    (dict(DRONE_TASK, agent_id="a//b"), R.UNKNOWN_AGENT),        # no valid namespace: no ActionClient is tried
+    (dict(DRONE_TASK, agent_id="drone_1/" + "x" * 300), R.UNKNOWN_AGENT),
+    (dict(DRONE_TASK, task="\u200b"), R.INVALID_TASK),
     (dict(DRONE_TASK, agent_id="drone_99"), R.EXECUTOR_UNAVAILABLE),
 ])
 def test_malformed_goal_gets_its_error_code_while_valid_goal_completes(fleet, fields, code):
@@ -195,3 +198,37 @@ def test_state_topic_and_diagnostics_report_the_served_requests(fleet):
     status = diags[-1].status[0]
     values = {kv.key: kv.value for kv in status.values}
     assert status.name.startswith("timely_server") and int(values["requests_total"]) >= 1
+
+
+def test_unknown_agents_leave_no_action_client_on_the_server(fleet):
+    from rclpy.action import get_action_client_names_and_types_by_node
+
+    client, _ = fleet
+    names = [f"ghost_{i}" for i in range(4)]
+    runs = [client.send(**dict(DRONE_TASK, agent_id=name)) for name in names]
+    for run in runs:
+        status, result = run.result(30)
+        assert result.error_code == R.EXECUTOR_UNAVAILABLE, result.error_message
+    clients = {n for n, _ in get_action_client_names_and_types_by_node(client.node, "timely_server", "/")}
+    assert "/drone_1/execute_segment" in clients       # known executors have one
+    assert not any("ghost" in n for n in clients), clients
+
+
+def test_killed_executor_is_reported_unavailable_not_timed_out(fleet):
+    import signal
+
+    from ros_harness import start_executor
+
+    client, _ = fleet
+    victim = start_executor("drone_victim", "drone", 0.05)
+    try:
+        run = client.send(**dict(DRONE_TASK, agent_id="drone_victim"))
+        _check_done(*run.result(), run)                   # served: the server now holds a client for it
+    finally:
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait(10)
+    run = client.send(**dict(DRONE_TASK, agent_id="drone_victim"))
+    status, result = run.result(60)
+    assert status == GoalStatus.STATUS_ABORTED
+    assert result.error_code == R.EXECUTOR_UNAVAILABLE, (result.error_code, result.error_message)
+    assert "drone_victim" in result.error_message

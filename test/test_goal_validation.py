@@ -1,0 +1,64 @@
+"""Every agent_id the goal validator accepts is a namespace rcl accepts (its executor's action topics
+included); the others are refused with UNKNOWN_AGENT. Tasks without a visible character are INVALID_TASK."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from timely_llm_ros.core.errors import ErrorCode, RequestError
+from timely_llm_ros.core.tuf import TimeUtility
+from timely_llm_ros.core.validation import GoalFields, validate_goal
+
+rclpy = pytest.importorskip("rclpy")
+from rclpy.exceptions import InvalidNamespaceException, InvalidTopicNameException  # noqa: E402
+from rclpy.validate_full_topic_name import validate_full_topic_name  # noqa: E402
+from rclpy.validate_namespace import validate_namespace  # noqa: E402
+
+CLASSES = {"normal": TimeUtility(2.0, -0.1, 1.0)}
+
+
+def _validate(agent_id: str = "drone_1", task: str = "look for the cat"):
+    return validate_goal(GoalFields(agent_id=agent_id, robot_type="drone", task=task, urgency_class="normal"),
+                         "r1", 0.0, {"drone": object()}, CLASSES)
+
+
+def _rcl_accepts(agent: str) -> bool:
+    try:
+        validate_namespace("/" + agent)
+        # the longest hidden topic of the executor's action server, as DDS sees it
+        validate_full_topic_name(f"/{agent}/execute_segment/_action/cancel_goal")
+        return len(f"rq/{agent}/execute_segment/_action/get_resultRequest") <= 255
+    except (InvalidNamespaceException, InvalidTopicNameException):
+        return False
+
+
+@pytest.mark.parametrize("agent_id", ["a//b", "a/1b", "drone_1//x", "1drone", "d" * 300, "drone 1", "drone-1",
+                                      "/", ""])
+def test_agent_ids_that_are_no_namespace_are_unknown_agent_with_a_reason(agent_id):
+    with pytest.raises(RequestError) as err:
+        _validate(agent_id=agent_id)
+    assert err.value.code == ErrorCode.UNKNOWN_AGENT
+    assert "namespace" in err.value.message
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab_1/", min_size=1, max_size=120))
+def test_every_accepted_agent_id_is_a_namespace_rcl_accepts(agent_id):
+    try:
+        req = _validate(agent_id=agent_id)
+    except RequestError as err:
+        assert err.code == ErrorCode.UNKNOWN_AGENT
+        return
+    assert _rcl_accepts(req.agent_id), req.agent_id
+
+
+@pytest.mark.parametrize("task", ["\u200b", " \u200b\u200d\ufeff ", "\t\n", "\u2028"])
+def test_task_without_visible_characters_is_invalid_task(task):
+    with pytest.raises(RequestError) as err:
+        _validate(task=task)
+    assert err.value.code == ErrorCode.INVALID_TASK
+
+
+def test_nested_namespace_and_task_with_invisible_padding_are_accepted():
+    req = _validate(agent_id="/fleet_a/drone_1/", task="\u200blook for the cat")
+    assert req.agent_id == "fleet_a/drone_1"
