@@ -21,7 +21,7 @@ setup:
 	@$(PY) -c "import timely_llm_ros.action, timely_llm_ros.core.scheduler; print('[setup] timely_llm_ros ready')"
 
 demo: setup
-	$(VENV)/bin/timely_bringup --params-file config/demo_fleet.yaml
+	$(VENV)/bin/timely_bringup --fleet config/fleet/demo.yaml
 
 test: setup
 	$(PY) -m pytest test -q -p no:cacheprovider

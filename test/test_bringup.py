@@ -23,7 +23,8 @@ from rclpy.node import Node
 from timely_llm_ros.ros import bringup
 from timely_llm_ros.ros.bringup import apply_overrides, build_children, load_fleet, parse_fleet, write_node_params
 
-DEMO = Path(__file__).resolve().parent.parent / "config" / "demo_fleet.yaml"
+DEMO = Path(__file__).resolve().parent.parent / "config" / "fleet" / "demo.yaml"
+DEMO_PARAMS = DEMO.parent.parent / "demo_fleet.yaml"
 
 STANDIN = textwrap.dedent('''
     """Stand-in node: behaves as STANDIN_PLAN says for its role or namespace, logs to STANDIN_LOG."""
@@ -144,7 +145,7 @@ def test_overrides_target_existing_sections_and_reject_bad_input():
     fleet = load_fleet(DEMO)
     apply_overrides(fleet, ["timely_server.policy=timely", "executor.time_scale=2", "bringup.workload=false",
                             "new_node.flag=true"])
-    assert fleet.node_params["timely_server"]["ros__parameters"]["policy"] == "timely"
+    assert fleet.node_params["/**/timely_server"]["ros__parameters"]["policy"] == "timely"
     assert fleet.node_params["/**/executor"]["ros__parameters"]["time_scale"] == 2
     assert fleet.node_params["new_node"]["ros__parameters"]["flag"] is True
     assert fleet.workload is False and len(build_children(fleet, "p.yaml")) == 6
@@ -227,7 +228,7 @@ def test_no_workload_runs_until_stopped(tmp_path, standins, monkeypatch):
     assert {e["who"] for e in events() if e["event"] == "SIGINT"} == {"server", "/drone_1", "/arm_1"}
 
 
-LAUNCH_DIR = DEMO.parent.parent / "launch"
+LAUNCH_DIR = DEMO.parent.parent.parent / "launch"
 EXECUTABLES = {"timely_server", "robot_executor", "fleet_workload"}
 
 
@@ -248,7 +249,7 @@ def test_launch_files_compile_and_declare_the_standard_arguments(name):
     used = {k.value.value for c in ast.walk(tree) if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "Node"
             for k in c.keywords if k.arg == "executable"}
     assert used <= EXECUTABLES and used
-    scripts = {p.name for p in (DEMO.parent.parent / "scripts").iterdir()}
+    scripts = {p.name for p in (DEMO.parent.parent.parent / "scripts").iterdir()}
     assert used <= scripts
 
 
@@ -272,3 +273,49 @@ def test_server_never_ready_times_out(tmp_path, standins, monkeypatch, capsys):
     assert bringup.main(["--params-file", str(path)], entry_points=entry) == 1
     assert "timely_server not ready after 1 s" in capsys.readouterr().out
     assert {e["who"] for e in events()} == {"server"}
+
+
+@pytest.mark.parametrize("node_name, namespace, expected", [
+    ("timely_server", "/", {"max_batch": 4, "policy": "timely"}),
+    ("executor", "/drone_3", {"time_scale": 0.25}),
+    ("fleet_workload", "/fleet_a", {"requests_per_agent": 2}),
+])
+def test_demo_params_file_is_a_plain_ros_params_file(node_name, namespace, expected):
+    """What `<node> --ros-args --params-file config/demo_fleet.yaml` does: rcl parses it as it is."""
+    context = rclpy.Context()
+    rclpy.init(args=["--ros-args", "--params-file", str(DEMO_PARAMS), "-r", f"__ns:={namespace}",
+                     "-r", f"__node:={node_name}"], context=context)
+    try:
+        node = Node("anything", context=context, automatically_declare_parameters_from_overrides=True)
+        assert {k: node.get_parameter(k).value for k in expected} == expected
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)
+    assert load_fleet(DEMO).params_file == DEMO_PARAMS.resolve()
+
+
+def test_real_fleet_comes_up_through_the_lifecycle_and_leaves_no_temp_folder(tmp_path, monkeypatch, capsys):
+    """The real nodes: the bringup configures and activates the server through its lifecycle services,
+    the workload's plan is served, everything exits 0, and the temporary params folder is gone."""
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({
+        "/**/timely_server": {"ros__parameters": {"num_threads": 1, "max_batch": 2}},
+        "/**/executor": {"ros__parameters": {"time_scale": 0.05}},
+        "/**/fleet_workload": {"ros__parameters": {"agents": ["drone_1:drone"], "requests_per_agent": 1}},
+    }))
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"bringup": {
+        "params_file": "params.yaml", "server": True, "workload": True, "stop_grace_s": 10.0,
+        "executors": [{"agent": "drone_1", "robot_type": "drone"}]}}))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    code = bringup.main(["--fleet", str(fleet), "--set", "fleet_workload.stagger_s=0.0"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    assert "[bringup] timely_server is ready (configured and activated)" in out
+    assert "fleet_workload finished with exit code 0" in out
+    assert "Traceback" not in out
+    left = [p.name for p in temp.iterdir() if p.name.startswith("timely")]  # (torch keeps its own cache there)
+    assert left == []   # the merged params file (made for --set) was removed

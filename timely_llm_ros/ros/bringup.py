@@ -1,7 +1,14 @@
-"""Start a whole fleet (server, executors, workload) as separate processes from one YAML, without ros2 launch.
+"""Start a whole fleet (server, executors, workload) as separate processes, without ros2 launch.
 
-The YAML's top-level ``bringup:`` section says what to start; every other section is an ordinary ROS
-parameter section handed to the nodes (as a copy without ``bringup:``, which rcl would reject).
+A fleet description (config/fleet/*.yaml) has a top-level ``bringup:`` section saying what to start and
+naming the nodes' ROS params file (``params_file``, relative to the description), which the nodes get as
+is with ``--params-file``; rcl never reads the description. Only when parameters are overridden (``--set``)
+or a legacy description carries parameter sections of its own are they merged into a params file in a
+temporary folder, removed when the bringup ends.
+
+The server is a lifecycle node: it is started with ``autostart:=false`` and the bringup configures and
+activates it through its lifecycle services (an outside manager, as ``ros2 launch`` does), then starts
+the executors and the workload.
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ NODE_MODULES = {
 }
 READY_PATTERN = re.compile(r"(?<!not )\bready\b", re.IGNORECASE)  # a child's "I am ready" log line
 BRINGUP_SETTINGS = ("server", "workload", "server_ready_timeout_s", "executor_ready_timeout_s", "stop_grace_s")
+LIFECYCLE_TRANSITIONS = ("configure", "activate")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 EXIT_INTERRUPTED = 130
 
@@ -53,6 +61,8 @@ class FleetConfig:
     executor_ready_timeout_s: float = 30.0
     stop_grace_s: float = 5.0
     node_params: dict[str, Any] = field(default_factory=dict)
+    params_file: Path | None = None    # the nodes' params file, handed over unchanged unless `modified`
+    modified: bool = False             # node_params differ from params_file (overrides, inline sections)
 
 
 @dataclass
@@ -66,13 +76,15 @@ class ChildSpec:
     action_type: str = ""          # readiness also by an action server of this type on the node (rclpy graph)
     node_name: str = ""
     namespace: str = "/"
+    lifecycle: bool = False        # a managed node the supervisor configures and activates
 
 
-def parse_fleet(data: dict[str, Any], require_bringup: bool = True) -> FleetConfig:
+def parse_fleet(data: dict[str, Any], require_bringup: bool = True, base_dir: Path | None = None) -> FleetConfig:
     """Validate a loaded fleet YAML; raises ValueError saying what is wrong.
 
-    Without ``require_bringup`` a plain parameter file (no ``bringup:`` section) is accepted as a fleet
-    that starts only the server.
+    ``bringup.params_file`` (relative to ``base_dir``) names the nodes' params file. Without
+    ``require_bringup`` a plain parameter file (no ``bringup:`` section) is accepted as a fleet that
+    starts only the server.
     """
     if not isinstance(data, dict):
         raise ValueError("fleet YAML must be a mapping with a 'bringup:' section")
@@ -93,12 +105,27 @@ def parse_fleet(data: dict[str, Any], require_bringup: bool = True) -> FleetConf
         if any(e.agent == agent for e in executors):
             raise ValueError(f"bringup.executors: agent {agent!r} listed twice")
         executors.append(ExecutorSpec(agent, robot_type))
+    inline = {k: v for k, v in data.items() if k != "bringup"}
     config = FleetConfig(
         server=bool(section.get("server", True)),
         workload=bool(section.get("workload", True)),
         executors=executors,
-        node_params={k: v for k, v in data.items() if k != "bringup"},
+        node_params=dict(inline),
+        modified=bool(inline) and "bringup" in data,
     )
+    if section.get("params_file"):
+        path = Path(str(section["params_file"]))
+        if not path.is_absolute():
+            path = (base_dir or Path.cwd()) / path
+        config.params_file = path.resolve()
+        try:
+            params = yaml.safe_load(config.params_file.read_text(encoding="utf-8")) or {}
+        except OSError as exc:
+            raise ValueError(f"bringup.params_file: cannot read {config.params_file}: {exc}") from exc
+        if not isinstance(params, dict) or "bringup" in params:
+            raise ValueError(f"bringup.params_file {config.params_file} must be a ROS params file "
+                             "(<node>: ros__parameters: ...) without a 'bringup:' section")
+        config.node_params = {**params, **inline}
     for key in ("server_ready_timeout_s", "executor_ready_timeout_s", "stop_grace_s"):
         if key in section:
             value = float(section[key])
@@ -109,9 +136,14 @@ def parse_fleet(data: dict[str, Any], require_bringup: bool = True) -> FleetConf
 
 
 def load_fleet(path: str | Path, require_bringup: bool = True) -> FleetConfig:
-    """Read and validate a fleet YAML file."""
+    """Read and validate a fleet description (or, without require_bringup, a plain params file)."""
+    path = Path(path)
     with open(path, encoding="utf-8") as f:
-        return parse_fleet(yaml.safe_load(f), require_bringup)
+        data = yaml.safe_load(f)
+    config = parse_fleet(data, require_bringup, base_dir=path.resolve().parent)
+    if isinstance(data, dict) and "bringup" not in data:  # a plain params file: hand it over as it is
+        config.params_file = path.resolve()
+    return config
 
 
 def apply_overrides(config: FleetConfig, overrides: Sequence[str]) -> None:
@@ -126,6 +158,8 @@ def apply_overrides(config: FleetConfig, overrides: Sequence[str]) -> None:
         if not sep or not dot or not node or not param:
             raise ValueError(f"--set expects node.param=value, got {item!r}")
         value = yaml.safe_load(raw) if raw else ""
+        if node != "bringup":
+            config.modified = True
         if node == "bringup":
             if param not in BRINGUP_SETTINGS:
                 raise ValueError(f"--set bringup.{param}: settable are {', '.join(BRINGUP_SETTINGS)}")
@@ -159,6 +193,14 @@ def write_node_params(config: FleetConfig, directory: str | Path | None = None,
     return path
 
 
+def node_params_file(config: FleetConfig, directory: str | Path) -> Path:
+    """The params file to hand the nodes: the fleet's own file when unchanged, else a merged copy in
+    ``directory`` (a temporary folder the caller removes)."""
+    if config.params_file is not None and not config.modified:
+        return config.params_file
+    return write_node_params(config, directory)
+
+
 def build_children(
     config: FleetConfig,
     params_file: str | Path,
@@ -177,9 +219,9 @@ def build_children(
     if config.server:
         children.append(ChildSpec(
             SERVER_NAME, "server",
-            [*entry["server"], "--ros-args", "-r", f"__node:={SERVER_NAME}", *tail],
+            [*entry["server"], "--ros-args", "-r", f"__node:={SERVER_NAME}", *tail, "-p", "autostart:=false"],
             ready_timeout_s=config.server_ready_timeout_s, action_type="timely_llm_ros/action/Plan",
-            node_name=SERVER_NAME,
+            node_name=SERVER_NAME, lifecycle=True,
         ))
     for ex in config.executors:
         children.append(ChildSpec(
@@ -200,9 +242,14 @@ def build_children(
 class _Child:
     """A running child process whose merged output is echoed with a ``[name]`` prefix."""
 
-    def __init__(self, spec: ChildSpec, env: dict[str, str], out: TextIO, out_lock: threading.Lock) -> None:
+    def __init__(self, spec: ChildSpec, env: dict[str, str], out: TextIO, out_lock: threading.Lock,
+                 driven: bool = False) -> None:
         self.spec = spec
         self.ready = threading.Event()
+        self.line_ready = threading.Event()   # the child printed a ready line
+        self.driven = driven                  # a lifecycle driver decides readiness, not the ready line
+        self.failure: str | None = None   # why a lifecycle transition failed
+        self.activated = False            # configured and activated by the supervisor
         self.proc = subprocess.Popen(
             spec.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=env, text=True, errors="replace", bufsize=1, start_new_session=True,
@@ -214,7 +261,9 @@ class _Child:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             if READY_PATTERN.search(line):
-                self.ready.set()
+                self.line_ready.set()
+                if not self.driven:
+                    self.ready.set()
             with out_lock:
                 out.write(f"[{self.spec.name}] {line.rstrip(chr(10))}\n")
                 out.flush()
@@ -266,6 +315,73 @@ class _GraphProbe:
             self._node = None
 
 
+def _lifecycle_driver(child: _Child, halt: threading.Event) -> None:
+    """Configure and activate a managed child through its lifecycle services (own rclpy context).
+
+    Sets child.ready once active, or child.failure with the reason. A child without lifecycle services
+    whose action server is discoverable (an unmanaged build) counts as ready."""
+    try:
+        import rclpy
+        from lifecycle_msgs.msg import Transition
+        from lifecycle_msgs.srv import ChangeState
+        from rclpy.action import get_action_server_names_and_types_by_node
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.signals import SignalHandlerOptions
+    except ImportError:
+        return  # ready lines only
+    spec = child.spec
+    context = rclpy.Context()
+    rclpy.init(args=[], context=context, signal_handler_options=SignalHandlerOptions.NO)
+    node = rclpy.create_node("timely_bringup_lifecycle", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    fqn = "/" + "/".join(p for p in (spec.namespace.strip("/"), spec.node_name) if p)
+    client = node.create_client(ChangeState, f"{fqn}/change_state")
+    deadline = time.monotonic() + spec.ready_timeout_s
+
+    def gone() -> bool:
+        return halt.is_set() or child.proc.poll() is not None or time.monotonic() > deadline
+
+    try:
+        unmanaged_since = None
+        line_since = None
+        while not client.service_is_ready():
+            if gone():
+                return
+            if child.line_ready.is_set():  # ready on its own and no lifecycle services: an unmanaged node
+                line_since = line_since or time.monotonic()
+                if time.monotonic() - line_since > 2.0:
+                    child.ready.set()
+                    return
+            try:
+                servers = get_action_server_names_and_types_by_node(node, spec.node_name, spec.namespace)
+            except Exception:
+                servers = []
+            if spec.action_type and any(spec.action_type in types for _n, types in servers):
+                unmanaged_since = unmanaged_since or time.monotonic()
+                if time.monotonic() - unmanaged_since > 2.0:
+                    child.ready.set()
+                    return
+            time.sleep(0.1)
+        for label, transition in (("configure", Transition.TRANSITION_CONFIGURE),
+                                  ("activate", Transition.TRANSITION_ACTIVATE)):
+            future = client.call_async(ChangeState.Request(transition=Transition(id=transition)))
+            while not future.done():
+                if gone():
+                    return
+                executor.spin_once(timeout_sec=0.1)
+            if not future.result().success:
+                child.failure = f"lifecycle transition '{label}' of {fqn} failed (see its log)"
+                return
+        child.activated = True
+        child.ready.set()
+    finally:
+        node.destroy_client(client)
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+
+
 class Supervisor:
     """Starts the children in order, waits for readiness, and stops them all when the run ends."""
 
@@ -282,6 +398,8 @@ class Supervisor:
         self.running: list[_Child] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._halt_drivers = threading.Event()
+        self._drivers: list[threading.Thread] = []
 
     def say(self, message: str) -> None:
         """One bringup status line."""
@@ -298,9 +416,14 @@ class Supervisor:
         probe = _GraphProbe() if self.use_graph and any(s.action_type for s in self.specs) else None
         try:
             for spec in self.specs:
-                child = _Child(spec, self.env, self.out, self._lock)
+                child = _Child(spec, self.env, self.out, self._lock, driven=spec.lifecycle and self.use_graph)
                 self.running.append(child)
                 self.say(f"started {spec.name} (pid {child.proc.pid})")
+                if child.driven:
+                    driver = threading.Thread(target=_lifecycle_driver, args=(child, self._halt_drivers),
+                                              name=f"lifecycle-{spec.node_name}")
+                    driver.start()
+                    self._drivers.append(driver)
                 if spec.ready_timeout_s > 0:
                     code = self._wait_ready(child, probe)
                     if code is not None:
@@ -322,6 +445,9 @@ class Supervisor:
             failed = self._first_exit()
             if failed is not None:
                 return failed
+            if child.failure:
+                self.say(f"{child.failure}: stopping")
+                return 1
             if self._stop.is_set():
                 self.say("interrupted")
                 return EXIT_INTERRUPTED
@@ -330,12 +456,12 @@ class Supervisor:
                 self.say(f"{spec.name} not ready after {spec.ready_timeout_s:g} s "
                          f"(no 'ready' line and no {spec.action_type or 'action'} server): stopping")
                 return 1
-            if probe is not None and now >= next_probe:
+            if probe is not None and now >= next_probe and not spec.lifecycle:
                 next_probe = now + 0.5
                 if probe.serves(spec.node_name, spec.namespace, spec.action_type):
                     child.ready.set()
             child.ready.wait(0.05)
-        self.say(f"{spec.name} is ready")
+        self.say(f"{spec.name} is ready" + (" (configured and activated)" if child.activated else ""))
         return None
 
     def _first_exit(self) -> int | None:
@@ -364,6 +490,10 @@ class Supervisor:
         return EXIT_INTERRUPTED
 
     def _stop_all(self) -> None:
+        self._halt_drivers.set()
+        for driver in self._drivers:
+            driver.join(5.0)
+        self._drivers.clear()
         alive = [c for c in self.running if c.proc.poll() is None]
         for child in alive:
             child.signal(signal.SIGINT)
@@ -390,9 +520,9 @@ def make_parser() -> argparse.ArgumentParser:
         prog="timely_bringup",
         description="Start the timely_llm_ros fleet (server, one executor per robot, workload) from one YAML.",
     )
-    parser.add_argument("--params-file", default=None,
-                        help="fleet YAML with a 'bringup:' section and node parameter sections "
-                             "(default: config/demo_fleet.yaml of the package)")
+    parser.add_argument("--fleet", "--params-file", dest="params_file", default=None,
+                        help="fleet description: a 'bringup:' section naming the processes and the nodes' "
+                             "params_file (default: config/fleet/demo.yaml of the package)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error", "fatal"],
                         help="ROS log level of every node (default: info)")
     parser.add_argument("--no-workload", action="store_true",
@@ -406,7 +536,7 @@ def make_parser() -> argparse.ArgumentParser:
 def _default_params_file() -> Path:
     from timely_llm_ros.paths import config_dir
 
-    return config_dir() / "demo_fleet.yaml"
+    return config_dir() / "fleet" / "demo.yaml"
 
 
 def main(argv: Sequence[str] | None = None,
@@ -421,7 +551,7 @@ def main(argv: Sequence[str] | None = None,
         print(f"[bringup] error: {path}: {exc}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="timely_bringup_") as tmp:
-        node_params = write_node_params(config, tmp)
+        node_params = node_params_file(config, tmp)
         children = build_children(config, node_params, args.log_level, not args.no_workload, entry_points)
         if not children:
             print("[bringup] nothing to start (server, executors and workload all off)", file=sys.stderr)
@@ -431,7 +561,8 @@ def main(argv: Sequence[str] | None = None,
         previous = _install_stop_handlers(supervisor.request_stop)
         try:
             supervisor.say(f"fleet from {path}: {', '.join(c.name for c in children)}")
-            return supervisor.run()
+            code = supervisor.run()
+            return 0 if code == EXIT_INTERRUPTED else code  # Ctrl-C / SIGTERM is a normal way to end a fleet
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
