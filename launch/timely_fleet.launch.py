@@ -1,9 +1,10 @@
-"""Launch the planner server, one executor per robot and the workload, as described by a fleet YAML.
+"""Launch the planner server, one executor per robot and the workload, as a fleet description says.
 
-The YAML's ``bringup:`` section (server/workload on or off, executors with agent and robot_type) decides
-which nodes start; its parameter sections configure them. Same file and same nodes as ``timely_bringup``.
+The fleet description (config/fleet/*.yaml, the same file timely_bringup reads) decides which nodes start;
+the nodes get its ROS params file (bringup.params_file, or the params_file argument) unchanged.
+The server is a lifecycle node: with autostart:=true (default) this launch configures and activates it.
 
-    ros2 launch timely_llm_ros timely_fleet.launch.py params_file:=/path/fleet.yaml log_level:=debug
+    ros2 launch timely_llm_ros timely_fleet.launch.py fleet_file:=/path/fleet.yaml log_level:=debug
 """
 import os
 
@@ -11,11 +12,14 @@ from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
 from launch.event_handlers import OnProcessExit
-from launch.events import Shutdown
+from launch.events import Shutdown, matches_action
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
+from launch_ros.event_handlers import OnStateTransition
+from launch_ros.events.lifecycle import ChangeState
+from lifecycle_msgs.msg import Transition
 
-from timely_llm_ros.ros.bringup import load_fleet, write_node_params
+from timely_llm_ros.ros.bringup import load_fleet
 
 PACKAGE = "timely_llm_ros"
 
@@ -25,33 +29,51 @@ def _join_namespace(*parts: str) -> str:
     return "/" + "/".join(p.strip("/") for p in parts if p and p.strip("/"))
 
 
+def _managed_server(node: LifecycleNode, autostart: bool) -> list:
+    """The server node, plus (autostart) configure now and activate once it is inactive after configuring."""
+    if not autostart:
+        return [node]
+
+    def change(transition_id: int) -> EmitEvent:
+        return EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node), transition_id=transition_id))
+
+    return [
+        node,
+        RegisterEventHandler(OnStateTransition(target_lifecycle_node=node, start_state="configuring",
+                                               goal_state="inactive",
+                                               entities=[change(Transition.TRANSITION_ACTIVATE)])),
+        change(Transition.TRANSITION_CONFIGURE),
+    ]
+
+
 def _fleet_nodes(context):
     """Build the Node actions once the launch arguments are known."""
     namespace = LaunchConfiguration("namespace").perform(context)
-    fleet = load_fleet(LaunchConfiguration("params_file").perform(context))
+    fleet = load_fleet(LaunchConfiguration("fleet_file").perform(context))
+    params_file = LaunchConfiguration("params_file").perform(context) or (
+        str(fleet.params_file) if fleet.params_file else "")
+    if not params_file or fleet.modified:
+        raise RuntimeError("the fleet description must name its nodes' params file (bringup.params_file) and hold "
+                           "no parameter sections itself; or pass params_file:=...")
     log_level = LaunchConfiguration("log_level").perform(context)
-    use_sim_time = LaunchConfiguration("use_sim_time").perform(context).lower() in ("true", "1", "yes")
-    params_file = str(write_node_params(fleet, any_namespace=bool(namespace.strip("/"))))
+    autostart = LaunchConfiguration("autostart").perform(context).lower() in ("true", "1", "yes")
     common = {"output": "screen", "ros_arguments": ["--log-level", log_level]}
     actions = []
     if fleet.server:
-        actions.append(Node(
+        actions += _managed_server(LifecycleNode(
             package=PACKAGE, executable="timely_server", name="timely_server",
-            namespace=_join_namespace(namespace),
-            parameters=[params_file, {"use_sim_time": use_sim_time}], **common,
-        ))
+            namespace=_join_namespace(namespace), parameters=[params_file, {"autostart": False}], **common,
+        ), autostart)
     for executor in fleet.executors:
         actions.append(Node(
             package=PACKAGE, executable="robot_executor", name="executor",
             namespace=_join_namespace(namespace, executor.agent),
-            parameters=[params_file, {"robot_type": executor.robot_type, "use_sim_time": use_sim_time}],
-            **common,
+            parameters=[params_file, {"robot_type": executor.robot_type}], **common,
         ))
     if fleet.workload:
         workload = Node(
             package=PACKAGE, executable="fleet_workload", name="fleet_workload",
-            namespace=_join_namespace(namespace),
-            parameters=[params_file, {"use_sim_time": use_sim_time}], **common,
+            namespace=_join_namespace(namespace), parameters=[params_file], **common,
         )
         # The workload exits when its run is done: end the whole launch then, like timely_bringup.
         actions += [workload, RegisterEventHandler(OnProcessExit(
@@ -62,15 +84,17 @@ def _fleet_nodes(context):
 
 
 def generate_launch_description() -> LaunchDescription:
-    default_params = os.path.join(get_package_share_directory(PACKAGE), "config", "demo_fleet.yaml")
+    default_fleet = os.path.join(get_package_share_directory(PACKAGE), "config", "fleet", "demo.yaml")
     return LaunchDescription([
         DeclareLaunchArgument("namespace", default_value="",
                               description="namespace pushed in front of every node (robots get <namespace>/<agent>)"),
-        DeclareLaunchArgument("params_file", default_value=default_params,
-                              description="fleet YAML: a 'bringup:' section plus the nodes' ros__parameters"),
+        DeclareLaunchArgument("fleet_file", default_value=default_fleet,
+                              description="fleet description: a 'bringup:' section (which processes, params_file)"),
+        DeclareLaunchArgument("params_file", default_value="",
+                              description="the nodes' ROS params file; empty = the one the fleet description names"),
         DeclareLaunchArgument("log_level", default_value="info",
                               description="log level of every node (debug, info, warn, error, fatal)"),
-        DeclareLaunchArgument("use_sim_time", default_value="false",
-                              description="use /clock instead of the wall clock"),
+        DeclareLaunchArgument("autostart", default_value="true",
+                              description="configure and activate the lifecycle server at start-up"),
         OpaqueFunction(function=_fleet_nodes),
     ])

@@ -1,32 +1,53 @@
-"""Launch the planner server alone (its executors and clients run elsewhere).
+"""Launch the planner server alone (its executors and clients run elsewhere), as a managed node.
 
-    ros2 launch timely_llm_ros timely_server.launch.py params_file:=/path/fleet.yaml
+    ros2 launch timely_llm_ros timely_server.launch.py params_file:=/path/params.yaml autostart:=true
+
+With autostart:=true (default) this launch configures the server and activates it once configured, through
+its lifecycle services; with autostart:=false it stays unconfigured for an outside lifecycle manager
+(`ros2 lifecycle set /timely_server configure`, then `activate`). See docs/server.md.
 """
 import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
+from launch.events import matches_action
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
-
-from timely_llm_ros.ros.bringup import load_fleet, write_node_params
+from launch_ros.actions import LifecycleNode
+from launch_ros.event_handlers import OnStateTransition
+from launch_ros.events.lifecycle import ChangeState
+from lifecycle_msgs.msg import Transition
 
 PACKAGE = "timely_llm_ros"
 
 
+def _managed_server(node: LifecycleNode, autostart: bool) -> list:
+    """The server node, plus (autostart) configure now and activate once it is inactive after configuring."""
+    if not autostart:
+        return [node]
+
+    def change(transition_id: int) -> EmitEvent:
+        return EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node), transition_id=transition_id))
+
+    return [
+        node,
+        RegisterEventHandler(OnStateTransition(target_lifecycle_node=node, start_state="configuring",
+                                               goal_state="inactive",
+                                               entities=[change(Transition.TRANSITION_ACTIVATE)])),
+        change(Transition.TRANSITION_CONFIGURE),
+    ]
+
+
 def _server_node(context):
-    """The server Node, with the parameter sections of the fleet YAML (its bringup: section stripped)."""
     namespace = LaunchConfiguration("namespace").perform(context).strip("/")
-    fleet = load_fleet(LaunchConfiguration("params_file").perform(context), require_bringup=False)
-    use_sim_time = LaunchConfiguration("use_sim_time").perform(context).lower() in ("true", "1", "yes")
-    params_file = str(write_node_params(fleet, any_namespace=bool(namespace)))
-    return [Node(
+    autostart = LaunchConfiguration("autostart").perform(context).lower() in ("true", "1", "yes")
+    node = LifecycleNode(
         package=PACKAGE, executable="timely_server", name="timely_server", namespace="/" + namespace,
-        parameters=[params_file, {"use_sim_time": use_sim_time}],
+        parameters=[LaunchConfiguration("params_file").perform(context), {"autostart": False}],
         ros_arguments=["--log-level", LaunchConfiguration("log_level").perform(context)],
         output="screen",
-    )]
+    )
+    return _managed_server(node, autostart)
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -34,11 +55,11 @@ def generate_launch_description() -> LaunchDescription:
     return LaunchDescription([
         DeclareLaunchArgument("namespace", default_value="", description="namespace of the server node"),
         DeclareLaunchArgument("params_file", default_value=default_params,
-                              description="YAML with a timely_server: ros__parameters: section "
-                                          "(a fleet YAML works too)"),
+                              description="ROS params file with a /**/timely_server: ros__parameters: section"),
         DeclareLaunchArgument("log_level", default_value="info",
                               description="log level (debug, info, warn, error, fatal)"),
-        DeclareLaunchArgument("use_sim_time", default_value="false",
-                              description="use /clock instead of the wall clock"),
+        DeclareLaunchArgument("autostart", default_value="true",
+                              description="configure and activate the lifecycle server at start-up; false: "
+                                          "leave it unconfigured for a lifecycle manager"),
         OpaqueFunction(function=_server_node),
     ])

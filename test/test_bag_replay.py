@@ -135,6 +135,17 @@ def test_results_bag_holds_one_result_per_recorded_goal_for_the_right_agent(repl
 
 
 @needs_model
+def test_recorded_bags_carry_wall_clock_timestamps(replay):
+    from rosbags.highlevel import AnyReader
+
+    _, _, bag = replay
+    with AnyReader([bag]) as reader:
+        stamps = [stamp for _, stamp, _ in reader.messages()]
+    now = time.time_ns()
+    assert stamps and all(now - 3600 * 10**9 < s <= now for s in stamps)  # recorded within the last hour
+
+
+@needs_model
 def test_replayed_outcomes_are_consistent(replay):
     _, output, bag = replay
     results = [r["result"] for r in read_results(bag)]

@@ -244,10 +244,13 @@ def test_launch_files_compile_and_declare_the_standard_arguments(name):
         if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "DeclareLaunchArgument":
             keywords = {k.arg for k in call.keywords}
             declared[call.args[0].value] = keywords
-    assert set(declared) == {"namespace", "params_file", "log_level", "use_sim_time"}
+    assert {"namespace", "params_file", "log_level", "autostart"} <= set(declared)
+    assert "use_sim_time" not in declared  # the scheduler runs on the monotonic clock (docs/server.md)
     assert all({"default_value", "description"} <= kw for kw in declared.values()), declared
-    used = {k.value.value for c in ast.walk(tree) if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "Node"
+    used = {k.value.value for c in ast.walk(tree)
+            if isinstance(c, ast.Call) and getattr(c.func, "id", "") in ("Node", "LifecycleNode")
             for k in c.keywords if k.arg == "executable"}
+    assert "timely_server" in used and "LifecycleNode" in path.read_text()  # the server is managed
     assert used <= EXECUTABLES and used
     scripts = {p.name for p in (DEMO.parent.parent.parent / "scripts").iterdir()}
     assert used <= scripts

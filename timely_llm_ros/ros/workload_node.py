@@ -217,6 +217,7 @@ class ReplayRun:
         log.info(f"replaying {len(tasks)} goals of {self.workload.spec.name} over "
                  f"{max((t.arrival for t in tasks), default=0.0):.1f} s")
         self._t0 = time.monotonic()
+        self._t0_wall_ns = time.time_ns()   # bag stamps: wall clock, so the bag lines up with other recordings
         late = 0.0
         for task in tasks:
             if node.stop.wait(max(0.0, self._t0 + task.arrival - time.monotonic())):
@@ -248,7 +249,7 @@ class ReplayRun:
                     row.status, row.message = "no result", "timed out waiting for the result"
             records = list(self.records)
         if node.record_bag:
-            write_run_bag(node.record_bag, self.workload, records)
+            write_run_bag(node.record_bag, self.workload, records, start_ns=self._t0_wall_ns)
             log.info(f"recorded {len(records)} goals and {sum(r.result_at is not None for r in records)} results "
                      f"to {node.record_bag}")
         return node.report(list(self.rows.values()))

@@ -24,6 +24,7 @@ import json
 import math
 import re
 import sys
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -123,9 +124,12 @@ def _ns(seconds: float) -> int:
     return int(round(seconds * 1e9))
 
 
-def write_bag(workload: Workload, path: str | Path, start_ns: int = 0, action_file: Path | None = None) -> Path:
-    """Record workload into a new mcap bag directory at path (must not exist)."""
+def write_bag(workload: Workload, path: str | Path, start_ns: int | None = None,
+              action_file: Path | None = None) -> Path:
+    """Record workload into a new mcap bag directory at path (must not exist); stamps are wall-clock
+    nanoseconds from start_ns (default: now), so the bag lines up with other recordings."""
     path = Path(path)
+    start_ns = time.time_ns() if start_ns is None else start_ns
     store = make_typestore(action_file)
     with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
         out = _WorkloadWriter(writer, store)
@@ -178,10 +182,12 @@ class RunRecord:
     outcome: dict = field(default_factory=dict)   # request_id, status, error_code, ... (JSON-able)
 
 
-def write_run_bag(path: str | Path, workload: Workload, records: list[RunRecord], start_ns: int = 0,
+def write_run_bag(path: str | Path, workload: Workload, records: list[RunRecord], start_ns: int | None = None,
                   action_file: Path | None = None) -> Path:
-    """Record a run: the goals as sent (a workload bag of them) and one outcome record per goal, with its result."""
+    """Record a run: the goals as sent (a workload bag of them) and one outcome record per goal, with its result.
+    start_ns: wall-clock time of the run's start (record offsets are relative to it); default: now."""
     path = Path(path)
+    start_ns = time.time_ns() if start_ns is None else start_ns
     store = make_typestore(action_file)
     with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
         out = _WorkloadWriter(writer, store)
