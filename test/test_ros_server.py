@@ -131,14 +131,14 @@ def test_cancel_during_execution_stops_the_robot_promptly(fleet):
 class _SilentExecutor:
     """A broken robot: accepts segments and never finishes them (a real action server that hangs)."""
 
-    def __init__(self, agent: str) -> None:
+    def __init__(self, agent: str, execute=None) -> None:
         from rclpy.context import Context
         from rclpy.executors import MultiThreadedExecutor
         self.context = Context()
         rclpy.init(context=self.context)
         self.node = rclpy.create_node("executor", namespace=f"/{agent}", context=self.context)
         self.release = threading.Event()
-        self.server = ActionServer(self.node, ExecuteSegment, "execute_segment", execute_callback=self._hang,
+        self.server = ActionServer(self.node, ExecuteSegment, "execute_segment", execute_callback=execute or self._hang,
                                    goal_callback=lambda g: GoalResponse.ACCEPT,
                                    cancel_callback=lambda g: CancelResponse.ACCEPT)
         self.executor = MultiThreadedExecutor(num_threads=4, context=self.context)
@@ -232,3 +232,34 @@ def test_killed_executor_is_reported_unavailable_not_timed_out(fleet):
     assert status == GoalStatus.STATUS_ABORTED
     assert result.error_code == R.EXECUTOR_UNAVAILABLE, (result.error_code, result.error_message)
     assert "drone_victim" in result.error_message
+
+
+def test_segment_execution_time_is_the_one_the_executor_reports(fleet):
+    """A robot whose segments take 0.6 s on the server's clock but that reports 0.25 s of execution each
+    (e.g. it queued the segment before moving): the result carries the robot's figure."""
+    client, _ = fleet
+
+    def execute(goal_handle):
+        goal_handle.publish_feedback(ExecuteSegment.Feedback(skills_total=len(goal_handle.request.skills)))
+        time.sleep(0.6)
+        goal_handle.succeed()
+        return ExecuteSegment.Result(success=True, execution_time=0.25)
+
+    robot = _SilentExecutor("drone_reporting", execute)
+    try:
+        run = client.send(**dict(DRONE_TASK, agent_id="drone_reporting", urgency_class="", ert=30.0, alpha=-0.01,
+                                 beta=1.0))
+        status, result = run.result(60)
+        assert result.error_code == R.ERROR_NONE, result.error_message
+        assert [round(s.exec_time, 3) for s in result.segments] == [0.25] * len(result.segments)
+    finally:
+        robot.close()
+
+
+def test_goals_waiting_in_the_queue_get_queued_feedback(fleet):
+    client, _ = fleet
+    runs = [client.send(**dict(DRONE_TASK, agent_id=f"drone_q{i}", dry_run=True)) for i in range(3)]
+    for run in runs:
+        run.result(120)
+        states = [fb.state for fb in run.feedback]
+        assert states[0] == "queued" and "generating" in states, states

@@ -10,7 +10,8 @@ gets NOT_ACTIVE with a message instead of silence.
 
 ROS plumbing only: goals are validated into core PlanRequests, handed to the scheduler thread, and the
 scheduler's events come back as Plan feedback, ExecuteSegment goals to the robots, and Plan results.
-Each accepted goal holds one executor thread (blocked on an Event, not polling) until its result; at
+Feedback: "queued" once the scheduler holds the goal, then every state change (generating, suspended,
+executing) and each new segment. Each accepted goal holds one executor thread (blocked on an Event, not polling) until its result; at
 most ``max_queued`` goals are open at once, a goal beyond that ends at once with OVERLOADED (41).
 """
 from __future__ import annotations
@@ -64,6 +65,7 @@ class _GoalSession:
     outcome: RequestOutcome | None = None
     submitted: bool = False
     segments_generated: int = 0
+    state: str = ""                    # last state sent as feedback
 
     def end(self, outcome: RequestOutcome) -> None:
         if self.outcome is None:
@@ -377,6 +379,9 @@ class PlanServerNode(LifecycleNode):
             self.get_logger().warning(f"[{req.req_id}] not accepted: {err.code.name}: {err.message}")
             session.end(_bare_outcome(session, err.code, err.message))
             return
+        # a new generation starts out queued, so the scheduler reports no change to "queued": say it here
+        session.state = RequestState.QUEUED.value
+        self._publish(session, self._feedback(session, session.state))
         self._on_events(events)
 
     def _on_events(self, events) -> None:
@@ -395,6 +400,7 @@ class PlanServerNode(LifecycleNode):
                 elif self.dispatcher is not None:
                     self.dispatcher.send(ev.req_id, session.agent_id, ev.segment)
             elif isinstance(ev, StateChanged) and ev.state not in _FINAL:
+                session.state = ev.state.value
                 self._publish(session, self._feedback(session, ev.state.value))
             elif isinstance(ev, RequestFinished):
                 if self.dispatcher is not None:
