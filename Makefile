@@ -35,3 +35,10 @@ model: setup
 
 clean:
 	rm -rf build out .pytest_cache
+
+# Reliability suite (tools/stress/run.py): real server + executors + clients on loopback; prints a table and
+# exits non-zero on any lost goal, wrong error code, crash or leak. `make stress STRESS_SOAK_S=60` for a short soak.
+STRESS_SOAK_S ?= 600
+.PHONY: stress
+stress: setup
+	$(PY) tools/stress/run.py --soak-s $(STRESS_SOAK_S)
