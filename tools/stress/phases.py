@@ -27,8 +27,19 @@ class Run:
 
 
 def _throttle(run: Run, records: list, limit: int) -> None:
-    while sum(1 for r in records if not r.terminal) >= limit:
+    """Wait while `limit` goals are open (a goal with no answer after result_timeout_s counts as lost, not open)."""
+    while True:
+        now = time.monotonic()
+        if sum(1 for r in records if not r.terminal and now - r.sent < run.result_timeout_s) < limit:
+            return
         time.sleep(0.005)
+
+
+def warm_up(run: Run, agent: str, n: int = 4) -> list:
+    """A few valid goals before the first RSS reading, so the baseline includes the first generations' buffers."""
+    records = [run.client.send("warm-up", "valid", VALID, valid_goal(agent, "drone")) for _ in range(n)]
+    run.client.wait_terminal(records, run.result_timeout_s)
+    return records
 
 
 def fuzz(run: Run, n_bad: int, agent: str, valid_every: int = 20) -> list:
@@ -63,11 +74,11 @@ def faults(run: Run, n_abort: int, n_hang: int, n_kill: int, kill_agents: list[s
         else:
             run.notes.append(f"faults: {agent} never started a segment ({rec.code} {rec.message!r}); killed anyway")
             host.kill()
-    run.client.wait_terminal(records, run.result_timeout_s)
+    run.client.wait_terminal(records, run.result_timeout_s + 20)
     # a new goal for an executor that is gone: the issue asks for EXECUTOR_UNAVAILABLE
     after = [run.client.send("faults", "goal after kill", {EXEC_UNAVAILABLE}, valid_goal(agent, "drone"))
              for agent, _, _ in killed]
-    run.client.wait_terminal(after, run.result_timeout_s)
+    run.client.wait_terminal(after, run.result_timeout_s + 20)
     return records + after
 
 
@@ -113,7 +124,7 @@ def burst(run: Run, n: int, agents: list[str]) -> list:
     """n goals sent at the same moment (half dry-run, half executed)."""
     records = [run.client.send("burst", "burst", {NONE, DROPPED},
                                valid_goal(agents[i % len(agents)], "drone", dry_run=i % 2 == 0)) for i in range(n)]
-    run.client.wait_terminal(records, run.result_timeout_s + n)
+    run.client.wait_terminal(records, run.result_timeout_s + 0.5 * n)
     return records
 
 

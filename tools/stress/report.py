@@ -86,6 +86,6 @@ def table(rows: list[Row]) -> str:
     for r in rows:
         lines.append(f"  {r.phase}: {_codes(r.codes)}")
         if r.unexpected_kinds:
-            lines.append(f"    unexpected (category->code): "
+            lines.append("    unexpected (category->code): "
                          + ", ".join(f"{k} x{v}" for k, v in r.unexpected_kinds.most_common()))
     return "\n".join(lines)

@@ -34,6 +34,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--soak-agents", type=int, default=50, help="agents in closed loop")
     p.add_argument("--soak-s", type=float, default=600.0, help="soak duration (s)")
     p.add_argument("--outstanding", type=int, default=32, help="open goals at most (fuzz, cancels)")
+    p.add_argument("--result-timeout", type=float, default=60.0,
+                   help="after a phase's last goal, how long its goals may take to end before they count as lost")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--server-param", action="append", default=[], help="extra server parameter name:=value")
     return p.parse_args(argv)
@@ -63,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError("no /plan action server")
         server.wait_for("all expected executors discovered", 60)
         run = phases.Run(client, server, [host, *fault_hosts, *kill_hosts], random.Random(opts.seed), opts.seed,
-                         outstanding=opts.outstanding)
+                         outstanding=opts.outstanding, result_timeout_s=opts.result_timeout)
+        phases.warm_up(run, "fz_1")
         plan = [("fuzz", lambda: phases.fuzz(run, opts.fuzz, "fz_1")),
                 ("faults", lambda: phases.faults(run, opts.aborts, opts.hangs, opts.kills, kill_agents, kill_hosts)),
                 ("cancels", lambda: phases.cancels(run, opts.cancels, pool)),
