@@ -93,6 +93,7 @@ def kinematic():
 
 
 def _settled_state(client: _Client) -> RobotState:
+    assert _wait(lambda: client.states), "no robot_state received"
     time.sleep(0.2)  # the last state message follows the result
     return client.states[-1]
 
@@ -210,3 +211,21 @@ def test_skill_registry_collects_marked_functions_and_methods():
     threading.Timer(0.05, stop.set).start()
     with pytest.raises(Exception, match="cancelled"):
         ctx.sleep(float("inf"))
+
+
+def test_plan_order_runs_requests_by_arrival_and_segments_by_index_with_a_gap_timeout():
+    from timely_llm_ros.ros.executor.order import PlanOrder
+
+    now = [0.0]
+    order = PlanOrder(gap_timeout_s=1.0, clock=lambda: now[0])
+    order.add("a", 1, "a1")   # a's segment 1 arrives before its segment 0
+    order.add("b", 0, "b0")
+    assert order.pop_next() is None       # a1 waits for a0 (a arrived first, so b waits behind a)
+    order.add("a", 0, "a0")
+    assert order.pop_next() == "a0"
+    order.done("a", 0)
+    assert order.pop_next() == "a1"
+    order.add("a", 3, "a3")               # a2 never comes
+    assert order.pop_next() is None
+    now[0] = 1.5
+    assert order.pop_next() == "a3" and order.pop_next() == "b0" and len(order) == 0
