@@ -31,7 +31,7 @@ RUN = textwrap.dedent("""
     from launch.launch_description_sources import PythonLaunchDescriptionSource
     ls = LaunchService()
     ls.include_launch_description(IncludeLaunchDescription(
-        PythonLaunchDescriptionSource(sys.argv[1]), launch_arguments=[a.split(":=", 1) for a in sys.argv[2:]]))
+        PythonLaunchDescriptionSource(sys.argv[1]), launch_arguments=[tuple(a.split(":=", 1)) for a in sys.argv[2:]]))
     sys.exit(ls.run())
 """)
 
@@ -67,7 +67,7 @@ def test_fleet_launch_runs_the_workload_to_the_end(tmp_path):
             proc.communicate()
     assert proc.returncode == 0, out[-4000:]
     assert "timely_server ready" in out and "executor ready" in out
-    assert "Traceback" not in out, out[-4000:]
+    assert "Traceback" not in out and "process has died" not in out, out[-4000:]
 
 
 def test_server_launch_comes_up_and_stops_on_sigint():
@@ -88,3 +88,4 @@ def test_server_launch_comes_up_and_stops_on_sigint():
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, "".join(lines[-20:]) + out[-4000:]
+    assert "Traceback" not in out and "process has died" not in out, out[-4000:]  # Ctrl-C is a clean exit
