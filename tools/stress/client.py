@@ -52,7 +52,11 @@ class StressClient:
         rclpy.init(context=self.context)
         self.node = rclpy.create_node(name, context=self.context)
         self.sender = GoalSender(self.node)
-        self.client = ActionClient(self.node, Plan, "/plan", callback_group=self.sender.group)
+        # deep client-side queues, so that a goal lost in a burst is lost by the server, not by this client
+        deep = QoSProfile(depth=4096)
+        self.client = ActionClient(self.node, Plan, "/plan", callback_group=self.sender.group,
+                                   goal_service_qos_profile=deep, result_service_qos_profile=deep,
+                                   cancel_service_qos_profile=deep, feedback_sub_qos_profile=deep)
         self.state: SchedulerState | None = None
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._sub = self.node.create_subscription(SchedulerState, "/timely_server/state", self._on_state, latched)

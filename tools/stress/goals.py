@@ -26,7 +26,7 @@ def valid_goal(agent: str, robot_type: str, dry_run: bool = False, **over) -> di
 
 
 def _base(agent: str) -> dict:
-    return valid_goal(agent, "drone", dry_run=True)
+    return valid_goal(agent, "drone")  # executed, as for a real robot: agent checks happen on the real path
 
 
 _bad_number = st.sampled_from([math.nan, math.inf, -math.inf, -1.0, -1e300]) | st.floats(max_value=-1e-9)

@@ -26,9 +26,15 @@ class Run:
     notes: list[str] = field(default_factory=list)
 
 
+class ServerDied(RuntimeError):
+    """The server process exited during a phase (a crash): the phase stops, the run reports it."""
+
+
 def _throttle(run: Run, records: list, limit: int) -> None:
     """Wait while `limit` goals are open (a goal with no answer after result_timeout_s counts as lost, not open)."""
     while True:
+        if not run.server.alive:
+            raise ServerDied(f"server exited with {run.server.proc.returncode}")
         now = time.monotonic()
         if sum(1 for r in records if not r.terminal and now - r.sent < run.result_timeout_s) < limit:
             return

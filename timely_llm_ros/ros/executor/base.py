@@ -179,7 +179,9 @@ class SkillExecutorNode(Node):
                 if not start:
                     if self._stopping:
                         return
-                    self._cv.wait(0.02)
+                    # poll only while segments wait (a cancel is visible just after its callback, and the gap
+                    # timeout needs a clock); an idle robot sleeps until a segment arrives or it shuts down
+                    self._cv.wait(0.02 if len(self._order) else None)
                     continue
             for job in start:
                 self._start(job)
