@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,6 +27,8 @@ class Child:
                                      stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
         self.tail: deque[str] = deque(maxlen=200)
         self.tracebacks = 0
+        self.exceptions: Counter = Counter()   # last line of each traceback, e.g. "ValueError: ..."
+        self._in_traceback = False
         self.timing: dict[tuple[str, int], dict[str, float]] = {}
         self._marker = ready
         self._ready = threading.Event()
@@ -41,6 +43,13 @@ class Child:
             self.tail.append(line.rstrip())
             if "Traceback (most recent call last)" in line:
                 self.tracebacks += 1
+                self._in_traceback = True
+            elif self._in_traceback and line[:1] not in (" ", "\t") and not line.startswith("Traceback"):
+                self._in_traceback = False
+                self.exceptions[line.strip()[:160]] += 1
+            elif self._in_traceback and re.match(r"\s+\w+(\.\w+)*(Error|Exception|Interrupt|Exit)\b", line):
+                self._in_traceback = False  # node loggers indent the traceback: its exception line too
+                self.exceptions[line.strip()[:160]] += 1
             m = _TIMING.search(line)
             if m:
                 self.timing.setdefault((m.group(1), int(m.group(2))), {})[m.group(3)] = float(m.group(4))

@@ -52,18 +52,21 @@ def main(argv: list[str] | None = None) -> int:
     children, rows = [], []
     client = None
     try:
-        server = start_server(main_agents + ["fa_1", "fh_1"], opts.server_param)
-        children.append(server)
+        # robots first, then the planner (it discovers them at start-up: expected_agents)
         host = start_executors("executors", [(a, "drone") for a in main_agents], "time_scale:=0.02",
                                "queue_size:=64")
         fault_hosts, kill_agents, kill_hosts = phases.fault_hosts(opts.kills)
         children += [host, *fault_hosts, *kill_hosts]
         for c in children:
             c.wait_ready(240)
+        server = start_server(main_agents + ["fa_1", "fh_1"], opts.server_param)
+        children.insert(0, server)
+        server.wait_ready(240)
         client = StressClient()
         if not client.wait_for_server(30):
             raise RuntimeError("no /plan action server")
-        server.wait_for("all expected executors discovered", 60)
+        if not server.wait_for("all expected executors discovered", 60):
+            raise RuntimeError("the server did not discover every executor in 60 s")
         run = phases.Run(client, server, [host, *fault_hosts, *kill_hosts], random.Random(opts.seed), opts.seed,
                          outstanding=opts.outstanding, result_timeout_s=opts.result_timeout)
         phases.warm_up(run, "fz_1")
@@ -135,6 +138,9 @@ def _verdict(rows: list[Row], exits: dict, children, notes: list[str], elapsed: 
     tracebacks = {c.name: c.tracebacks for c in children if c.tracebacks}
     if tracebacks:
         problems.append(f"tracebacks in process output: {tracebacks}")
+        for c in children:
+            for exc, n in c.exceptions.most_common(5):
+                print(f"{c.name}: {n} x {exc}")
     for n in notes:
         print(f"note: {n}")
     rss = [r.rss_after for r in rows if not math.isnan(r.rss_after)]
