@@ -12,6 +12,7 @@ help:
 	@echo "make test   set up if needed, run the whole test suite"
 	@echo "make bench  run the benchmarks (simulated policies, engine micro-benchmarks)"
 	@echo "make model  retrain the embedded default planner model (not needed: it is committed)"
+	@echo "make stress reliability suite on loopback (STRESS_SOAK_S=60 for a short soak; docs/stress.md)"
 
 setup:
 	@tools/setup_venv.sh
