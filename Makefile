@@ -12,6 +12,7 @@ help:
 	@echo "make test   set up if needed, run the whole test suite"
 	@echo "make bench  run the benchmarks (simulated policies, engine micro-benchmarks)"
 	@echo "make model  retrain the embedded default planner model (not needed: it is committed)"
+	@echo "make stress reliability suite on loopback (STRESS_SOAK_S=60 for a short soak; docs/stress.md)"
 
 setup:
 	@tools/setup_venv.sh
@@ -35,3 +36,10 @@ model: setup
 
 clean:
 	rm -rf build out .pytest_cache
+
+# Reliability suite (tools/stress/run.py): real server + executors + clients on loopback; prints a table and
+# exits non-zero on any lost goal, wrong error code, crash or leak. `make stress STRESS_SOAK_S=60` for a short soak.
+STRESS_SOAK_S ?= 600
+.PHONY: stress
+stress: setup
+	$(PY) tools/stress/run.py --soak-s $(STRESS_SOAK_S)

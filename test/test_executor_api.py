@@ -1,0 +1,231 @@
+"""The executor API over real DDS: a kinematic drone subclass and the simulated executor in their own processes,
+driven by an in-process ExecuteSegment client (order, feedback, cancel, BUSY, unknown skill, failure, shutdown)."""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from action_msgs.msg import GoalStatus  # noqa: E402
+from rclpy.action import ActionClient  # noqa: E402
+from rclpy.context import Context  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile  # noqa: E402
+
+from timely_llm_ros.action import ExecuteSegment  # noqa: E402
+from timely_llm_ros.msg import RobotState, Skill  # noqa: E402
+from timely_llm_ros.ros.executor.skills import SkillContext, SkillRegistry, skill  # noqa: E402
+from timely_llm_ros.ros.goal_sender import GoalSender  # noqa: E402
+
+from ros_harness import NodeProcess, wait  # noqa: E402
+
+R = ExecuteSegment.Result
+
+
+def _segment(req: str, index: int, *calls: tuple) -> ExecuteSegment.Goal:
+    return ExecuteSegment.Goal(request_id=req, index=index, text=" ".join(c[0] for c in calls),
+                               skills=[Skill(name=c[0], args=[str(a) for a in c[1:]]) for c in calls],
+                               expected_duration=1.0)
+
+
+class _Client:
+    """ExecuteSegment client for one namespace, plus the robot's published state."""
+
+    def __init__(self, ns: str) -> None:
+        self.context = Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node("test_exec_client", context=self.context)
+        self.sender = GoalSender(self.node)
+        self.client = ActionClient(self.node, ExecuteSegment, f"/{ns}/execute_segment", callback_group=self.sender.group)
+        self.states: list[RobotState] = []
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.sub = self.node.create_subscription(RobotState, f"/{ns}/robot_state", self.states.append, latched)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self._spin = threading.Thread(target=self.executor.spin, daemon=True)
+        self._spin.start()
+        assert self.client.wait_for_server(timeout_sec=30.0)
+
+    def send(self, goal, feedback: list | None = None):
+        handle = wait(self.sender.send(self.client, goal, feedback_callback=(
+            (lambda m: feedback.append(m.feedback)) if feedback is not None else None)), 20.0)
+        assert handle is not None and handle.accepted
+        return handle
+
+    @staticmethod
+    def result(handle, timeout: float = 30.0):
+        wrapped = wait(handle.get_result_async(), timeout)
+        assert wrapped is not None, "no result"
+        return wrapped.status, wrapped.result
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=5.0)
+        self._spin.join(5.0)
+        self.client.destroy()
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+
+def _start(module: str, ns: str, *params: str) -> NodeProcess:
+    args = ["-r", f"__ns:=/{ns}", "-r", "__node:=executor"]
+    for p in params:
+        args += ["-p", p]
+    node = NodeProcess(module, args, "executor ready")
+    node.wait_ready(60)
+    return node
+
+
+@pytest.fixture(scope="module")
+def kinematic():
+    node = _start("timely_llm_ros.ros.executor.kinematic", "kin_1", "speed_mps:=4.0", "turn_rate_dps:=720.0",
+                  "queue_size:=1", "feedback_period_s:=0.1")
+    client = _Client("kin_1")
+    try:
+        yield client, node
+    finally:
+        client.close()
+        node.stop()
+    assert node.proc.returncode == 0 and "Traceback" not in node.output(), node.output()[-3000:]
+
+
+def _settled_state(client: _Client) -> RobotState:
+    assert _wait(lambda: client.states), "no robot_state received"
+    time.sleep(0.2)  # the last state message follows the result
+    return client.states[-1]
+
+
+def test_segments_move_the_published_state_in_plan_order(kinematic):
+    client, _ = kinematic
+    base = _settled_state(client)
+    fb: list = []
+    # index 1 is sent first: the executor must still run 0 (turn left) before 1 (forward), ending at +y, not +x
+    second = client.send(_segment("r1", 1, ("mf", 100), ("mu", 40)))
+    first = client.send(_segment("r1", 0, ("tu", 90)), fb)
+    t0 = time.monotonic()
+    assert client.result(first)[1].error_code == R.ERROR_NONE
+    status, result = client.result(second)
+    wall = time.monotonic() - t0
+    assert status == GoalStatus.STATUS_SUCCEEDED and result.success, result.error_message
+    assert 0.0 < result.execution_time < wall  # timed from its own start, not from when it was queued
+    s = _settled_state(client)
+    assert (s.x - base.x, s.y - base.y, s.z - base.z) == pytest.approx((0.0, 1.0, 0.4), abs=1e-6)
+    assert s.yaw == pytest.approx(90.0) and s.current_skill == ""
+    assert fb and fb[0].skills_total == 1 and fb[0].current_skill == "tu" and fb[-1].skills_done == 1
+
+
+def test_cancel_stops_the_robot_mid_move_and_a_full_queue_answers_busy(kinematic):
+    client, _ = kinematic
+    base = _settled_state(client)
+    fb: list = []
+    running = client.send(_segment("long", 0, ("mb", 2000)), fb)  # 5 s at 4 m/s
+    assert _wait(lambda: len(fb) >= 3), "no periodic feedback from the running segment"
+    queued = client.send(_segment("other", 0, ("d", 1)))            # fills queue_size 1
+    busy = client.send(_segment("third", 0, ("d", 1)))
+    status, result = client.result(busy, 5.0)
+    assert status == GoalStatus.STATUS_ABORTED and result.error_code == R.BUSY and "queue_size" in result.error_message
+    wait(queued.cancel_goal_async(), 5.0)
+    status, result = client.result(queued, 5.0)
+    assert status == GoalStatus.STATUS_CANCELED and result.error_code == R.CANCELLED
+    t0 = time.monotonic()
+    wait(running.cancel_goal_async(), 5.0)
+    status, result = client.result(running, 5.0)
+    assert status == GoalStatus.STATUS_CANCELED and result.error_code == R.CANCELLED
+    assert time.monotonic() - t0 < 2.0
+    s = _settled_state(client)
+    moved = ((s.x - base.x) ** 2 + (s.y - base.y) ** 2) ** 0.5
+    assert 0.0 < moved < 20.0, "the robot must have stopped part-way"
+    assert min(f.time_remaining for f in fb) < max(f.time_remaining for f in fb) <= 5.0  # it counts down
+
+
+def test_unknown_skill_is_refused_at_once_with_the_skills_it_has(kinematic):
+    client, _ = kinematic
+    status, result = client.result(client.send(_segment("u", 0, ("grasp", "cup"), ("mf", 10))), 5.0)
+    assert status == GoalStatus.STATUS_ABORTED and result.error_code == R.UNKNOWN_SKILL
+    assert "grasp" in result.error_message and "mf" in result.error_message
+
+
+def _wait(pred, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_simulated_executor_faults_and_clean_exit_on_signal(sig):
+    """abort_probability 1: FAILED with the reason; a hanging segment still ends when the process is signalled."""
+    ns = f"sim_{sig.name.lower()}"
+    node = _start("timely_llm_ros.ros.executor_node", ns, "robot_type:=drone", "time_scale:=0.01",
+                  "abort_probability:=0.7", "hang_probability:=0.3", "seed:=3")
+    client = _Client(ns)
+    try:
+        outcomes = []
+        for i in range(30):  # each segment either fails or hangs
+            handle = client.send(_segment(f"f{i}", 0, ("mf", 50)))
+            wrapped = wait(handle.get_result_async(), 2.0)
+            if wrapped is None:
+                break
+            outcomes.append(wrapped.result.error_code)
+            assert "injected fault" in wrapped.result.error_message
+        assert set(outcomes) <= {R.FAILED}, outcomes
+        assert wrapped is None, "a segment should hang (hang_probability 0.3)"
+        node.proc.send_signal(sig)
+        status, result = client.result(handle, 10.0)  # the hanging segment gets its result before the exit
+        assert status == GoalStatus.STATUS_ABORTED and "shutting down" in result.error_message
+        assert node.proc.wait(15) == 0
+        assert "Traceback" not in node.output()
+    finally:
+        client.close()
+        node.stop()
+
+
+def test_skill_registry_collects_marked_functions_and_methods():
+    class Robot:
+        def rate(self, args):
+            return args[0] / 2
+
+        @skill("mf", estimate="rate")
+        def move(self, ctx, cm):
+            return cm
+
+    @skill("g")
+    def goto(ctx, obj):
+        return obj
+
+    reg = SkillRegistry()
+    assert reg.add_marked(Robot()) == 1 and reg.add_marked({"tp": lambda ctx: None}) == 1
+    import types
+    mod = types.ModuleType("m")
+    mod.goto = goto
+    assert reg.add_marked(mod) == 1
+    assert reg.names() == ["g", "mf", "tp"]
+    assert reg.estimate("mf", (10,)) == 5.0 and reg.estimate("g", ("x",)) == 0.0
+    stop = threading.Event()
+    ctx = SkillContext("r", 0, "d", (), stop.is_set)
+    threading.Timer(0.05, stop.set).start()
+    with pytest.raises(Exception, match="cancelled"):
+        ctx.sleep(float("inf"))
+
+
+def test_plan_order_runs_requests_by_arrival_and_segments_by_index_with_a_gap_timeout():
+    from timely_llm_ros.ros.executor.order import PlanOrder
+
+    now = [0.0]
+    order = PlanOrder(gap_timeout_s=1.0, clock=lambda: now[0])
+    order.add("a", 1, "a1")   # a's segment 1 arrives before its segment 0
+    order.add("b", 0, "b0")
+    assert order.pop_next() is None       # a1 waits for a0 (a arrived first, so b waits behind a)
+    order.add("a", 0, "a0")
+    assert order.pop_next() == "a0"
+    order.done("a", 0)
+    assert order.pop_next() == "a1"
+    order.add("a", 3, "a3")               # a2 never comes
+    assert order.pop_next() is None
+    now[0] = 1.5
+    assert order.pop_next() == "a3" and order.pop_next() == "b0" and len(order) == 0

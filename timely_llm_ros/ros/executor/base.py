@@ -1,0 +1,313 @@
+"""SkillExecutorNode: the ExecuteSegment action server a robot driver subclasses (see docs/executor.md).
+
+A subclass registers one Python callable per skill (``@skill`` methods, ``register_skill`` or a skill-set
+module); the base serves ``<namespace>/execute_segment`` and handles the rest:
+
+- queueing: segments run one at a time, requests in order of arrival, each request's segments in index order;
+  a queued segment holds no thread (the goal is executed when its turn comes);
+- verdicts at once, without queueing: UNKNOWN_SKILL (a skill the robot does not have), BUSY (queue full and
+  the segment belongs to no plan the robot already holds);
+- progress feedback (skills_done, current_skill, time_remaining) at the start, after each skill and every
+  ``feedback_period_s``;
+- cancel: the running skill sees ``ctx.cancelled`` (``ctx.sleep`` raises), ``halt()`` is called, CANCELLED;
+- FAILED when a skill raises; execution_time measured from the moment the segment starts running.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.node import Node
+
+from timely_llm_ros.action import ExecuteSegment
+
+from ...core.request import SkillCall
+from ..conversions import skill_from_msg
+from .order import PlanOrder
+from .skills import SkillCancelled, SkillContext, SkillFn, SkillRegistry, Estimate
+
+R = ExecuteSegment.Result
+F = ExecuteSegment.Feedback
+# ExecuteSegment has no SHUTDOWN constant on this branch's interface: FAILED with a message that says so.
+SHUTDOWN_MESSAGE = "executor shutting down"
+
+
+@dataclass
+class _Job:
+    """One accepted segment."""
+
+    handle: Any
+    request_id: str
+    index: int
+    calls: list[SkillCall]
+    expected_s: float
+    verdict: Any = None           # a Result decided on arrival (UNKNOWN_SKILL, BUSY)
+    started: float | None = None
+    skills_done: int = 0
+    skill_started: float = 0.0
+    hint_s: float | None = None   # time remaining of the current skill, from ctx.progress()
+    ctx: SkillContext | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _float_range(lo: float, hi: float) -> list[FloatingPointRange]:
+    return [FloatingPointRange(from_value=lo, to_value=hi, step=0.0)]
+
+
+class SkillExecutorNode(Node):
+    """Base ExecuteSegment server; subclass it and register skills."""
+
+    def __init__(self, node_name: str = "executor", skills: object | None = None, **kwargs) -> None:
+        super().__init__(node_name, **kwargs)
+        self.queue_size = self.declare_parameter("queue_size", 16, ParameterDescriptor(
+            description="segments that may wait behind the running one; a new request's segment beyond it gets BUSY",
+            integer_range=[IntegerRange(from_value=0, to_value=10000, step=1)], read_only=True)).value
+        self.gap_timeout_s = self.declare_parameter("gap_timeout_s", 1.0, ParameterDescriptor(
+            description="how long segment k waits for segment k-1 of its plan before running anyway",
+            floating_point_range=_float_range(0.0, 60.0), read_only=True)).value
+        self.feedback_period_s = self.declare_parameter("feedback_period_s", 0.5, ParameterDescriptor(
+            description="progress feedback period while a skill runs (0: only at skill boundaries)",
+            floating_point_range=_float_range(0.0, 60.0), read_only=True)).value
+        self.shutdown_grace_s = self.declare_parameter("shutdown_grace_s", 2.0, ParameterDescriptor(
+            description="on SIGINT/SIGTERM, how long to wait for open segments to report their end",
+            floating_point_range=_float_range(0.0, 60.0), read_only=True)).value
+        self.log_timing = self.declare_parameter("log_timing", False, ParameterDescriptor(
+            description="log 'segment timing <request> <index> received|started|ended <monotonic s>' (make stress)",
+            read_only=True)).value
+        self.skills = SkillRegistry()
+        self.skills.add_marked(self)
+        if skills is not None:
+            self.skills.add_marked(skills)
+        self._cv = threading.Condition()
+        self._order = PlanOrder(self.gap_timeout_s)
+        self._jobs: dict[bytes, _Job] = {}
+        self._running: _Job | None = None
+        self._stopping = False
+        self._group = ReentrantCallbackGroup()
+        self._action = ActionServer(self, ExecuteSegment, "execute_segment", execute_callback=self._execute,
+                                    goal_callback=lambda goal: GoalResponse.ACCEPT,
+                                    handle_accepted_callback=self._on_accepted,
+                                    cancel_callback=self._on_cancel, callback_group=self._group)
+        self._timer = (self.create_timer(self.feedback_period_s, self._periodic_feedback, callback_group=self._group)
+                       if self.feedback_period_s > 0 else None)
+        self._worker = threading.Thread(target=self._dispatch_loop, name="segment-dispatch", daemon=True)
+        self._worker.start()
+
+    # ------------------------------------------------------------------ for subclasses
+    def register_skill(self, name: str, fn: SkillFn, estimate: Estimate | None = None) -> None:
+        """Add (or replace) the callable for skill ``name``: ``fn(ctx, *args)``."""
+        self.skills.add(name, fn, estimate)
+
+    def on_segment_start(self, request_id: str, index: int, calls: list[SkillCall]) -> None:
+        """Called when a segment starts running, before its first skill. Override (e.g. to arm the robot)."""
+
+    def halt(self) -> None:
+        """Bring the robot to a safe stop (a skill was cancelled, failed, or the node shuts down). Override."""
+
+    def ready_message(self) -> str:
+        return (f"executor ready: {self.get_namespace().rstrip('/')}/execute_segment "
+                f"skills={','.join(self.skills.names())}")
+
+    # ------------------------------------------------------------------ action callbacks
+    def _timing(self, job: _Job, event: str) -> None:
+        if self.log_timing:
+            self.get_logger().info(f"segment timing {job.request_id} {job.index} {event} {time.monotonic():.6f}")
+
+    def _on_accepted(self, handle) -> None:
+        goal: ExecuteSegment.Goal = handle.request
+        job = _Job(handle, goal.request_id, int(goal.index), [skill_from_msg(s) for s in goal.skills],
+                   float(goal.expected_duration))
+        self._timing(job, "received")
+        unknown = sorted({c.name for c in job.calls if c.name not in self.skills})
+        if unknown:
+            job.verdict = R(success=False, error_code=R.UNKNOWN_SKILL,
+                            error_message=f"this robot has no skill(s) {unknown}; it has {self.skills.names()}")
+        with self._cv:
+            self._jobs[bytes(handle.goal_id.uuid)] = job
+            if job.verdict is None and self._stopping:
+                job.verdict = R(success=False, error_code=R.FAILED, error_message=SHUTDOWN_MESSAGE)
+            elif job.verdict is None and len(self._order) >= self.queue_size and not self._holds(job.request_id):
+                job.verdict = R(success=False, error_code=R.BUSY,
+                                error_message=f"{len(self._order)} segments already wait (queue_size "
+                                              f"{self.queue_size}); retry later or use another robot")
+            if job.verdict is None:
+                self._order.add(job.request_id, job.index, job)
+                self._cv.notify_all()
+                return
+        self._start(job)
+
+    def _holds(self, request_id: str) -> bool:
+        """True when a segment of this plan runs or waits here: its other segments are never refused as BUSY."""
+        running = self._running
+        return (running is not None and running.request_id == request_id) or \
+            any(w.request_id == request_id for w in self._order.waiting)
+
+    def _on_cancel(self, handle) -> CancelResponse:
+        with self._cv:
+            job = self._jobs.get(bytes(handle.goal_id.uuid))
+            self._cv.notify_all()
+        if job is not None and job.ctx is not None:
+            job.ctx.wake()
+        return CancelResponse.ACCEPT
+
+    def _start(self, job: _Job) -> None:
+        """Hand the goal to the ROS executor to run _execute (any thread)."""
+        try:
+            job.handle.execute()
+        except Exception:  # cancel arrived between the check and the EXECUTE transition: run it as cancelled
+            self._action.notify_execute(job.handle, None)
+
+    def _dispatch_loop(self) -> None:
+        """Start the next segment in plan order when the robot is free; flush cancelled queued segments."""
+        while True:
+            start: list[_Job] = []
+            with self._cv:
+                for w in list(self._order.waiting):
+                    if self._stopping or w.item.handle.is_cancel_requested:
+                        self._order.remove(w.item)
+                        start.append(w.item)
+                if self._running is None and not self._stopping:
+                    job = self._order.pop_next()
+                    if job is not None:
+                        self._running = job
+                        start.append(job)
+                if not start:
+                    if self._stopping:
+                        return
+                    # poll only while segments wait (a cancel is visible just after its callback, and the gap
+                    # timeout needs a clock); an idle robot sleeps until a segment arrives or it shuts down
+                    self._cv.wait(0.02 if len(self._order) else None)
+                    continue
+            for job in start:
+                self._start(job)
+
+    def _execute(self, handle) -> ExecuteSegment.Result:
+        with self._cv:
+            job = self._jobs.get(bytes(handle.goal_id.uuid))
+        try:
+            if job is None:  # cannot happen: every accepted goal is registered first
+                handle.abort()
+                return R(success=False, error_code=R.FAILED, error_message="segment not registered")
+            if job.verdict is not None:
+                handle.abort()
+                return job.verdict
+            if handle.is_cancel_requested:
+                handle.canceled()
+                return R(success=False, error_code=R.CANCELLED, error_message="cancelled while queued")
+            if self._stopping:
+                handle.abort()
+                return R(success=False, error_code=R.FAILED, error_message=SHUTDOWN_MESSAGE)
+            return self._run(job)
+        finally:
+            with self._cv:
+                self._jobs.pop(bytes(handle.goal_id.uuid), None)
+                if job is not None:
+                    self._timing(job, "ended")
+                    self._order.done(job.request_id, job.index)
+                    if self._running is job:
+                        self._running = None
+                self._cv.notify_all()
+
+    # ------------------------------------------------------------------ running a segment
+    def _run(self, job: _Job) -> ExecuteSegment.Result:
+        handle = job.handle
+        job.started = job.skill_started = time.monotonic()
+        self._timing(job, "started")
+        stop = lambda: self._stopping or handle.is_cancel_requested or not handle.is_active  # noqa: E731
+        self.get_logger().info(f"[{job.request_id}] segment {job.index}: "
+                               f"{' '.join(f'{c.name}{list(c.args)}' for c in job.calls)}")
+        self.on_segment_start(job.request_id, job.index, job.calls)
+        for i, call in enumerate(job.calls):
+            with job.lock:
+                job.skills_done, job.skill_started, job.hint_s = i, time.monotonic(), None
+                job.ctx = SkillContext(job.request_id, job.index, call.name, call.args, stop, self.get_logger(),
+                                       on_progress=lambda s, j=job: setattr(j, "hint_s", s))
+            self._feedback(job)
+            error = None
+            try:
+                self.skills.get(call.name).fn(job.ctx, *call.args)
+            except SkillCancelled:
+                pass
+            except Exception as exc:  # the robot's skill failed: report it, do not crash the node
+                error = f"skill {call.name}{list(call.args)} failed: {type(exc).__name__}: {exc}"
+            if error is not None or stop():
+                self._safe_halt()
+                return self._end(job, error)
+        with job.lock:
+            job.skills_done = len(job.calls)
+        self._feedback(job)
+        handle.succeed()
+        return R(success=True, error_code=R.ERROR_NONE, execution_time=time.monotonic() - job.started)
+
+    def _end(self, job: _Job, error: str | None) -> ExecuteSegment.Result:
+        elapsed = time.monotonic() - job.started
+        handle = job.handle
+        if error is None and handle.is_cancel_requested:
+            handle.canceled()
+            return R(success=False, error_code=R.CANCELLED, error_message="cancelled", execution_time=elapsed)
+        message = error or SHUTDOWN_MESSAGE
+        self.get_logger().warning(f"[{job.request_id}] segment {job.index}: {message}")
+        if handle.is_active:
+            handle.abort()
+        return R(success=False, error_code=R.FAILED, error_message=message, execution_time=elapsed)
+
+    def _safe_halt(self) -> None:
+        try:
+            self.halt()
+        except Exception as exc:
+            self.get_logger().error(f"halt() failed: {type(exc).__name__}: {exc}")
+
+    def _time_remaining(self, job: _Job) -> float:
+        now = time.monotonic()
+        with job.lock:
+            i, calls = job.skills_done, job.calls
+            if i >= len(calls):
+                return 0.0
+            ests = [self.skills.estimate(c.name, c.args) for c in calls]
+            if not any(ests):  # no per-skill estimates: the planner's estimate minus the time spent
+                return max(0.0, job.expected_s - (now - (job.started or now)))
+            current = job.hint_s if job.hint_s is not None else max(0.0, ests[i] - (now - job.skill_started))
+            return current + sum(ests[i + 1:])
+
+    def _feedback(self, job: _Job) -> None:
+        with job.lock:
+            done, total = job.skills_done, len(job.calls)
+            current = job.calls[done].name if done < total else ""
+        try:
+            job.handle.publish_feedback(F(skills_done=done, skills_total=total, current_skill=current,
+                                          time_remaining=float(self._time_remaining(job))))
+        except Exception:  # goal already finished or the context is going down
+            pass
+
+    def _periodic_feedback(self) -> None:
+        job = self._running
+        if job is not None and job.started is not None and job.handle.is_active:
+            self._feedback(job)
+
+    # ------------------------------------------------------------------ shutdown
+    def begin_shutdown(self) -> None:
+        """Stop taking segments; running and queued ones end (FAILED 'executor shutting down')."""
+        with self._cv:
+            self._stopping = True
+            running = self._running
+            self._cv.notify_all()
+        if running is not None and running.ctx is not None:
+            running.ctx.wake()
+
+    def idle(self) -> bool:
+        """True when no accepted segment is still without its result."""
+        with self._cv:
+            return not self._jobs
+
+    def shutdown(self) -> None:
+        """Join the dispatch thread and free the ROS entities destroy_node() does not."""
+        self.begin_shutdown()
+        self._worker.join(5.0)
+        if self._timer is not None:
+            self.destroy_timer(self._timer)
+        self._action.destroy()

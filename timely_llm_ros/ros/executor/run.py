@@ -1,0 +1,59 @@
+"""main() for executor nodes: spin until SIGINT/SIGTERM, let open segments report their end, exit 0."""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from typing import Callable, Sequence, Union
+
+import rclpy
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.signals import SignalHandlerOptions
+
+from .base import SkillExecutorNode
+
+Nodes = Union[SkillExecutorNode, Sequence[SkillExecutorNode]]
+
+
+def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None, num_threads: int = 6) -> int:
+    """Run one executor node (or several, e.g. one per robot namespace) until SIGINT/SIGTERM.
+
+    Returns 0 on a signal (no traceback, threads joined), 1 when the node cannot start (bad parameters)."""
+    stop = threading.Event()
+    # Our own handlers (not rclpy's): on a signal the nodes still have to send the results of open segments.
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    nodes: list[SkillExecutorNode] = []
+    executor = None
+    try:
+        try:
+            made = make_nodes()
+            nodes = [made] if isinstance(made, SkillExecutorNode) else list(made)
+        except (ValueError, FileNotFoundError, KeyError) as exc:  # bad parameters: say why, no traceback
+            print(f"executor: cannot start: {exc}", file=sys.stderr)
+            return 1
+        executor = MultiThreadedExecutor(num_threads=num_threads + 2 * (len(nodes) - 1))
+        for node in nodes:
+            executor.add_node(node)
+            node.get_logger().info(node.ready_message())
+        while not stop.is_set() and rclpy.ok():
+            executor.spin_once(timeout_sec=0.1)
+        for node in nodes:
+            node.begin_shutdown()
+        deadline = time.monotonic() + max(n.shutdown_grace_s for n in nodes)
+        while not all(n.idle() for n in nodes) and time.monotonic() < deadline and rclpy.ok():
+            executor.spin_once(timeout_sec=0.05)
+        end = time.monotonic() + 0.2  # let the last results leave
+        while time.monotonic() < end and rclpy.ok():
+            executor.spin_once(timeout_sec=0.05)
+        return 0
+    finally:
+        if executor is not None:
+            executor.shutdown(timeout_sec=5.0)
+        for node in nodes:
+            node.shutdown()
+            node.destroy_node()
+        rclpy.try_shutdown()
+        for s, h in previous.items():
+            signal.signal(s, h)

@@ -1,0 +1,69 @@
+"""The simulated robot: every skill of its execution-time profile sleeps a sampled time; faults on request.
+
+Fault injection (for the stress suite; all 0 by default): ``abort_probability`` (the segment's first skill
+fails half-way), ``hang_probability`` (the segment never finishes on its own; cancel still stops it),
+``overrun_s`` (seconds added to each segment), ``time_scale`` (multiplies every execution time).
+"""
+from __future__ import annotations
+
+import random
+
+from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
+
+from ...core.exec_time import ExecTimeModel
+from ...core.request import SkillCall
+from .base import SkillExecutorNode
+from .skills import SkillContext, SkillFailed
+
+
+def _probability(description: str) -> ParameterDescriptor:
+    return ParameterDescriptor(description=description, read_only=True, floating_point_range=[
+        FloatingPointRange(from_value=0.0, to_value=1.0, step=0.0)])
+
+
+class SimulatedExecutorNode(SkillExecutorNode):
+    """A robot whose skills take the time its profile (config/exec_time/<robot_type>.yaml) samples."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("executor", **kwargs)
+        self.robot_type = self.declare_parameter(
+            "robot_type", "drone", ParameterDescriptor(description="skill set / execution-time profile: drone | arm",
+                                                       read_only=True)).value
+        self.time_scale = self.declare_parameter(
+            "time_scale", 1.0, ParameterDescriptor(description="multiplies every execution time (demos, tests)",
+                                                   floating_point_range=[FloatingPointRange(
+                                                       from_value=0.0, to_value=100.0, step=0.0)])).value
+        seed = self.declare_parameter("seed", 0, ParameterDescriptor(description="execution-time sampling seed")).value
+        self.abort_probability = self.declare_parameter(
+            "abort_probability", 0.0, _probability("fault injection: chance that a segment fails (FAILED)")).value
+        self.hang_probability = self.declare_parameter(
+            "hang_probability", 0.0, _probability("fault injection: chance that a segment never finishes")).value
+        self.overrun_s = self.declare_parameter("overrun_s", 0.0, ParameterDescriptor(
+            description="fault injection: seconds added to every segment's execution", read_only=True,
+            floating_point_range=[FloatingPointRange(from_value=0.0, to_value=3600.0, step=0.0)])).value
+        self.model = ExecTimeModel.load(self.robot_type)
+        self._rng = random.Random(f"{self.get_namespace()}:{seed}")
+        self._fault: str | None = None
+        for name in self.model.skills:
+            self.register_skill(name, self._simulated,
+                                estimate=lambda args, n=name: self.model.skill_min(SkillCall(n, tuple(args)))
+                                * self.time_scale)
+
+    def on_segment_start(self, request_id: str, index: int, calls: list[SkillCall]) -> None:
+        u = self._rng.random()
+        self._fault = "abort" if u < self.abort_probability else \
+            "hang" if u < self.abort_probability + self.hang_probability else "overrun"
+
+    def _simulated(self, ctx: SkillContext, *args) -> None:
+        seconds = self.model.sample_time([SkillCall(ctx.name, args)], self._rng) * self.time_scale
+        fault, self._fault = self._fault, None  # only the segment's first skill carries the fault
+        if fault == "hang":
+            ctx.sleep(float("inf"))
+        if fault == "abort":
+            ctx.sleep(seconds / 2)
+            raise SkillFailed(f"injected fault (abort_probability {self.abort_probability})")
+        ctx.sleep(seconds + (self.overrun_s if fault == "overrun" else 0.0))
+
+    def ready_message(self) -> str:
+        return (f"executor ready: {self.get_namespace().rstrip('/')}/execute_segment "
+                f"robot_type={self.robot_type} time_scale={self.time_scale}")

@@ -1,0 +1,144 @@
+"""An in-process rclpy Plan client that tracks every goal it sends (response, feedback, result) and the server's
+~/state topic. Everything is recorded with time.monotonic(), comparable with the executors' timing log lines."""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import rclpy
+from rclpy.action import ActionClient
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import DurabilityPolicy, QoSProfile
+
+from timely_llm_ros.action import Plan
+from timely_llm_ros.msg import SchedulerState
+from timely_llm_ros.ros.goal_sender import GoalSender
+
+
+@dataclass
+class GoalRecord:
+    """One goal's life as the client saw it."""
+
+    phase: str
+    kind: str
+    expect: frozenset
+    fields: dict
+    sent: float
+    responded: float | None = None
+    accepted: bool | None = None
+    handle: object = None
+    request_id: str = ""
+    states: list = field(default_factory=list)
+    segment_fb: dict = field(default_factory=dict)   # index -> monotonic time the segment's feedback arrived
+    done: float | None = None
+    status: int | None = None
+    code: int | None = None
+    message: str = ""
+    waiting_time: float = -1.0
+    cancel_at_state: str = ""
+
+    @property
+    def terminal(self) -> bool:
+        return self.done is not None or self.accepted is False
+
+
+class StressClient:
+    """Sends Plan goals from any thread; callbacks fill the GoalRecords."""
+
+    def __init__(self, name: str = "stress_client") -> None:
+        self.context = Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node(name, context=self.context)
+        self.sender = GoalSender(self.node)
+        # deep client-side queues, so that a goal lost in a burst is lost by the server, not by this client
+        deep = QoSProfile(depth=4096)
+        self.client = ActionClient(self.node, Plan, "/plan", callback_group=self.sender.group,
+                                   goal_service_qos_profile=deep, result_service_qos_profile=deep,
+                                   cancel_service_qos_profile=deep, feedback_sub_qos_profile=deep)
+        self.state: SchedulerState | None = None
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self._sub = self.node.create_subscription(SchedulerState, "/timely_server/state", self._on_state, latched)
+        self.records: list[GoalRecord] = []
+        self._lock = threading.Lock()
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self._spin = threading.Thread(target=self._spin_forever, daemon=True)
+        self._spin.start()
+
+    def _spin_forever(self) -> None:
+        try:
+            self.executor.spin()
+        except Exception:  # context shut down while closing
+            pass
+
+    def _on_state(self, msg: SchedulerState) -> None:
+        self.state = msg
+
+    def wait_for_server(self, timeout: float) -> bool:
+        return self.client.wait_for_server(timeout_sec=timeout)
+
+    def send(self, phase: str, kind: str, expect, fields: dict, on_feedback=None) -> GoalRecord:
+        rec = GoalRecord(phase, kind, frozenset(expect), fields, time.monotonic())
+        with self._lock:
+            self.records.append(rec)
+        fut = self.sender.send(self.client, Plan.Goal(**fields),
+                               feedback_callback=lambda m: self._on_feedback(rec, m.feedback, on_feedback))
+        fut.add_done_callback(lambda f: self._on_response(rec, f))
+        return rec
+
+    def _on_feedback(self, rec: GoalRecord, fb, hook) -> None:
+        now = time.monotonic()
+        rec.request_id = rec.request_id or fb.request_id
+        if not rec.states or rec.states[-1] != fb.state:
+            rec.states.append(fb.state)
+        if fb.new_segment:
+            rec.segment_fb.setdefault(fb.segment.index, now)
+        if hook is not None:
+            hook(rec, fb)
+
+    def _on_response(self, rec: GoalRecord, fut) -> None:
+        rec.responded = time.monotonic()
+        try:
+            handle = fut.result()
+        except Exception as exc:
+            rec.accepted, rec.message = False, f"send failed: {exc}"
+            return
+        rec.handle, rec.accepted = handle, bool(handle.accepted)
+        if handle.accepted:
+            handle.get_result_async().add_done_callback(lambda f: self._on_result(rec, f))
+
+    def _on_result(self, rec: GoalRecord, fut) -> None:
+        try:
+            wrapped = fut.result()
+        except Exception as exc:
+            rec.message = f"result lost: {exc}"
+            rec.done = time.monotonic()
+            return
+        r = wrapped.result
+        rec.status, rec.code, rec.message = wrapped.status, int(r.error_code), r.error_message
+        rec.request_id, rec.waiting_time = rec.request_id or r.request_id, float(r.waiting_time)
+        rec.done = time.monotonic()
+
+    def cancel(self, rec: GoalRecord) -> None:
+        """Request cancellation (any thread; the request goes out on the client's executor)."""
+        if rec.handle is not None:
+            self.sender.call(rec.handle.cancel_goal_async)
+
+    def wait_terminal(self, records: list[GoalRecord], timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if all(r.terminal for r in records):
+                return True
+            time.sleep(0.05)
+        return all(r.terminal for r in records)
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=5.0)
+        self._spin.join(5.0)
+        self.client.destroy()
+        self.node.destroy_subscription(self._sub)
+        self.sender.destroy()
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)

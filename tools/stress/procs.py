@@ -1,0 +1,126 @@
+"""Child processes of the stress suite (server, executor hosts): start, readiness, output, timing lines, RSS."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, deque
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+_TIMING = re.compile(r"segment timing (\S+) (\d+) (received|started|ended) ([0-9.]+)")
+
+
+class Child:
+    """A node process; keeps the tail of its output and every 'segment timing' line of executors."""
+
+    def __init__(self, name: str, module: str, argv: list[str], ready: str) -> None:
+        self.name = name
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+        env.setdefault("ROS_LOG_DIR", str(REPO / "build" / "ros_log"))
+        self.proc = subprocess.Popen([sys.executable, "-m", module, *argv], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+        self.tail: deque[str] = deque(maxlen=200)
+        self.tracebacks = 0
+        self.exceptions: Counter = Counter()   # last line of each traceback, e.g. "ValueError: ..."
+        self._in_traceback = False
+        self.timing: dict[tuple[str, int], dict[str, float]] = {}
+        self._marker = ready
+        self._ready = threading.Event()
+        self.ready_count = 0
+        self.ready_needed = 1
+        self._pump = threading.Thread(target=self._read, daemon=True)
+        self._pump.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.tail.append(line.rstrip())
+            if "Traceback (most recent call last)" in line:
+                self.tracebacks += 1
+                self._in_traceback = True
+            elif self._in_traceback and line[:1] not in (" ", "\t") and not line.startswith("Traceback"):
+                self._in_traceback = False
+                self.exceptions[line.strip()[:160]] += 1
+            elif self._in_traceback and re.match(r"\s+\w+(\.\w+)*(Error|Exception|Interrupt|Exit)\b", line):
+                self._in_traceback = False  # node loggers indent the traceback: its exception line too
+                self.exceptions[line.strip()[:160]] += 1
+            m = _TIMING.search(line)
+            if m:
+                self.timing.setdefault((m.group(1), int(m.group(2))), {})[m.group(3)] = float(m.group(4))
+            elif self._marker in line:
+                self.ready_count += 1
+                if self.ready_count >= self.ready_needed:
+                    self._ready.set()
+
+    def wait_ready(self, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while not self._ready.wait(0.1):
+            if self.proc.poll() is not None or time.monotonic() > end:
+                raise RuntimeError(f"{self.name} did not become ready (exit {self.proc.poll()}):\n" +
+                                   "\n".join(list(self.tail)[-30:]))
+
+    def wait_for(self, text: str, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if any(text in line for line in list(self.tail)):
+                return True
+            time.sleep(0.05)
+        return False
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def rss_mb(self) -> float:
+        """Resident set size (MiB) from /proc; nan when the process is gone."""
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+        except OSError:
+            pass
+        return float("nan")
+
+    def kill(self) -> None:
+        if self.alive:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self._pump.join(5)
+
+    def stop(self, grace_s: float = 15.0) -> int | None:
+        """SIGINT, then SIGKILL after grace_s; the exit code (negative: killed by a signal)."""
+        if self.alive:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+                self._pump.join(5)
+                return None
+        self._pump.join(5)
+        return self.proc.returncode
+
+
+def start_server(expected: list[str], extra: list[str]) -> Child:
+    params = ["num_threads:=1", "max_batch:=8", "executor_timeout_s:=2.0", "executor_discovery_timeout_s:=1.0",
+              f"expected_agents:=[{','.join(expected)}]", "state_period_s:=0.2", *extra]
+    argv = ["--ros-args", "-r", "__node:=timely_server"]
+    for p in params:
+        argv += ["-p", p]
+    return Child("server", "timely_llm_ros.ros.server_node", argv, "timely_server ready")
+
+
+def start_executors(name: str, agents: list[tuple[str, str]], *params: str) -> Child:
+    argv = ["--agents", ",".join(f"{a}:{t}" for a, t in agents), "--ros-args", "-p", "log_timing:=true"]
+    for p in params:
+        argv += ["-p", p]
+    child = Child(name, "timely_llm_ros.ros.executor.host", argv, "executor ready")
+    child.ready_needed = len(agents)
+    return child

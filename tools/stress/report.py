@@ -1,0 +1,91 @@
+"""Score a phase's GoalRecords into one table row, and print the table."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from goals import CODE_NAMES
+
+
+@dataclass
+class Row:
+    phase: str
+    goals: int = 0
+    no_response: int = 0
+    rejected: int = 0
+    no_result: int = 0
+    unexpected: int = 0
+    crashes: int = 0
+    left_running: int = -1
+    rss_before: float = math.nan
+    rss_after: float = math.nan
+    deliver_p50_ms: float = math.nan
+    deliver_p99_ms: float = math.nan
+    seg_wait_p99_s: float = math.nan
+    codes: Counter = field(default_factory=Counter)
+    unexpected_kinds: Counter = field(default_factory=Counter)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.no_response or self.rejected or self.no_result or self.unexpected or self.crashes
+                    or self.left_running != 0)
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))]
+
+
+def score(phase: str, records: list, timing: dict) -> Row:
+    """Counts and codes from the records; latencies from the executors' timing lines (same monotonic clock)."""
+    row = Row(phase, goals=len(records))
+    deliver, waits = [], []
+    for r in records:
+        if r.accepted is None:
+            row.no_response += 1
+        elif r.accepted is False:
+            row.rejected += 1
+        elif r.done is None:
+            row.no_result += 1
+        else:
+            row.codes[r.code] += 1
+            if r.code not in r.expect:
+                row.unexpected += 1
+                row.unexpected_kinds[f"{r.kind}->{CODE_NAMES.get(r.code, r.code)}"] += 1
+        prev_end = None
+        for index in sorted(r.segment_fb):
+            ev = timing.get((r.request_id, index), {})
+            if "received" in ev:
+                deliver.append(ev["received"] - r.segment_fb[index])
+            if "started" in ev:
+                waits.append(ev["started"] - (prev_end if prev_end is not None else r.sent))
+            prev_end = ev.get("ended")
+    row.deliver_p50_ms, row.deliver_p99_ms = 1000 * pct(deliver, 50), 1000 * pct(deliver, 99)
+    row.seg_wait_p99_s = pct(waits, 99)
+    return row
+
+
+def _codes(c: Counter) -> str:
+    return " ".join(f"{CODE_NAMES.get(k, k)}:{v}" for k, v in sorted(c.items()))
+
+
+def table(rows: list[Row]) -> str:
+    head = ("| phase | goals | no response | rejected | no result | unexpected code | server crash | left running "
+            "| RSS before->after (MiB) | delivery p50/p99 (ms) | segment wait p99 (s) | result |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        lines.append(f"| {r.phase} | {r.goals} | {r.no_response} | {r.rejected} | {r.no_result} | {r.unexpected} "
+                     f"| {r.crashes} | {r.left_running} | {r.rss_before:.0f}->{r.rss_after:.0f} "
+                     f"| {r.deliver_p50_ms:.1f}/{r.deliver_p99_ms:.1f} | {r.seg_wait_p99_s:.2f} "
+                     f"| {'ok' if r.ok else 'FAIL'} |")
+    lines.append("")
+    lines.append("error codes by phase:")
+    for r in rows:
+        lines.append(f"  {r.phase}: {_codes(r.codes)}")
+        if r.unexpected_kinds:
+            lines.append("    unexpected (category->code): "
+                         + ", ".join(f"{k} x{v}" for k, v in r.unexpected_kinds.most_common()))
+    return "\n".join(lines)

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""make stress: a bounded reliability suite of real processes on loopback (server, executors, clients).
+
+Phases: fuzzed malformed goals interleaved with valid ones, executor faults (abort, hang, SIGKILL mid-segment),
+cancels at random points, a burst of simultaneous goals, a closed-loop soak. Prints one table row per phase and
+exits 1 when any phase finds a problem (server crash, goal without a response or terminal result, an error code
+other than the one its category must get, generations left running, server RSS up > 10%), 2 when the suite itself
+could not run. Use a ROS_DOMAIN_ID of your own.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import phases  # noqa: E402
+from procs import start_executors, start_server  # noqa: E402
+from report import Row, score, table  # noqa: E402
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--fuzz", type=int, default=1000, help="malformed goals (one valid goal every 20 more)")
+    p.add_argument("--aborts", type=int, default=8, help="goals to an executor whose segments all fail")
+    p.add_argument("--hangs", type=int, default=6, help="goals to an executor whose segments hang")
+    p.add_argument("--kills", type=int, default=6, help="executors SIGKILLed mid-segment (each then gets a new goal)")
+    p.add_argument("--cancels", type=int, default=200, help="goals cancelled at random points")
+    p.add_argument("--burst", type=int, default=200, help="goals sent at the same moment")
+    p.add_argument("--soak-agents", type=int, default=50, help="agents in closed loop")
+    p.add_argument("--soak-s", type=float, default=600.0, help="soak duration (s)")
+    p.add_argument("--outstanding", type=int, default=32, help="open goals at most (fuzz, cancels)")
+    p.add_argument("--result-timeout", type=float, default=60.0,
+                   help="after a phase's last goal, how long its goals may take to end before they count as lost")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--server-param", action="append", default=[], help="extra server parameter name:=value")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from client import StressClient  # rclpy: imported after argument parsing (--help works anywhere)
+
+    opts = _args(argv)
+    t_start = time.monotonic()
+    soak_agents = [f"s_{i}" for i in range(opts.soak_agents)]
+    pool = [f"c_{i}" for i in range(4)]
+    main_agents = ["fz_1", *pool, *soak_agents]
+    children, rows = [], []
+    client = None
+    try:
+        # robots first, then the planner (it discovers them at start-up: expected_agents)
+        host = start_executors("executors", [(a, "drone") for a in main_agents], "time_scale:=0.02",
+                               "queue_size:=64")
+        fault_hosts, kill_agents, kill_hosts = phases.fault_hosts(opts.kills)
+        children += [host, *fault_hosts, *kill_hosts]
+        for c in children:
+            c.wait_ready(240)
+        server = start_server(main_agents + ["fa_1", "fh_1"], opts.server_param)
+        children.insert(0, server)
+        server.wait_ready(240)
+        client = StressClient()
+        if not client.wait_for_server(30):
+            raise RuntimeError("no /plan action server")
+        if not server.wait_for("all expected executors discovered", 60):
+            raise RuntimeError("the server did not discover every executor in 60 s")
+        run = phases.Run(client, server, [host, *fault_hosts, *kill_hosts], random.Random(opts.seed), opts.seed,
+                         outstanding=opts.outstanding, result_timeout_s=opts.result_timeout)
+        phases.warm_up(run, "fz_1")
+        plan = [("fuzz", lambda: phases.fuzz(run, opts.fuzz, "fz_1")),
+                ("faults", lambda: phases.faults(run, opts.aborts, opts.hangs, opts.kills, kill_agents, kill_hosts)),
+                ("cancels", lambda: phases.cancels(run, opts.cancels, pool)),
+                ("burst", lambda: phases.burst(run, opts.burst, pool + soak_agents)),
+                ("soak", lambda: phases.soak(run, soak_agents, opts.soak_s))]
+        for name, body in plan:
+            print(f"[stress] {name} ...", flush=True)
+            rss_before, t0 = server.rss_mb(), time.monotonic()
+            try:
+                records = body()
+            except phases.ServerDied:
+                records = [r for r in client.records if r.phase == name]
+            if not server.alive:
+                print(f"[stress] the server died during {name} (exit {server.proc.returncode}); its last lines:\n  "
+                      + "\n  ".join(list(server.tail)[-25:]), flush=True)
+            timing = {k: v for c in run.hosts for k, v in c.timing.items()}
+            row = score(name, records, timing)
+            row.rss_before, row.crashes = rss_before, 0 if server.alive else 1
+            row.left_running = _settle(client, 30.0)
+            row.rss_after = server.rss_mb()
+            rows.append(row)
+            print(f"[stress] {name}: {row.goals} goals in {time.monotonic() - t0:.0f} s, "
+                  f"{'ok' if row.ok else 'FAIL'}", flush=True)
+            if not server.alive:
+                break
+    except Exception as exc:  # the suite could not run: say why, with the server's last lines
+        print(f"[stress] suite error: {type(exc).__name__}: {exc}", flush=True)
+        for c in children:
+            if not c.alive:
+                print(f"[stress] {c.name} exited {c.proc.returncode}:\n  " + "\n  ".join(list(c.tail)[-15:]))
+        _stop(children, client)
+        return 2
+    exits = _stop(children, client)
+    print(table(rows))
+    return _verdict(rows, exits, children, run.notes, time.monotonic() - t_start)
+
+
+def _settle(client, timeout: float) -> int:
+    """Generations the server still holds (queued + running + suspended + executing) once it has had `timeout`."""
+    end = time.monotonic() + timeout
+    while True:
+        s = client.state
+        left = -1 if s is None else s.queued + s.running + s.suspended + s.executing + len(s.requests)
+        if left == 0 or time.monotonic() > end:
+            return left
+        time.sleep(0.2)
+
+
+def _stop(children, client) -> dict:
+    if client is not None:
+        client.close()
+    exits = {}
+    for c in reversed(children):
+        if c.alive:
+            exits[c.name] = c.stop()
+    return exits
+
+
+def _verdict(rows: list[Row], exits: dict, children, notes: list[str], elapsed: float) -> int:
+    problems = [f"phase {r.phase}: FAIL" for r in rows if not r.ok]
+    if rows and rows[0].rss_before > 0 and rows[-1].rss_after > 1.10 * rows[0].rss_before:
+        problems.append(f"server RSS {rows[0].rss_before:.0f} -> {rows[-1].rss_after:.0f} MiB (> +10%)")
+    bad_exit = {n: e for n, e in exits.items() if e != 0}
+    if bad_exit:
+        problems.append(f"processes that did not exit 0 on SIGINT: {bad_exit}")
+    tracebacks = {c.name: c.tracebacks for c in children if c.tracebacks}
+    if tracebacks:
+        problems.append(f"tracebacks in process output: {tracebacks}")
+        for c in children:
+            for exc, n in c.exceptions.most_common(5):
+                print(f"{c.name}: {n} x {exc}")
+    for n in notes:
+        print(f"note: {n}")
+    rss = [r.rss_after for r in rows if not math.isnan(r.rss_after)]
+    print(f"\n[stress] {elapsed:.0f} s; server RSS {rows[0].rss_before if rows else math.nan:.0f} -> "
+          f"{rss[-1] if rss else math.nan:.0f} MiB; " + ("PASS" if not problems else "FAIL: " + "; ".join(problems)))
+    return 0 if not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
