@@ -137,3 +137,28 @@ def test_the_policy_decides_which_generation_steps_on_vllm(engine):
     assert _first_segments(engine, "fcfs") == ["slow", "fast"]
     assert _first_segments(engine, "edf") == ["fast", "slow"]
     assert engine.memory().generations == 0
+
+
+def test_ros_server_end_to_end_on_vllm():
+    """The real timely_server with engine:=vllm, a real executor, a Plan goal over DDS on loopback."""
+    rclpy = pytest.importorskip("rclpy")  # noqa: F841
+    from action_msgs.msg import GoalStatus
+    from ros_harness import plan_client, start_executor, start_server
+
+    nodes = []
+    try:
+        nodes.append(start_server("engine:=vllm", "kv_budget_mb:=32.0", "vllm_block_size:=32", "max_batch:=2",
+                                  "expected_agents:=[drone_1]"))
+        nodes.append(start_executor("drone_1", "drone", 0.05))
+        nodes[0].wait_for("all expected executors discovered", 30.0)
+        with plan_client() as client:
+            run = client.send(agent_id="drone_1", robot_type="drone", task="look for the cat",
+                              context="cat, chair, table, lamp", urgency_class="normal")
+            status, result = run.result()
+    finally:
+        for n in reversed(nodes):
+            n.stop()
+    assert "engine=vllm" in nodes[0].output()
+    assert status == GoalStatus.STATUS_SUCCEEDED, (result.error_code, result.error_message)
+    assert result.segments and all(s.executed for s in result.segments)
+    assert nodes[0].proc.returncode == 0, nodes[0].output()[-2000:]

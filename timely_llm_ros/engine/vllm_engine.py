@@ -118,6 +118,9 @@ class VllmEngine(Engine):
             torch.set_num_threads = set_threads
         if num_threads:
             torch.set_num_threads(int(num_threads))
+        # OpenMP thread counts are per thread: vLLM's CPU attention checks that the thread stepping the engine
+        # uses as many as it was built with, and the server steps from its scheduler thread
+        self._torch, self._threads = torch, torch.get_num_threads()
         core = getattr(self.llm.engine_core, "engine_core", None)
         self._sched = getattr(core, "scheduler", None)
         if not isinstance(self._sched, ChosenSetScheduler):
@@ -220,6 +223,8 @@ class VllmEngine(Engine):
         start = time.perf_counter()
         gens = self._runnable(gen_ids)
         result = StepResult(tokens={})
+        if self._torch.get_num_threads() != self._threads:
+            self._torch.set_num_threads(self._threads)
         self._sched.chosen = {g.req_id for g in gens}
         try:
             outputs = self.llm.step()
