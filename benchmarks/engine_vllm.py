@@ -84,14 +84,21 @@ def decode_rate(engine, batch: int, steps: int, seed: int) -> tuple[float, float
     return tokens / dt, dt / max(n, 1) * 1e3
 
 
-def long_model_dir() -> Path:
-    """The planner's weights with a 2048-token position range (build/, regenerated when missing)."""
-    out = share_dir() / "build" / "planner_2k"
-    if not (out / "config.json").is_file():
-        shutil.copytree(default_model_dir(), out, dirs_exist_ok=True)
-        cfg = json.loads((out / "config.json").read_text())
+def random_model_dir() -> Path:
+    """Random weights of the planner's shape, its tokenizer, 2048 positions (build/, made once): decode runs
+    that never stop at EOS, and contexts past the planner's 512 positions."""
+    out = share_dir() / "build" / "planner_random_2k"
+    if not (out / "model.safetensors").is_file():
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        cfg = json.loads((default_model_dir() / "config.json").read_text())
         cfg["max_position_embeddings"] = 2048
-        (out / "config.json").write_text(json.dumps(cfg, indent=2))
+        torch.manual_seed(0)
+        config = LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "transformers_version")})
+        LlamaForCausalLM(config).save_pretrained(out)
+        for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+            shutil.copy(default_model_dir() / name, out / name)
     return out
 
 
@@ -156,32 +163,45 @@ def transformers_resume(engine, n: int, seed: int) -> dict[str, float]:
     return {"parked": resumed, "cold": cold}
 
 
-def main(argv=None) -> int:
-    args = parse(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    rows: list[dict] = []
-    rss0 = rss_mb()
-    engines = {"transformers": make_engine("transformers", None, device="cpu", dtype="float32",
-                                           num_threads=args.threads)}
-    rss_tf = rss_mb()
-    engines["vllm"] = make_engine("vllm", None, device="cpu", dtype="float32", kv_budget_mb=64,
-                                  num_threads=args.threads)
-    rss_v = rss_mb()
-    print(f"model {default_model_dir()} (fp32, {args.threads} thread(s)); CPU only: no GPU is lent to this task")
-    print(f"max RSS: start {rss0:.0f} MB, +transformers engine {rss_tf:.0f} MB, +vLLM engine (64 MiB KV pool) "
-          f"{rss_v:.0f} MB")
+def both(path: str | None, threads: int) -> dict:
+    return {"transformers": make_engine("transformers", path, device="cpu", dtype="float32", num_threads=threads),
+            "vllm": make_engine("vllm", path, device="cpu", dtype="float32", kv_budget_mb=64, num_threads=threads)}
 
-    # 1. decode
-    print("\n1. decode tokens/s (mean [min-max] over repeats; engines alternated)")
+
+def close(engines: dict) -> None:
+    for e in engines.values():
+        e.close()
+    engines.clear()
+    gc.collect()
+
+
+def resume_part(engines: dict, n: int, repeats: int, rows: list[dict]) -> None:
+    v = [resume_costs(engines["vllm"], n, s) for s in range(repeats + 1)][1:]   # first: warm-up
+    t = [transformers_resume(engines["transformers"], n, s) for s in range(repeats + 1)][1:]
+    for name, series in (("vllm parked (ours)", [x["parked"] for x in v]),
+                         ("vllm re-submit+prefix cache", [x["resubmit"] for x in v]),
+                         ("vllm cold re-prefill", [x["cold"] for x in v]),
+                         ("transformers resume", [x["parked"] for x in t]),
+                         ("transformers cold re-prefill", [x["cold"] for x in t])):
+        print(f"  n={n:5d} {name:30s} ms {stats([s * 1e3 for s in series])}")
+    for name, key, src in (("vllm parked / cold", "parked", v), ("vllm re-submit / cold", "resubmit", v),
+                           ("transformers resume / cold", "parked", t)):
+        ratio = [x[key] / x["cold"] for x in src]
+        print(f"  n={n:5d} {name:30s}    {stats(ratio)}")
+        rows.append({"part": "resume", "engine": name, "case": f"context {n}", "mean": statistics.mean(ratio),
+                     "min": min(ratio), "max": max(ratio), "unit": "ratio"})
+
+
+def decode_part(engines: dict, args, rows: list[dict]) -> None:
     for batch in [int(b) for b in args.batches.split(",")]:
         res = {k: ([], []) for k in engines}
-        for r in range(args.repeats):
+        for r in range(args.repeats + 1):
             order = list(engines) if r % 2 == 0 else list(reversed(engines))
             for kind in order:
                 tps, step_ms = decode_rate(engines[kind], batch, args.decode_steps, r)
-                res[kind][0].append(tps)
-                res[kind][1].append(step_ms)
+                if r:                                     # repeat 0 warms up
+                    res[kind][0].append(tps)
+                    res[kind][1].append(step_ms)
         ratio = [v / t for v, t in zip(res["vllm"][0], res["transformers"][0])]
         for kind, (tps, step_ms) in res.items():
             print(f"  batch {batch:2d} {kind:12s} tokens/s {stats(tps)}  step ms {stats(step_ms)}")
@@ -191,50 +211,36 @@ def main(argv=None) -> int:
         rows.append({"part": "decode", "engine": "vllm/transformers", "case": f"batch {batch}",
                      "mean": statistics.mean(ratio), "min": min(ratio), "max": max(ratio), "unit": "ratio"})
 
-    # 4. memory (before the long-context engines replace the short ones)
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    print(f"fp32, {args.threads} thread(s); CPU only: no GPU is lent to this task; mean [min-max] over "
+          f"{args.repeats} repeats after a warm-up, engines alternated")
+    rss0 = rss_mb()
+    engines = both(None, args.threads)
+    rss1 = rss_mb()
     v = engines["vllm"]
-    print(f"\n4. memory: vLLM KV pool {v.memory().kv_budget_bytes / 2**20:.0f} MiB = {v.num_blocks} blocks x "
-          f"{v.block_size} tokens x {v.kv_bytes_per_token} B/token, allocated (zero-filled) at start; the "
-          f"transformers engine allocates KV on demand (slot store grows with the batch)")
-    held = engines["transformers"].held_bytes()["device"] / 2**20
-    print(f"   transformers KV held now (idle): {held:.1f} MiB; RSS after both started: {rss_v:.0f} MB")
+    print(f"\n4. memory: max RSS {rss0:.0f} MB at start, {rss1:.0f} MB with both engines on the planner. vLLM KV "
+          f"pool {v.memory().kv_budget_bytes / 2**20:.0f} MiB = {v.num_blocks} blocks x {v.block_size} tokens x "
+          f"{v.kv_bytes_per_token} B/token, allocated (zero-filled) at start; the transformers engine allocates "
+          f"KV on demand")
 
-    # 2. resume
-    print(f"\n2. resume-to-next-token vs cold re-prefill (ms), context ~{args.short} and ~{args.long} tokens")
-    long_engines = {}
-    for n in (args.short, args.long):
-        if n > 500:
-            if not long_engines:
-                engines["vllm"].close()
-                del engines["vllm"]
-                gc.collect()
-                path = str(long_model_dir())
-                long_engines["vllm"] = make_engine("vllm", path, device="cpu", dtype="float32", kv_budget_mb=64,
-                                                   num_threads=args.threads)
-                long_engines["transformers"] = make_engine("transformers", path, device="cpu", dtype="float32",
-                                                           num_threads=args.threads)
-            pool = long_engines
-        else:
-            pool = engines
-        v = [resume_costs(pool["vllm"], n, s) for s in range(args.repeats + 1)][1:]   # first: warm-up
-        t = [transformers_resume(pool["transformers"], n, s) for s in range(args.repeats + 1)][1:]
-        for name, series in (("vllm parked (ours)", [x["parked"] for x in v]),
-                             ("vllm re-submit+prefix cache", [x["resubmit"] for x in v]),
-                             ("vllm cold re-prefill", [x["cold"] for x in v]),
-                             ("transformers resume", [x["parked"] for x in t]),
-                             ("transformers cold re-prefill", [x["cold"] for x in t])):
-            print(f"  n={n:5d} {name:30s} {stats([s * 1e3 for s in series])}")
-        for name, key, src in (("vllm parked / cold", "parked", v), ("vllm re-submit / cold", "resubmit", v),
-                               ("transformers resume / cold", "parked", t)):
-            ratio = [x[key] / x["cold"] for x in src]
-            print(f"  n={n:5d} {name:30s} {stats(ratio)}")
-            rows.append({"part": "resume", "engine": name, "case": f"context {n}", "mean": statistics.mean(ratio),
-                         "min": min(ratio), "max": max(ratio), "unit": "ratio"})
+    print(f"\n2a. resume-to-next-token vs cold re-prefill on the planner ({default_model_dir().name}), "
+          f"~{args.short} tokens of context")
+    resume_part(engines, args.short, args.repeats, rows)
+    close(engines)
 
-    for e in long_engines.values():
-        e.close()
+    path = str(random_model_dir())
+    engines = both(path, args.threads)
+    print(f"\n1. decode on random weights of the planner's shape ({path}: no early EOS), 40-token prompts")
+    decode_part(engines, args, rows)
+    print(f"\n2b. resume-to-next-token vs cold re-prefill, ~{args.long} tokens of context (same random model)")
+    resume_part(engines, args.long, args.repeats, rows)
+    close(engines)
 
-    # 3. workload
     if args.workload_s > 0:
         workload_part(args, rows)
     write_csv(out / "summary.csv", rows, ["part", "engine", "case", "mean", "min", "max", "unit"])
