@@ -1,5 +1,6 @@
 # Two commands for a fresh machine: `make demo` and `make test` (both set everything up first).
 VENV   ?= .venv
+ENGINE ?=
 PY     := $(VENV)/bin/python
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export ROS_LOG_DIR ?= $(CURDIR)/build/ros_log
@@ -9,6 +10,7 @@ export PYTHONUNBUFFERED := 1
 
 help:
 	@echo "make demo   set up .venv, build the interfaces, run the demo fleet (4 drones + 1 arm)"
+	@echo "           make demo ENGINE=vllm runs the same fleet on the vLLM engine"
 	@echo "make test   set up if needed, run the whole test suite"
 	@echo "make bench  run the benchmarks (simulated policies, engine micro-benchmarks)"
 	@echo "make model  retrain the embedded default planner model (not needed: it is committed)"
@@ -22,7 +24,7 @@ setup:
 	@$(PY) -c "import timely_llm_ros.action, timely_llm_ros.core.scheduler; print('[setup] timely_llm_ros ready')"
 
 demo: setup
-	$(VENV)/bin/timely_bringup --fleet config/fleet/demo.yaml
+	$(VENV)/bin/timely_bringup --fleet config/fleet/demo.yaml $(if $(ENGINE),--set timely_server.engine=$(ENGINE))
 
 test: setup
 	$(PY) -m pytest test -q -p no:cacheprovider

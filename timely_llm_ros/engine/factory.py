@@ -15,9 +15,19 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
     step's new generations together, default True), prefill_tokens (padded tokens per prefill forward),
     prefix_cache_mb (reuse the KV of prompt prefixes seen before, up to this many MiB; default off),
     prefix_min_tokens (shortest prefix worth reusing, default 32).
+
+    kind "vllm": vLLM's engine in-process (engine/vllm_engine.py) on a model folder (None = the embedded
+    planner). kv_budget_mb sizes vLLM's KV pool (None = 256 MiB); dtype auto = float32 on CPU, bfloat16 on
+    CUDA (never vLLM's own "auto"). Options: vllm_block_size (default 32), vllm_tensor_parallel_size,
+    vllm_pipeline_parallel_size, vllm_max_num_seqs, vllm_distributed_executor_backend, vllm_max_model_len,
+    plus temperature, top_p, seed, num_threads. vllm_* options are ignored by the transformers engine, so a
+    server passes them whatever its engine.
     """
+    vllm_kw = {k: kw.pop(k) for k in list(kw) if k.startswith("vllm_")}
+    if kind == "vllm":
+        return _make_vllm(model_path, device, dtype, kv_budget_mb, vllm_kw, kw)
     if kind != "transformers":
-        raise ValueError(f"unknown engine kind {kind!r}; this factory knows: transformers")
+        raise ValueError(f"unknown engine kind {kind!r}; this factory knows: transformers, vllm")
     import torch
 
     from .loader import build_random_model, load_pretrained
@@ -42,3 +52,38 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
     if kw:
         raise ValueError(f"make_engine: unknown options {sorted(kw)}")
     return TransformersEngine(loaded, kv_budget_mb=kv_budget_mb, sampling=sampling, **options)
+
+
+def _make_vllm(model_path: str | None, device: str, dtype: str, kv_budget_mb: float | None,
+               vllm_kw: dict, kw: dict) -> Engine:
+    from .vllm_engine import VllmEngine, VllmOptions, kv_bytes_from_mb
+
+    if kw.pop("random_config", None):
+        raise ValueError("engine vllm needs a model folder (model_path); random_config is transformers-only")
+    if not model_path:
+        from ..paths import default_model_dir
+
+        model_path = str(default_model_dir())
+    if dtype in ("", "auto", None):
+        import torch
+
+        dtype = "bfloat16" if device != "cpu" and torch.cuda.is_available() else "float32"
+    names = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+    opts = VllmOptions(kv_bytes=kv_bytes_from_mb(kv_budget_mb), dtype=names.get(dtype, dtype))
+    for key, value in vllm_kw.items():
+        name = key[len("vllm_"):]
+        if name == "max_model_len":
+            continue
+        if not hasattr(opts, name):
+            raise ValueError(f"make_engine: unknown vLLM option {key!r}")
+        if value not in (None, "", 0):      # unset server parameters keep VllmOptions' defaults
+            current = getattr(opts, name)
+            setattr(opts, name, value if current is None else type(current)(value))
+    engine_kw = {k: kw.pop(k) for k in ("temperature", "top_p", "seed", "num_threads") if k in kw}
+    for ignored in ("headroom_tokens", "batch_prefill", "prefill_tokens", "prefix_cache_mb", "prefix_min_tokens"):
+        kw.pop(ignored, None)          # transformers-engine tunables: vLLM has its own equivalents
+    if kw:
+        raise ValueError(f"make_engine: unknown options {sorted(kw)}")
+    return VllmEngine(model_path, opts, max_model_len=vllm_kw.get("vllm_max_model_len") or None,
+                      temperature=float(engine_kw.get("temperature", 0.0)), top_p=float(engine_kw.get("top_p", 1.0)),
+                      seed=int(engine_kw.get("seed", 0)), num_threads=engine_kw.get("num_threads"))

@@ -222,10 +222,14 @@ class TransformersEngine(Engine):
                 n = torch.tensor(lengths, device=self.device)
                 cols = torch.arange(width, device=self.device)
                 mask = (cols[None, :] <= cols[:, None])[None] & (cols[None, None, :] < n[:, None, None])
-                last = (n - 1)[:, None]
+                # logits of the last `keep` positions cover every row's last real token; an int
+                # logits_to_keep means the same in every transformers 5.x (a per-row index tensor does not)
+                keep = width - min(lengths) + 1
                 out = self.model(input_ids=ids, position_ids=cols[None].expand(len(gens), width),
                                  attention_mask=mask[:, None], past_key_values=store, use_cache=True,
-                                 logits_to_keep=last)
+                                 logits_to_keep=keep)
+                last = n - 1 - (width - keep)
+                out.logits = out.logits[torch.arange(len(gens), device=self.device), last][:, None]
         except Exception:
             for gen in gens:                 # leave them unprefilled and rowless, as before the step
                 self._free_row(gen)

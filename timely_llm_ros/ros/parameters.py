@@ -30,12 +30,17 @@ class ServerParams:
     expected_agents: list = None  # type: ignore[assignment]  (declared as a string array)
     autostart: bool = True
     executor_ack_timeout_s: float = 2.0
+    vllm_block_size: int = 32
+    vllm_tensor_parallel_size: int = 1
+    vllm_pipeline_parallel_size: int = 1
+    vllm_max_num_seqs: int = 64
+    vllm_distributed_executor_backend: str = ""
 
 
 _DESCRIPTIONS = {
     "policy": ("scheduling policy: timely | fcfs | edf | vllm | vllm-stream (see docs/scheduling.md)", None),
     "max_batch": ("maximum generations decoded in one engine step", (1, 256)),
-    "engine": ("LLM engine backend: transformers", None),
+    "engine": ("LLM engine backend: transformers | vllm (vllm: kv_budget_mb sizes its KV pool, default 256)", None),
     "model_path": ("local Hugging Face model directory; empty = the embedded default planner", None),
     "device": ("auto | cpu | cuda (auto = cuda when present)", None),
     "dtype": ("auto | float32 | bfloat16 | float16 (auto = float32 on cpu, bfloat16 on cuda)", None),
@@ -61,7 +66,20 @@ _DESCRIPTIONS = {
                   "or `ros2 lifecycle set`)", None),
     "executor_ack_timeout_s": ("seconds an executor may take to accept or reject a segment before it counts as "
                                "unavailable (EXECUTOR_UNAVAILABLE)", (0.1, 600.0)),
+    "vllm_block_size": ("engine vllm: KV block size in tokens (a multiple of 32 on CPU; prefix reuse granularity)",
+                        (1, 4096)),
+    "vllm_tensor_parallel_size": ("engine vllm: GPUs one model is split across (tensor parallel)", (1, 1024)),
+    "vllm_pipeline_parallel_size": ("engine vllm: pipeline stages (GPUs or nodes) of one model", (1, 1024)),
+    "vllm_max_num_seqs": ("engine vllm: most generations vLLM holds running at once", (1, 65536)),
+    "vllm_distributed_executor_backend": ("engine vllm: vLLM's executor across devices: '' (vLLM decides) | mp | ray",
+                                          None),
 }
+
+
+def engine_options(p: ServerParams) -> dict:
+    """The engine options the server passes to make_engine beyond the common ones (vLLM's)."""
+    return {f.name: getattr(p, f.name) for f in fields(ServerParams) if f.name.startswith("vllm_")}
+
 
 _RUNTIME = {"policy", "max_batch", "executor_timeout_s"}
 

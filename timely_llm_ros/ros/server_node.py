@@ -42,7 +42,7 @@ from ..core.scheduler import (PlanScheduler, RequestFinished, RequestOutcome, Sc
                               StateChanged, measure_outcome)
 from ..core.validation import GoalLimits, validate_goal
 from .conversions import error_result, goal_fields, outcome_to_result, segment_to_msg
-from .parameters import ServerParams, declare_server_params
+from .parameters import ServerParams, declare_server_params, engine_options
 from .segment_dispatcher import SegmentDispatcher
 from .spin import spin_node
 from .state_message import diagnostics_msg, scheduler_state_msg
@@ -138,7 +138,7 @@ class PlanServerNode(LifecycleNode):
             from ..engine.factory import make_engine  # torch is imported only here
             engine = make_engine(p.engine, p.model_path or None, device=p.device, dtype=p.dtype,
                                  kv_budget_mb=p.kv_budget_mb if p.kv_budget_mb > 0 else None,
-                                 num_threads=p.num_threads or None)
+                                 num_threads=p.num_threads or None, **engine_options(p))
             from ..core.exec_time import load_exec_models
             from ..core.skills import load_skill_sets
             from ..core.urgency import load_urgency_classes

