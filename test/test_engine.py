@@ -276,3 +276,22 @@ def test_prompts_sharing_a_cached_prefix_prefill_only_the_rest_and_stay_token_ex
     assert engine.prefix_cache.reused_tokens == 40 + (len(prompts["same"]) - 1) + 29
     for g, ids in prompts.items():
         assert engine.output_ids(g) == solo_greedy(tiny, ids, 15), g
+
+
+def test_prompts_of_similar_lengths_prefill_in_one_padded_forward_token_exact(tiny):
+    """The multi-row prefill path (right-padded, per-row causal mask) gives each row its solo greedy output."""
+    prompts = {"a": prompt(90, 20), "b": prompt(91, 23), "c": prompt(92, 26), "d": prompt(93, 24)}
+    engine = make(tiny)
+    calls = []
+    handle = tiny.model.register_forward_hook(lambda mod, args, out: calls.append(args[0].shape if args else None))
+    try:
+        for g, ids in prompts.items():
+            engine.add(g, ids, 20)
+        res = engine.step(list(prompts))
+        assert len(calls) == 1 and sorted(res.prefilled) == sorted(prompts)   # one forward, 4 padded rows
+    finally:
+        handle.remove()
+    while not all(engine._gens[g].finished for g in prompts):
+        engine.step([g for g in prompts if not engine._gens[g].finished])
+    for g, ids in prompts.items():
+        assert engine.output_ids(g) == solo_greedy(tiny, ids, 20), g

@@ -135,3 +135,34 @@ def test_timely_takes_segment_sizes_from_skill_sets():
     timely = make_policy("timely", options=options_from_skill_sets(skill_sets))
     assert timely.segment_tokens(gen("a", robot="arm")) == skill_sets["arm"].max_segment_tokens
     assert timely.segment_tokens(gen("d", robot="drone")) == skill_sets["drone"].max_segment_tokens
+
+
+# ---- Eq. 4 pinned: exact values, both floors, and a case where PUD and EDF disagree ----------------------------
+
+def test_eq4_exact_values_including_both_floors():
+    """Pri = U / (G * max(L, G)), U = max(TUF, 0.05 beta); drone G = 0.09 s, network d = 0.008 s."""
+    timely = make_policy("timely")
+    u = gen("u", tuf=URGENT)
+    # t = 0: TUF_0(0.098) is capped at beta = 2, L = 0.2 s
+    assert timely.priority(u, 0.0) == pytest.approx(2.0 / (0.09 * 0.2))
+    # t = 0.15: TUF_0(0.248) = 2 - 6.67 * 0.048 on the slope; L = 0.05 s < G, floored at G
+    assert timely.priority(u, 0.15) == pytest.approx((2.0 - 6.67 * 0.048) / (0.09 * 0.09))
+    # t = 0.5: TUF_0(0.598) < 0, floored at 0.05 * beta = 0.1; L < 0 floored at G
+    assert timely.priority(u, 0.5) == pytest.approx(0.1 / (0.09 * 0.09))
+    # a later segment: TUF_1 of the wait past E = 1.0 (ERT 0); at t = 0.95 the wait is 0.048 s
+    n = gen("n", segments=1, exec_end=1.0)
+    assert timely.priority(n, 0.95) == pytest.approx((1.0 - 2.0 * 0.048) / (0.09 * 0.09))
+    assert timely.priority(n, 0.5) == pytest.approx(1.0 / (0.09 * 0.5))   # before E: beta, L = E - t
+
+
+def test_pud_and_edf_disagree_and_timely_follows_pud():
+    """A normal request due at 1.0 s vs an urgent one due at 1.05 s: EDF runs the normal one (earlier deadline);
+    PUD weighs the urgent one's double utility: 2 / (0.09 * 0.2) = 111 > 1 / (0.09 * 0.15) = 74."""
+    now = 0.85
+    normal, urgent = gen("n", arrival=0.0), gen("u", arrival=0.85, tuf=URGENT)
+    timely = make_policy("timely", max_batch=1)
+    edf = make_policy("edf", max_batch=1)
+    assert timely.priority(urgent, now) == pytest.approx(2.0 / (0.09 * 0.2))
+    assert timely.priority(normal, now) == pytest.approx(1.0 / (0.09 * 0.15))
+    assert [g.req_id for g in edf.select([normal, urgent], [], ctx(now))] == ["n"]
+    assert [g.req_id for g in timely.select([normal, urgent], [], ctx(now))] == ["u"]

@@ -176,3 +176,25 @@ def test_prompt_longer_than_the_model_context_is_rejected_before_the_engine():
         sched.submit(req)
     assert err.value.code == ErrorCode.INVALID_TASK and "64 tokens" in err.value.message
     assert engine.memory().generations == 0
+
+
+def test_timely_priority_follows_the_reported_completion():
+    """E (the expected end of the previous execution) moves to the executor's real finish time, and Eq. 4 with it."""
+    sched, _, clock = make("timely")
+    sched.submit(request("a"))
+    seg = None
+    while seg is None:
+        seg = next((ev.segment for ev in sched.step() if isinstance(ev, SegmentReady)), None)
+    gen = sched.generations()[0]
+    policy, estimated = sched.policy, gen.expected_exec_end
+    now = clock()
+    before = policy.priority(gen, now)
+    assert before == pytest.approx(1.0 / (0.09 * max(estimated - now, 0.09)))
+    sched.on_execution_started("a", seg.index, now)
+    finished = now + 0.02                        # far sooner than the estimate (the robot was fast)
+    sched.on_execution_finished("a", seg.index, finished)
+    assert gen.expected_exec_end == pytest.approx(finished)
+    late = finished + 0.1                        # the robot has waited 0.1 s (+ G + d) for its next segment
+    after = policy.priority(gen, late)
+    assert after == pytest.approx((1.0 - 2.0 * (0.1 + 0.09 + 0.008)) / (0.09 * 0.09))
+    assert after > before
