@@ -81,9 +81,12 @@ def test_admission_holds_back_relaxed_requests_while_an_urgent_one_is_tight():
     normal = gen("n")
     batch = timely.select([normal], [urgent], ctx(0.05))
     assert [g.req_id for g in batch] == ["u"]  # WCET 9 x 22 ms > 0.15 s slack
-    # another urgent request cannot wait either: it joins
+    # an equally urgent newcomer waits too: its prefill would push u past its deadline (both would miss)
     batch = timely.select([normal, gen("u2", tuf=URGENT)], [urgent], ctx(0.05))
-    assert [g.req_id for g in batch] == ["u", "u2"]
+    assert [g.req_id for g in batch] == ["u"]
+    # the old rule let it in as "pressing" (the crowd that turned into one long step)
+    assert make_policy("timely", options={"prefill_aware": False}).select(
+        [gen("u2", tuf=URGENT)], [urgent], ctx(0.05))[-1].req_id == "u2"
 
 
 def test_fixed_cap_without_adaptive_admission():
@@ -93,16 +96,27 @@ def test_fixed_cap_without_adaptive_admission():
     assert len(batch) == 3 and batch[0].req_id == "u"
 
 
-def test_only_one_new_prefill_per_step_unless_pressing():
+def test_a_step_carries_at_most_step_prefill_s_of_prefill_work_even_for_a_pressing_crowd():
+    """Prompts of 284 tokens at 1.6e-4 s/token = 45 ms each: two fit the 0.1 s of prefill work a step may carry."""
     timely = make_policy("timely", max_batch=16)
     running = [gen("r", prefilled=True)]
-    later = [gen(f"n{i}", arrival=0.5) for i in range(4)]
-    assert len(timely.select(later, running, ctx(0.5))) == 1 + 1
-    unlimited = make_policy("timely", max_batch=16, options={"admit_per_step": 0})
+    later = [gen(f"n{i}", arrival=0.5, prompt=284) for i in range(4)]
+    assert len(timely.select(later, running, ctx(0.5))) == 1 + 2
+    unlimited = make_policy("timely", max_batch=16, options={"step_prefill_s": 10.0})
     assert len(unlimited.select(later, running, ctx(0.5))) == 1 + 4
-    # requests as urgent as the batch's most urgent one all join at once
-    same = [gen(f"s{i}", tuf=URGENT) for i in range(3)]
-    assert len(timely.select(same, [], ctx(0.0))) == 3
+    counted = make_policy("timely", max_batch=16, options={"admit_per_step": 1})
+    assert len(counted.select(later, running, ctx(0.5))) == 1 + 1
+    # a crowd sharing one deadline gets no exemption: relaxed ones (ERT 1 s) fill the step's prefill work ...
+    relaxed = [gen(f"r{i}", prompt=284) for i in range(6)]
+    assert len(timely.select(relaxed, [], ctx(0.0))) == 2
+    # ... urgent ones (ERT 0.2 s) go one at a time: a second prefill would push the first past its deadline
+    # (2 x 45 ms + 10 decode steps of 23.5 ms = 0.33 s > 0.2 s)
+    same = [gen(f"s{i}", tuf=URGENT, prompt=284) for i in range(6)]
+    assert len(timely.select(same, [], ctx(0.0))) == 1
+    # the paper's decode-only rule with its "pressing" exemption admitted the whole crowd into one step
+    old = make_policy("timely", max_batch=16, options={"prefill_aware": False, "admit_per_step": 0,
+                                                        "step_prefill_s": 10.0})
+    assert len(old.select(same, [], ctx(0.0))) == 6
 
 
 def test_kv_budget_limits_admission():

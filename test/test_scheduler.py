@@ -33,11 +33,13 @@ def request(rid: str, plan: str = DRONE_PLAN, robot: str = "drone", urgency: str
                        tuf=DEFAULT_URGENCY_CLASSES[urgency], arrival=t, urgency=urgency, forced_plan=plan)
 
 
-def run_to_end(sched, clock, exec_s: float = 0.5, max_steps: int = 10_000):
-    """Step the scheduler; execute every dispatched segment for exec_s on the virtual clock."""
+def run_to_end(sched, clock, exec_s: float = 0.5, max_steps: int = 10_000, events0=()):
+    """Step the scheduler; execute every dispatched segment for exec_s on the virtual clock (events0: events
+    already returned by the caller's own calls)."""
     dispatched, finished, executing, robot_free = [], {}, [], {}
-    for _ in range(max_steps):
-        events = sched.step() if sched.busy() else []
+    for i in range(max_steps):
+        events = list(events0) if i == 0 else []
+        events += sched.step() if sched.busy() else []
         if not events and not sched.busy():
             if not executing:
                 break
@@ -198,3 +200,32 @@ def test_timely_priority_follows_the_reported_completion():
     after = policy.priority(gen, late)
     assert after == pytest.approx((1.0 - 2.0 * (0.1 + 0.09 + 0.008)) / (0.09 * 0.09))
     assert after > before
+
+
+def test_timely_preempts_running_generations_mid_segment_for_an_urgent_arrival_and_resumes_them_exactly():
+    from timely_llm_ros.core.policies.timely import options_from_skill_sets
+    from timely_llm_ros.core.sim import load_latency_model
+
+    lat = load_latency_model("llama3-8b-rtx4090")
+    clock = VirtualClock()
+    engine = SimEngine(lat, clock)
+    policy = make_policy("timely", max_batch=16, options=options_from_skill_sets(load_skill_sets()))
+    sched = PlanScheduler(engine, policy, load_skill_sets(), load_exec_models(), clock)
+    for i in range(8):
+        engine.set_prompt_tokens(f"arm{i}", 2884)
+        sched.submit(request(f"arm{i}", ARM_PLAN * 2, robot="arm"))
+    events = []
+    while len(sched._running) < 8 or any(g.tokens_in_segment == 0 for g in sched._running.values()):
+        events += sched.step()
+    assert sched.preemptions == 0
+    engine.set_prompt_tokens("u", 2884)
+    sched.submit(request("u", "mb(50);ml(30);", urgency="urgent", t=clock()))
+    events += sched.step()
+    running = {g.req_id for g in sched.generations() if g.state == RequestState.GENERATING}
+    suspended = [g for g in sched.generations() if g.req_id.startswith("arm") and g.req_id not in running]
+    assert "u" in running and sched.preemptions > 0
+    assert suspended and all(g.state == RequestState.SUSPENDED and g.tokens_in_segment > 0 for g in suspended)
+    _, finished = run_to_end(sched, clock, events0=events)
+    assert finished["u"].ok and finished["u"].response_time < 0.2     # the urgent one made its ERT
+    for i in range(8):                                                 # the preempted plans resumed token-exact
+        assert finished[f"arm{i}"].ok and finished[f"arm{i}"].plan_text.strip() == (ARM_PLAN * 2).strip()

@@ -96,6 +96,7 @@ class _Track:
     max_new: int = 200                                  # effective plan-length cap (tokens)
     error: tuple[ErrorCode, str] | None = None          # error to report at the end (plan kept)
     engine_held: bool = True
+    engine_suspended: bool = False                      # suspended in the engine (resume before its next step)
 
 
 class PlanScheduler:
@@ -112,6 +113,10 @@ class PlanScheduler:
         self.config = config or SchedulerConfig()
         self.outcomes: dict[str, RequestOutcome] = {}
         self.last_step_time: float | None = None
+        self.decode_step_s: float | None = None     # last step that only decoded, and its batch size
+        self.decode_batch = 0
+        self.prefill_token_s: float | None = None   # measured s per prefill token (EMA)
+        self.preemptions = 0                         # generations the policy suspended mid-segment
         self.steps = 0
         self._tracks: dict[str, _Track] = {}
         self._waiting: dict[str, Generation] = {}   # insertion-ordered: queued and suspended
@@ -161,6 +166,7 @@ class PlanScheduler:
         forced = self.engine.encode(" " + req.forced_plan) if req.forced_plan is not None else None
         self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced)
         gen = Generation(req=req, prompt_ids=list(prompt_ids), enqueued_at=self.clock())
+        gen.prefill_left = self._prefill_left(req.req_id, len(prompt_ids))
         exec_profile = getattr(skill_set, "exec_profile", req.robot_type)
         self._tracks[req.req_id] = _Track(gen, skill_set.segmenter(), self.exec_models[exec_profile], max_new=max_new)
         self._waiting[req.req_id] = gen
@@ -215,9 +221,16 @@ class PlanScheduler:
                 self._finish(self._tracks[gen.req_id], RequestState.DROPPED, ErrorCode.DROPPED, reason)
         if not self.busy():
             return self._drain()
+        reload = getattr(self.engine, "reload_s", None)
+        if callable(reload):
+            for gen in self._waiting.values():
+                gen.reload_s = reload(gen.req_id) if gen.prefilled else 0.0
         mem = self.engine.memory()
         ctx = SchedulingContext(now=now, kv_free_bytes=max(0.0, mem.kv_budget_bytes - mem.kv_device_bytes),
-                                kv_bytes_per_token=mem.kv_bytes_per_token, step_time_s=self.last_step_time)
+                                kv_bytes_per_token=mem.kv_bytes_per_token, step_time_s=self.last_step_time,
+                                decode_step_s=self.decode_step_s, decode_batch=self.decode_batch,
+                                prefill_token_s=self.prefill_token_s,
+                                step_token_budget=getattr(self.engine, "step_token_budget", None))
         batch = self.policy.select(list(self._waiting.values()), list(self._running.values()), ctx)
         if not batch:
             return self._drain()
@@ -233,17 +246,49 @@ class PlanScheduler:
         t = self.clock()
         self.last_step_time = result.elapsed_s
         self.steps += 1
+        self._measure(batch, result)
         for gen in batch:
             self._absorb(self._tracks[gen.req_id], result.tokens.get(gen.req_id),
                          gen.req_id in result.finished, result.elapsed_s, t)
         return self._drain()
 
     # ----------------------------------------------------------------- internals
+    def _prefill_left(self, req_id: str, default: int) -> int:
+        left = self.engine.prefill_left(req_id) if hasattr(self.engine, "prefill_left") else None
+        return default if left is None else left
+
+    def _measure(self, batch: Sequence[Generation], result) -> None:
+        """Step-time facts for admission: the last decode-only step (and its batch size), and seconds per
+        prefill token (EMA of what a step took beyond that decode time, per prompt token it prefilled)."""
+        tokens = 0
+        decodes = 0
+        for gen in batch:
+            if gen.prefilled:
+                decodes += 1
+                continue
+            before = gen.prefill_left if gen.prefill_left is not None else len(gen.prompt_ids)
+            after = 0 if gen.req_id in result.prefilled else self._prefill_left(gen.req_id, before)
+            gen.prefill_left = after
+            tokens += max(before - after, 0)
+        if tokens == 0:
+            if decodes:
+                self.decode_step_s, self.decode_batch = result.elapsed_s, decodes
+            return
+        decode_part = 0.0
+        if decodes and self.decode_step_s is not None:
+            decode_part = self.decode_step_s * decodes / max(self.decode_batch, 1) if decodes < self.decode_batch \
+                else self.decode_step_s
+        per_token = max(result.elapsed_s - decode_part, 0.0) / tokens
+        self.prefill_token_s = per_token if self.prefill_token_s is None else \
+            0.7 * self.prefill_token_s + 0.3 * per_token
+
     def _apply_batch(self, batch: Sequence[Generation], now: float) -> None:
         chosen = {g.req_id for g in batch}
         for req_id, gen in list(self._running.items()):
-            if req_id not in chosen:  # preempted by the policy mid-segment
+            if req_id not in chosen:  # preempted by the policy mid-segment (or mid-prefill)
                 self.engine.suspend(req_id)
+                self._tracks[req_id].engine_suspended = True
+                self.preemptions += 1
                 del self._running[req_id]
                 gen.enqueued_at = now
                 self._waiting[req_id] = gen
@@ -252,8 +297,10 @@ class PlanScheduler:
             if gen.req_id in self._running:
                 continue
             del self._waiting[gen.req_id]
-            if gen.prefilled:
+            track = self._tracks[gen.req_id]
+            if track.engine_suspended:
                 self.engine.resume(gen.req_id)
+                track.engine_suspended = False
             self._running[gen.req_id] = gen
             if gen.seg_gen_started is None:
                 gen.seg_gen_started = now
@@ -263,9 +310,12 @@ class PlanScheduler:
         """Take one step's output for one generation: text, segments, suspension, completion."""
         gen = track.gen
         req_id = gen.req_id
+        if not gen.prefilled and token is None and not finished:
+            return         # chunked prefill: its prompt is not complete yet
         if gen.prefilled:  # decode speed only: a prefill step says nothing about the time per token
             gen.step_times.append(elapsed)
         gen.prefilled = True
+        gen.prefill_left = 0
         n_segments = len(gen.segments)
         eos = self.engine.eos_token_id
         if token is not None and token != eos:
@@ -291,6 +341,7 @@ class PlanScheduler:
             self._generation_done(track, t, capped)
         elif self.policy.segmented and len(gen.segments) > n_segments:
             self.engine.suspend(req_id)
+            track.engine_suspended = True
             del self._running[req_id]
             gen.enqueued_at = t
             self._waiting[req_id] = gen
@@ -326,10 +377,12 @@ class PlanScheduler:
                       gen_started=gen.seg_gen_started if gen.seg_gen_started is not None else t,
                       gen_finished=t, est_exec_s=est)
         gen.segments.append(seg)
+        seg_tokens = len(gen.output_ids) - gen.seg_token_start
         gen.seg_token_start = len(gen.output_ids)
         gen.seg_text_start = len(gen.text)
         gen.seg_gen_started = None if self.policy.segmented else t  # a suspended one restarts the clock on resume
         self.policy.observe_segment(gen.req.robot_type, seg.gen_finished - seg.gen_started)
+        self.policy.observe_segment_tokens(gen.req.robot_type, seg_tokens)
         track.to_dispatch.append(seg)
         self._update_expected_end(track)
         if self.policy.stream_segments:

@@ -74,14 +74,18 @@ class WorkloadTask:
     context: str
     plan: str
     prompt_tokens: int
+    after: str = ""               # closed loop: submitted gap_s after this task (same agent) really finished
+    gap_s: float = 0.0
+    max_new_tokens: int = 200     # plan length cap (tokens)
 
     def to_request(self, classes: Mapping[str, TimeUtility] = DEFAULT_URGENCY_CLASSES,
-                   max_new_tokens: int = 200) -> PlanRequest:
+                   max_new_tokens: int | None = None, arrival: float | None = None) -> PlanRequest:
         """The PlanRequest a simulator submits at `arrival` (plan forced: trace replay)."""
         return PlanRequest(req_id=self.task_id, agent_id=self.agent_id, robot_type=self.robot_type, task=self.task,
-                           tuf=classes[self.urgency], arrival=self.arrival, context=self.context,
-                           urgency=self.urgency, max_new_tokens=max_new_tokens, forced_plan=self.plan,
-                           task_type=str(self.trace_id))
+                           tuf=classes[self.urgency], arrival=self.arrival if arrival is None else arrival,
+                           context=self.context, urgency=self.urgency,
+                           max_new_tokens=self.max_new_tokens if max_new_tokens is None else max_new_tokens,
+                           forced_plan=self.plan, task_type=str(self.trace_id))
 
 
 @dataclass
@@ -139,3 +143,28 @@ def load_spec(name_or_path: str | Path, **overrides: Any) -> WorkloadSpec:
 def preset(name: str, **overrides: Any) -> Workload:
     """Generate a preset workload (WID1, WID2, WID3), optionally overriding spec fields (seed, duration_s...)."""
     return generate(load_spec(name, **overrides))
+
+
+def burst(seed: int = 0, arms: tuple[int, int] = (16, 20), urgent: tuple[int, int] = (20, 30),
+          arm_window_s: float = 0.3, burst_at_s: float = 2.0, burst_window_s: float = 0.1,
+          prompt_tokens: int = 2884) -> Workload:
+    """The urgent-burst shape: 16-20 arm plans (traces 9-11) arrive within arm_window_s and are generating when
+    20-30 urgent drone requests (traces 6-8) arrive within burst_window_s at burst_at_s (counts drawn per seed)."""
+    rng = random.Random(seed)
+    n_arm, n_urgent = rng.randint(*arms), rng.randint(*urgent)
+    spec = WorkloadSpec(name="BURST", eps=1.0 / burst_at_s, max_tpe=max(n_arm, n_urgent), trace_ids=(6, 7, 8, 9, 10, 11),
+                        agents=max(n_arm, n_urgent), duration_s=burst_at_s + burst_window_s, seed=seed,
+                        prompt_tokens=prompt_tokens)
+    rows = [(rng.uniform(0.0, arm_window_s), rng.choice((9, 10, 11)), 0) for _ in range(n_arm)]
+    rows += [(burst_at_s + rng.uniform(0.0, burst_window_s), rng.choice((6, 7, 8)), 1) for _ in range(n_urgent)]
+    rows.sort()
+    tasks, counters = [], {"arm": 0, "drone": 0}
+    for i, (t, tid, event) in enumerate(rows):
+        tr = get_trace(tid)
+        agent = counters[tr.robot_type]
+        counters[tr.robot_type] += 1
+        tasks.append(WorkloadTask(task_id=f"burst-{i:04d}", arrival=round(t, 6), event=event,
+                                  agent_id=f"{tr.robot_type}_{agent}", trace_id=tid, robot_type=tr.robot_type,
+                                  urgency=tr.urgency, task=tr.task, context=tr.context, plan=tr.plan,
+                                  prompt_tokens=prompt_tokens))
+    return Workload(spec, tasks, 0, 2)
