@@ -74,16 +74,19 @@ def test_wcet_uses_remaining_segment_tokens_and_measured_speed():
 
 
 def test_admission_holds_back_relaxed_requests_while_an_urgent_one_is_tight():
-    timely = make_policy("timely", max_batch=16)
+    timely = make_policy("timely", max_batch=16, options={"admission": "deadline"})
     urgent = gen("u", tuf=URGENT, prefilled=True)
     urgent.output_ids = [5]
     urgent.step_times.extend([0.05])
     normal = gen("n")
     batch = timely.select([normal], [urgent], ctx(0.05))
     assert [g.req_id for g in batch] == ["u"]  # WCET 9 x 22 ms > 0.15 s slack
-    # an equally urgent newcomer waits too: its prefill would push u past its deadline (both would miss)
+    # deadline rule: an equally urgent newcomer waits too, its prefill would push u past its deadline
     batch = timely.select([normal, gen("u2", tuf=URGENT)], [urgent], ctx(0.05))
     assert [g.req_id for g in batch] == ["u"]
+    # utility rule (default): u2 joins, since u loses less than u2 would lose by waiting for u's segment
+    utility = make_policy("timely", max_batch=16)
+    assert [g.req_id for g in utility.select([normal, gen("u2", tuf=URGENT)], [urgent], ctx(0.05))] == ["u", "u2"]
     # the old rule let it in as "pressing" (the crowd that turned into one long step)
     assert make_policy("timely", options={"prefill_aware": False}).select(
         [gen("u2", tuf=URGENT)], [urgent], ctx(0.05))[-1].req_id == "u2"
@@ -109,10 +112,13 @@ def test_a_step_carries_at_most_step_prefill_s_of_prefill_work_even_for_a_pressi
     # a crowd sharing one deadline gets no exemption: relaxed ones (ERT 1 s) fill the step's prefill work ...
     relaxed = [gen(f"r{i}", prompt=284) for i in range(6)]
     assert len(timely.select(relaxed, [], ctx(0.0))) == 2
-    # ... urgent ones (ERT 0.2 s) go one at a time: a second prefill would push the first past its deadline
-    # (2 x 45 ms + 10 decode steps of 23.5 ms = 0.33 s > 0.2 s)
+    # ... urgent ones (ERT 0.2 s) go one at a time under the deadline rule: a second prefill would push the first
+    # past its deadline (2 x 45 ms + 10 decode steps of 23.5 ms = 0.33 s > 0.2 s)
     same = [gen(f"s{i}", tuf=URGENT, prompt=284) for i in range(6)]
-    assert len(timely.select(same, [], ctx(0.0))) == 1
+    deadline = make_policy("timely", max_batch=16, options={"admission": "deadline"})
+    assert len(deadline.select(same, [], ctx(0.0))) == 1
+    # the utility rule weighs it, but the step's prefill cap still holds the crowd to two
+    assert len(timely.select(same, [], ctx(0.0))) == 2
     # the paper's decode-only rule with its "pressing" exemption admitted the whole crowd into one step
     old = make_policy("timely", max_batch=16, options={"prefill_aware": False, "admit_per_step": 0,
                                                         "step_prefill_s": 10.0})

@@ -16,12 +16,12 @@ A step is not preemptible: TimelyPolicy also limits how many generations that ne
 Prefill-aware form (StepCost, step_wcet_s, used by TimelyPolicy): a prefill is paid inside the steps of every
 generation in the batch, so the WCET of the most urgent member u counts the prefill work of the whole batch:
 
-    WCET(u | batch) = p * (prompt tokens the batch still has to prefill) + (KV reloads of members coming back
+    WCET(u | batch) = p * (prompt tokens the batch still has to prefill) + c + (KV reloads of members coming back
                       from host memory) + n_u * t_dec(|batch|)
     t_dec(B) = t_1 * (1 + r * (B - 1))         (decode step time grows with the batch)
 
 n_u = decode steps left in u's segment (max segment tokens - tokens in it; a whole segment if u is not
-prefilled), p = seconds per prefill token, t_1 = batch-1 decode step, r = the share one more sequence adds. A
+prefilled), p = seconds per prefill token, c = a prefilling step's fixed cost, t_1 = batch-1 decode step, r = the share one more sequence adds. A
 candidate FITS if WCET(u | batch + candidate) < budget(u); a pressing or late candidate that needs a prefill
 joins only while the step's prefill count is below admit_per_step: a crowd sharing one deadline is pressing as a
 whole, and without that limit it would turn into one long unpreemptible prefill step.
@@ -89,8 +89,9 @@ class StepCost:
 
     decode_1_s: float = 0.022          # t_1: one decode step of a single sequence
     seq_ratio: float = 0.07            # r: each extra sequence adds r * t_1 to a decode step
-    prefill_token_s: float = 1.6e-4    # p: one prompt token of prefill (per-step overhead amortised)
+    prefill_token_s: float = 1.1e-4    # p: one prompt token of prefill
     step_token_budget: int | None = None  # chunked prefill: tokens per step (None: whole prompts per step)
+    prefill_step_s: float = 0.0        # c: paid once by a step that prefills anything
 
     def decode_s(self, batch: int) -> float:
         """t_dec(B): one decode step of a batch of B sequences."""
@@ -108,7 +109,8 @@ def step_wcet_s(gen: Generation, batch: Sequence[Generation], max_segment_tokens
     """Worst-case time until gen's current segment is ready when it runs with batch (gen included or not):
     the batch's pending prefill work plus gen's remaining decode steps at the batch's decode speed."""
     members = list(batch) if any(m is gen for m in batch) else [*batch, gen]
-    prefill = sum(prefill_tokens_left(m) * cost.prefill_token_s + m.reload_s for m in members)
+    pending = sum(prefill_tokens_left(m) for m in members)
+    prefill = pending * cost.prefill_token_s + (cost.prefill_step_s if pending else 0.0) + sum(m.reload_s for m in members)
     steps = max_segment_tokens if not gen.prefilled else max(max_segment_tokens - gen.tokens_in_segment, 1)
     return prefill + steps * cost.decode_s(len(members))
 

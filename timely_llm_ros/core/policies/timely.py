@@ -35,7 +35,7 @@ import heapq
 from collections import deque
 from typing import Any, Mapping, Sequence
 
-from ..admission import (REFUSED, StepCost, kv_need_bytes, prefill_tokens_left, slack_s, step_wcet_s,
+from ..admission import (REFUSED, StepCost, budget_s, kv_need_bytes, prefill_tokens_left, slack_s, step_wcet_s,
                          verdict)
 from ..request import Generation
 from .base import Policy, SchedulingContext
@@ -90,10 +90,17 @@ class TimelyPolicy(Policy):
         self.prefill_aware = bool(o.get("prefill_aware", True))
         self.preempt = bool(o.get("preempt", True))
         self.online_segment_tokens = bool(o.get("online_segment_tokens", True))
+        self.admit_pressing = bool(o.get("admit_pressing", False))
+        self.admission = str(o.get("admission", "utility"))
+        self.remaining_g = bool(o.get("remaining_g", True))
+        if self.admission not in ("utility", "deadline"):
+            raise ValueError(f"timely: admission must be 'utility' or 'deadline', got {self.admission!r}")
+        self._fixed_prefill = "prefill_token_s" in o
+        self.prefill_step_s = float(o.get("prefill_step_s", 0.0141 if self._fixed_prefill else 0.0))
         self._seg_tokens: dict[str, deque] = {}
         self.late_delay_s = float(o.get("late_delay_s", 0.01))  # delay a join may add to a late member
         self.decode_seq_ratio = float(o.get("decode_seq_ratio", 0.07))
-        self.prefill_token_s = float(o.get("prefill_token_s", 1.6e-4))
+        self.prefill_token_s = float(o.get("prefill_token_s", 1.6e-4))  # measured one (c amortised) used if unset
         self.admit_when_late = bool(o.get("admit_when_late", True))
         self.admit_per_step = int(o.get("admit_per_step", 0))  # prefills joining per step (0: no count limit)
         self.step_prefill_s = float(o.get("step_prefill_s", 0.1))  # prefill work per step (at least one prompt)
@@ -141,7 +148,7 @@ class TimelyPolicy(Policy):
         its (assumed) tokens left, so a half-generated segment is not ranked like a fresh one."""
         g = self.segment_time(gen.req.robot_type)
         done = gen.tokens_in_segment if gen.prefilled else 0
-        if done <= 0:
+        if done <= 0 or not self.remaining_g:
             return g
         tokens = self.segment_tokens(gen)
         return g * max(tokens - done, 1) / max(tokens, done + 1)
@@ -178,8 +185,9 @@ class TimelyPolicy(Policy):
         t1 = self.token_time_s
         if ctx.decode_step_s is not None and ctx.decode_batch > 0:
             t1 = ctx.decode_step_s / (1.0 + self.decode_seq_ratio * (ctx.decode_batch - 1))
-        p = ctx.prefill_token_s if ctx.prefill_token_s is not None else self.prefill_token_s
-        return StepCost(t1, self.decode_seq_ratio, p, ctx.step_token_budget)
+        if self._fixed_prefill or ctx.prefill_token_s is None:
+            return StepCost(t1, self.decode_seq_ratio, self.prefill_token_s, ctx.step_token_budget, self.prefill_step_s)
+        return StepCost(t1, self.decode_seq_ratio, ctx.prefill_token_s, ctx.step_token_budget)
 
     def select(self, waiting: Sequence[Generation], running: Sequence[Generation],
                ctx: SchedulingContext) -> list[Generation]:
@@ -241,6 +249,12 @@ class TimelyPolicy(Policy):
         if not self.prefill_aware:
             return verdict(batch, gen, now, self.segment_tokens, self.token_time_s, self.admit_when_late) != REFUSED
         joined = [*batch, gen]
+        if self.admission == "utility":
+            return self._worth_joining(batch, gen, now, cost)
+        if self.admit_pressing:
+            own = budget_s(gen, now)
+            if all(own < budget_s(m, now) + step_wcet_s(gen, [gen], self.segment_tokens(gen), cost) for m in batch):
+                return True        # as urgent as every member: holding it back trades one miss for another
         for m in batch:
             tokens = self.segment_tokens(m)
             after = step_wcet_s(m, joined, tokens, cost)
@@ -252,6 +266,37 @@ class TimelyPolicy(Policy):
                 return False       # late: every delay costs it utility (below 0 too): batch mates may add
                                    # at most late_delay_s in all (resumes that need no prefill, a few at most)
         return True
+
+    def ready_utility(self, gen: Generation, ready: float) -> float:
+        """Utility (TUF_0 or TUF_1) of gen's current segment if it is ready at time ready, at least 0: a first
+        segment that would earn less is better dropped, which counts about 0."""
+        req = gen.req
+        t = ready + self.network_delay_s
+        if gen.k == 0 or gen.expected_exec_end is None:
+            return max(req.tuf(t - req.arrival), 0.0)
+        return max(req.tuf.resumed(t - gen.expected_exec_end), 0.0)
+
+    def _worth_joining(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:
+        """Utility test: join if the members' and gen's predicted utilities together are at least those of the
+        batch without gen plus gen's after it waits for the members it would delay (then runs on its own)."""
+        joined = [*batch, gen]
+        with_gen = self.ready_utility(gen, now + step_wcet_s(gen, joined, self.segment_tokens(gen), cost))
+        if with_gen <= 0.0 and gen.k == 0 and self.drop != "never":
+            return False           # it would be served at a loss: leave it to the drop rule
+        without, wait = 0.0, 0.0
+        for m in batch:
+            tokens = self.segment_tokens(m)
+            before = step_wcet_s(m, batch, tokens, cost)
+            u_before = self.ready_utility(m, now + before)
+            u_after = self.ready_utility(m, now + step_wcet_s(m, joined, tokens, cost))
+            with_gen += u_after
+            without += u_before
+            if u_after < u_before:
+                wait = max(wait, before)
+        if wait == 0.0:
+            return True            # nobody loses anything
+        alone = step_wcet_s(gen, [gen], self.segment_tokens(gen), cost)
+        return with_gen >= without + self.ready_utility(gen, now + wait + alone)
 
     def _fixed(self, batch: list[Generation], ranked: list[Generation], ctx: SchedulingContext) -> list[Generation]:
         budget = ctx.kv_free_bytes
