@@ -133,3 +133,35 @@ def test_scheduling_overhead_is_small():
     ctx = SchedulingContext(now=0.0, kv_free_bytes=math.inf, kv_bytes_per_token=1.0, step_time_s=0.02)
     stats = time_select(make_policy("timely", max_batch=16), waiting, [], ctx, repeats=20)
     assert stats.queued == 1000 and stats.mean_ms < 20  # generous bound for slow CI; benchmark reports the real one
+
+
+def test_chunked_prefill_bounds_the_step_and_costs_what_one_chunk_costs():
+    clock = VirtualClock()
+    engine = SimEngine(LAT, clock, step_token_budget=128)
+    engine.set_prompt_tokens("p", 2884)
+    engine.add("p", [0], 10, forced_ids=[5, 6])
+    engine.set_prompt_tokens("d", 2884)
+    engine.add("d", [0], 10, forced_ids=[5] * 9)
+    times, first = [], None
+    while first is None:
+        res = engine.step(["d", "p"] if engine.prefill_left("d") == 0 else ["d"])
+        times.append(res.elapsed_s)
+        first = res.tokens.get("p")
+    suffix = 2884 - LAT.cached_prefix_tokens                       # 284 new tokens: 128 + 128 + 28 after d's own
+    bound = LAT.prefill_s(128, 2884) + LAT.prefill_c + LAT.decode_s(1, 2884 + 8)
+    assert max(times[1:]) <= bound and len(times) > 2
+    # a budget that holds the whole suffix costs exactly the unchunked prefill
+    costs = []
+    for budget in (None, suffix):
+        e = SimEngine(LAT, VirtualClock(), step_token_budget=budget)
+        e.set_prompt_tokens("p", 2884)
+        e.add("p", [0], 10, forced_ids=[5, 6])
+        costs.append(e.step(["p"]).elapsed_s)
+    assert costs[0] == pytest.approx(costs[1]) == pytest.approx(LAT.prefill_s(suffix, 2884) + LAT.prefill_c)
+
+
+def test_timely_on_a_chunked_engine_serves_every_plan_in_full():
+    tasks = burst([9, 10, 1, 6, 7, 8, 3])
+    result = simulate(make_policy("timely"), LAT, tasks, step_token_budget=256)
+    for o in result.outcomes:
+        assert o.state == RequestState.DONE and o.plan_text.strip() == o.req.forced_plan

@@ -63,7 +63,7 @@ class Simulator:
                  urgency_classes: Mapping[str, TimeUtility] = DEFAULT_URGENCY_CLASSES, seed: int = 0,
                  on_finished: Callable[[RequestOutcome], None] | None = None, *, engine: Engine | None = None,
                  clock: LoopClock | None = None, time_scale: float = 1.0, forced_plans: bool = True,
-                 network_delay_s: float | None = None) -> None:
+                 network_delay_s: float | None = None, step_token_budget: int | None = None) -> None:
         if engine is None and latency is None:
             raise ValueError("Simulator needs a latency model for its SimEngine, or an engine")
         if time_scale <= 0:
@@ -82,7 +82,7 @@ class Simulator:
         self.network_delay_s = network_delay_s
         if engine is None:
             self.clock: LoopClock = clock if clock is not None else VirtualClock()
-            engine = SimEngine(latency, self.clock)
+            engine = SimEngine(latency, self.clock, step_token_budget=step_token_budget)
         else:
             self.clock = clock if clock is not None else WallClock()
         self.engine = engine
