@@ -229,3 +229,50 @@ def test_timely_preempts_running_generations_mid_segment_for_an_urgent_arrival_a
     assert finished["u"].ok and finished["u"].response_time < 0.2     # the urgent one made its ERT
     for i in range(8):                                                 # the preempted plans resumed token-exact
         assert finished[f"arm{i}"].ok and finished[f"arm{i}"].plan_text.strip() == (ARM_PLAN * 2).strip()
+
+
+def first_segment(sched):
+    while True:
+        for ev in sched.step():
+            if isinstance(ev, SegmentReady):
+                return ev.segment
+
+
+def test_execution_start_refreshes_e_and_the_open_loop_ablation_ignores_reports():
+    for policy, follows in (("timely", True), ("timely-open-loop", False)):
+        sched, _, clock = make(policy)
+        sched.submit(request("a"))
+        seg = first_segment(sched)
+        gen = sched.generations()[0]
+        estimated = gen.expected_exec_end
+        late_start = clock() + 3.0                    # the robot started 3 s later than expected
+        sched.on_execution_started("a", seg.index, late_start)
+        assert (gen.expected_exec_end == pytest.approx(late_start + seg.est_exec_s)) is follows
+        sched.on_execution_finished("a", seg.index, late_start + 0.1)
+        assert (gen.expected_exec_end == pytest.approx(late_start + 0.1)) is follows
+        if not follows:
+            assert gen.expected_exec_end == pytest.approx(estimated)
+
+
+def test_failed_segment_replans_with_a_context_naming_the_failed_skill():
+    clock = VirtualClock()
+    engine = SimEngine(LATENCY, clock)
+    from timely_llm_ros.core.scheduler import SchedulerConfig
+    sched = PlanScheduler(engine, make_policy("fcfs"), load_skill_sets(), load_exec_models(), clock,
+                          SchedulerConfig(replan_on_failure=1))
+    sched.submit(request("a", "mf(50);tc(90);mb(20);"))
+    seg = first_segment(sched)
+    sched.on_execution_started("a", seg.index, clock())
+    events = sched.on_execution_finished("a", seg.index, clock() + 0.5, ok=False, error="motor stalled")
+    assert not any(isinstance(ev, RequestFinished) for ev in events)
+    gen = sched.generations()[0]
+    prompt = engine.decode(gen.prompt_ids)
+    assert "failed at skill mf" in prompt and "motor stalled" in prompt and gen.expected_exec_end == clock() + 0.5
+    clock.advance(0.5)
+    dispatched, finished = run_to_end(sched, clock)
+    out = finished["a"]
+    assert out.ok and out.replans == 1
+    # the replanned generation redoes the failed segment and the rest; numbering continues
+    assert [t.strip() for _, _, t in dispatched] == ["mf(50);", "tc(90);", "mb(20);"]
+    assert [i for _, i, _ in dispatched][0] >= 1
+    # without the option the request ends EXECUTION_FAILED (test_executor_failure_ends_the_request_with_its_code)

@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from timely_llm_ros.core.errors import ErrorCode
 from timely_llm_ros.core.metrics import by_urgency, summarize, time_select
 from timely_llm_ros.core.policies import SchedulingContext, make_policy
 from timely_llm_ros.core.request import Generation, PlanRequest, RequestState
@@ -165,3 +166,43 @@ def test_timely_on_a_chunked_engine_serves_every_plan_in_full():
     result = simulate(make_policy("timely"), LAT, tasks, step_token_budget=256)
     for o in result.outcomes:
         assert o.state == RequestState.DONE and o.plan_text.strip() == o.req.forced_plan
+
+
+def test_closed_loop_next_task_follows_the_real_completion_and_noise_and_failures_apply():
+    from dataclasses import replace
+
+    from timely_llm_ros.core.scheduler import SchedulerConfig
+    from timely_llm_ros.core.sim.simulator import ExecNoise, Simulator
+
+    first, second = burst([1, 3])
+    second = replace(second, after=first.task_id, gap_s=0.5, arrival=99.0, agent_id=first.agent_id)
+    finished = {}
+    slow = ExecNoise(factor="uniform", low=2.0, high=2.0)
+    Simulator(make_policy("timely"), LAT, exec_noise=slow, on_finished=lambda o: finished.update({o.req.req_id: o})
+              ).run([first, second])
+    a, b = finished[first.task_id], finished[second.task_id]
+    assert b.req.arrival == pytest.approx(a.finished_at + 0.5)          # not the 99 s it was scheduled for
+    assert all(s.exec_s >= 2 * s.est_exec_s - 1e-9 for s in a.segments)  # twice the (minimum) estimate or more
+    failing = ExecNoise(failure_rate=1.0)
+    res = Simulator(make_policy("timely"), LAT, exec_noise=failing).run([first])
+    assert res.outcomes[0].error_code == ErrorCode.EXECUTION_FAILED and res.outcomes[0].state == RequestState.FAILED
+    res = Simulator(make_policy("timely"), LAT, exec_noise=failing,
+                    scheduler_config=SchedulerConfig(replan_on_failure=2)).run([first])
+    assert res.outcomes[0].replans == 2 and res.outcomes[0].state == RequestState.FAILED
+    assert len([s for s in res.outcomes[0].segments if s.exec_finished is not None]) == 3   # one per attempt
+
+
+def test_generator_closed_loop_chains_chat_requests_and_long_plan_caps():
+    spec = WorkloadSpec("C", eps=0.5, max_tpe=3, trace_ids=(1, 12, 13), agents=4, duration_s=40, seed=2, chain=3,
+                        think_s=1.0, max_new_tokens=400)
+    w = generate(spec)
+    followers = [t for t in w.tasks if t.after]
+    assert followers and all(t.gap_s == 1.0 for t in followers)
+    ids = {t.task_id: t for t in w.tasks}
+    assert all(ids[t.after].agent_id == t.agent_id for t in followers)
+    assert {"chat", "drone"} <= {t.robot_type for t in w.tasks}
+    assert all(t.max_new_tokens == 400 for t in w.tasks)
+    result = simulate(make_policy("timely"), LAT, w)
+    chat = [o for o in result.outcomes if o.req.robot_type == "chat"]
+    assert chat and all(o.state == RequestState.DONE and len(o.segments) >= 2 for o in chat)
+    assert len(result.outcomes) == len(w.tasks)

@@ -36,6 +36,8 @@ class SchedulerConfig:
     network_delay_s: float = 0.0      # server -> robot latency added to expected execution starts
     max_prompt_tokens: int = 4096     # longer prompts are rejected (INVALID_TASK)
     max_waiting: int = 10_000         # queue bound; beyond it new requests are rejected
+    replan_on_failure: int = 0        # replans per request after a failed segment (0: the request ends FAILED)
+    max_plan_tokens: int | None = None  # plan length cap for every robot type (None: each skill set's own)
 
 
 @dataclass
@@ -55,6 +57,7 @@ class RequestOutcome:
     utility: float = 0.0                # Eq. 1: TUF_0 of the response time (0 if never served)
     total_utility: float = 0.0          # Eq. 3: TUF_0(W(s0)) + sum_k TUF_1(W(s_k))
     finished_at: float = math.nan
+    replans: int = 0                    # new generations after a failed segment (replan_on_failure)
 
     @property
     def ok(self) -> bool:
@@ -96,6 +99,8 @@ class _Track:
     max_new: int = 200                                  # effective plan-length cap (tokens)
     error: tuple[ErrorCode, str] | None = None          # error to report at the end (plan kept)
     engine_held: bool = True
+    replans: int = 0                                    # generations started over after a failed segment
+    discarded: set = field(default_factory=set)         # indices of segments dropped by a failure (never run)
     engine_suspended: bool = False                      # suspended in the engine (resume before its next step)
 
 
@@ -155,7 +160,8 @@ class PlanScheduler:
             raise RequestError(ErrorCode.INVALID_TASK,
                                f"prompt is {len(prompt_ids)} tokens, over the limit of {self.config.max_prompt_tokens};"
                                " shorten the task or context")
-        max_new = min(req.max_new_tokens, skill_set.max_plan_tokens) if req.max_new_tokens else skill_set.max_plan_tokens
+        cap = self.config.max_plan_tokens or skill_set.max_plan_tokens
+        max_new = min(req.max_new_tokens, cap) if req.max_new_tokens else cap
         room = self.engine.max_context
         if room is not None:
             if len(prompt_ids) + min(max_new, skill_set.max_segment_tokens) > room:
@@ -182,10 +188,11 @@ class PlanScheduler:
         return self._drain()
 
     def on_execution_started(self, req_id: str, index: int, t: float) -> list[Event]:
-        """The robot began executing segment `index` at time t."""
+        """The robot began executing segment `index` at time t: E is recomputed from that real start."""
         seg = self._segment(req_id, index)
         if seg is not None:
             seg.exec_started = t
+            self._update_expected_end(self._tracks[req_id])
         return self._drain()
 
     def on_execution_finished(self, req_id: str, index: int, t: float, ok: bool = True, error: str = "",
@@ -204,7 +211,11 @@ class PlanScheduler:
         if track.in_flight and track.in_flight[0].exec_started is None:
             track.in_flight[0].exec_started = t  # provisional: the robot moves on to the next queued segment
         if not ok:
-            self._finish(track, RequestState.FAILED, code, f"segment {index} failed: {error or 'executor reported failure'}")
+            why = f"segment {index} failed: {error or 'executor reported failure'}"
+            if track.replans < self.config.replan_on_failure:
+                self._replan(track, seg, why, t)
+            else:
+                self._finish(track, RequestState.FAILED, code, why)
             return self._drain()
         self._update_expected_end(track, actual_end=t)
         self._dispatch(track, t)
@@ -393,6 +404,14 @@ class PlanScheduler:
         """E = expected end of the robot's last known segment. The actual completion, when reported, replaces the
         estimate; every segment still executing, queued at the robot or not yet sent adds its minimum estimate."""
         gen = track.gen
+        if not getattr(self.policy, "uses_feedback", True):   # ablation: estimates only, reports ignored
+            end = -math.inf
+            for seg in gen.segments:
+                if seg.index not in track.discarded:
+                    sent = seg.dispatched if seg.dispatched is not None else seg.gen_finished
+                    end = max(end, sent + self.config.network_delay_s) + seg.est_exec_s
+            gen.expected_exec_end = end if math.isfinite(end) else None
+            return
         end = actual_end
         if end is None:
             done = [s.exec_finished for s in gen.segments if s.exec_finished is not None]
@@ -452,15 +471,55 @@ class PlanScheduler:
         del self._tracks[req_id]
         gen.state = state
         outcome = measure_outcome(gen, state, code, message, self.clock() if t is None else t)
+        outcome.replans = track.replans
         self.outcomes[req_id] = outcome
         self._events.append(StateChanged(req_id, state))
         self._events.append(RequestFinished(req_id, outcome))
 
     def _segment(self, req_id: str, index: int) -> Segment | None:
         track = self._tracks.get(req_id)
-        if track is None or not 0 <= index < len(track.gen.segments):
+        if track is None or not 0 <= index < len(track.gen.segments) or index in track.discarded:
             return None
         return track.gen.segments[index]
+
+    def _replan(self, track: _Track, failed: Segment, why: str, t: float) -> None:
+        """Start a new generation for the request after `failed` failed: its context names the failed skill,
+        segments queued behind it are discarded (the robot stops), the old generation's engine state is freed.
+        The new plan's segments continue the request's numbering; its first one waits from t (TUF_1)."""
+        gen = track.gen
+        req = gen.req
+        for seg in list(track.in_flight) + list(track.to_dispatch):
+            track.discarded.add(seg.index)
+        track.in_flight.clear()
+        track.to_dispatch.clear()
+        if track.engine_held:
+            self.engine.release(req.req_id)
+        self._running.pop(req.req_id, None)
+        self._waiting.pop(req.req_id, None)
+        skill = failed.skills[0].name if failed.skills else "?"
+        note = f" The previous plan failed at skill {skill} ({failed.text.strip()}): {why}. Plan again from here."
+        skill_set = self.skill_sets[req.robot_type]
+        prompt_ids = self.engine.encode(skill_set.build_prompt(req.task, (req.context + note).strip()))
+        forced = None
+        if req.forced_plan is not None:   # trace replay: the rest of the recorded plan, failed segment included
+            done = "".join(s.text for s in gen.segments if s.ok).strip()
+            plan = req.forced_plan.strip()
+            rest = plan[len(done):] if plan.startswith(done) else plan
+            forced = self.engine.encode(" " + rest.strip()) if rest.strip() else None
+        max_new = max(track.max_new - len(gen.output_ids), skill_set.max_segment_tokens)
+        self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced)
+        track.engine_held, track.engine_suspended, track.error = True, False, None
+        track.max_new = max_new
+        track.replans += 1
+        track.segmenter = skill_set.segmenter()
+        gen.prompt_ids, gen.output_ids, gen.text = list(prompt_ids), [], ""
+        gen.seg_token_start = gen.seg_text_start = 0
+        gen.seg_gen_started, gen.prefilled, gen.finished_generating = None, False, False
+        gen.prefill_left = self._prefill_left(req.req_id, len(prompt_ids))
+        gen.step_times.clear()
+        gen.expected_exec_end, gen.enqueued_at = t, t
+        self._waiting[req.req_id] = gen
+        self._set_state(gen, RequestState.QUEUED)
 
     def _set_state(self, gen: Generation, state: RequestState) -> None:
         if gen.state != state:

@@ -28,12 +28,14 @@ class Policy(ABC):
 
     Class flags say how the scheduler treats segments:
       segmented:       suspend a generation as soon as a segment is executable;
-      stream_segments: dispatch each segment when found (False: only after the whole plan).
+      stream_segments: dispatch each segment when found (False: only after the whole plan);
+      uses_feedback:   the robot's reported start/finish times replace the estimates in E (False: ablation).
     """
 
     name: ClassVar[str] = ""
     segmented: ClassVar[bool] = True
     stream_segments: ClassVar[bool] = True
+    uses_feedback: bool = True     # False: E from execution estimates only (executor reports ignored for E)
 
     def __init__(self, max_batch: int = 8, options: Mapping[str, Any] | None = None) -> None:
         self.max_batch = max_batch

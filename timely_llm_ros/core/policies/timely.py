@@ -35,7 +35,7 @@ import heapq
 from collections import deque
 from typing import Any, Mapping, Sequence
 
-from ..admission import (REFUSED, StepCost, budget_s, kv_need_bytes, prefill_tokens_left, slack_s, step_wcet_s,
+from ..admission import (REFUSED, StepCost, budget_s, kv_need_bytes, segment_deadline, prefill_tokens_left, slack_s, step_wcet_s,
                          verdict)
 from ..request import Generation
 from .base import Policy, SchedulingContext
@@ -93,6 +93,10 @@ class TimelyPolicy(Policy):
         self.admit_pressing = bool(o.get("admit_pressing", False))
         self.admission = str(o.get("admission", "utility"))
         self.remaining_g = bool(o.get("remaining_g", True))
+        feedback = str(o.get("feedback", "closed"))
+        if feedback not in ("closed", "open"):
+            raise ValueError(f"timely: feedback must be 'closed' or 'open', got {feedback!r}")
+        self.uses_feedback = feedback == "closed"
         if self.admission not in ("utility", "deadline"):
             raise ValueError(f"timely: admission must be 'utility' or 'deadline', got {self.admission!r}")
         self._fixed_prefill = "prefill_token_s" in o
@@ -309,3 +313,33 @@ class TimelyPolicy(Policy):
             budget -= need
             batch.append(gen)
         return batch
+
+
+@register
+class TimelyOpenLoop(TimelyPolicy):
+    """Ablation: timely with E from execution-time estimates only (the executor's start/finish reports ignored)."""
+
+    name = "timely-open-loop"
+
+    def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(max_batch, {**(options or {}), "feedback": "open"})
+
+
+@register
+class EdfAdmit(TimelyPolicy):
+    """Ablation: timely's admission, preemption and drop rule with EDF order (segment deadline) instead of Eq. 4."""
+
+    name = "edf-admit"
+
+    def priority(self, gen: Generation, now: float) -> float:
+        return -segment_deadline(gen)
+
+
+@register
+class FcfsAdmit(TimelyPolicy):
+    """Ablation: timely's admission, preemption and drop rule with FCFS order (request arrival) instead of Eq. 4."""
+
+    name = "fcfs-admit"
+
+    def priority(self, gen: Generation, now: float) -> float:
+        return -gen.req.arrival

@@ -54,6 +54,7 @@ class SimEngine(Engine):
         self._gens: dict[str, _SimGen] = {}
         self._suspended: OrderedDict[str, None] = OrderedDict()  # LRU order of suspension
         self._prompt_override: dict[str, int] = {}
+        self._prompt_seen: dict[str, int] = {}
         self._pending_reload_s = 0.0
         self.steps = 0
 
@@ -76,7 +77,8 @@ class SimEngine(Engine):
             forced_ids: Sequence[int] | None = None) -> None:
         if gen_id in self._gens:
             raise EngineError(f"generation {gen_id!r} already added")
-        n = self._prompt_override.pop(gen_id, len(prompt_ids))
+        n = self._prompt_override.pop(gen_id, self._prompt_seen.get(gen_id, len(prompt_ids)))
+        self._prompt_seen[gen_id] = n      # a request that comes back (a replan) has as long a prompt
         self._gens[gen_id] = _SimGen(n, max_new_tokens, list(forced_ids) if forced_ids is not None else None)
 
     def step(self, gen_ids: Sequence[str]) -> StepResult:
