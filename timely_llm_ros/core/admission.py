@@ -105,14 +105,23 @@ def prefill_tokens_left(gen: Generation) -> int:
     return gen.prefill_left if gen.prefill_left is not None else len(gen.prompt_ids)
 
 
+def batch_prefill_s(members: Sequence[Generation], cost: StepCost) -> float:
+    """Prefill work (and KV reloads) a batch still has to do: the part of every member's WCET it shares."""
+    pending = sum(prefill_tokens_left(m) for m in members)
+    return pending * cost.prefill_token_s + (cost.prefill_step_s if pending else 0.0) + sum(m.reload_s for m in members)
+
+
+def wcet_in_s(gen: Generation, max_segment_tokens: int, prefill_s: float, size: int, cost: StepCost) -> float:
+    """gen's WCET in a batch of `size` members whose shared prefill work is prefill_s (see step_wcet_s)."""
+    steps = max_segment_tokens if not gen.prefilled else max(max_segment_tokens - gen.tokens_in_segment, 1)
+    return prefill_s + steps * cost.decode_s(size)
+
+
 def step_wcet_s(gen: Generation, batch: Sequence[Generation], max_segment_tokens: int, cost: StepCost) -> float:
     """Worst-case time until gen's current segment is ready when it runs with batch (gen included or not):
     the batch's pending prefill work plus gen's remaining decode steps at the batch's decode speed."""
     members = list(batch) if any(m is gen for m in batch) else [*batch, gen]
-    pending = sum(prefill_tokens_left(m) for m in members)
-    prefill = pending * cost.prefill_token_s + (cost.prefill_step_s if pending else 0.0) + sum(m.reload_s for m in members)
-    steps = max_segment_tokens if not gen.prefilled else max(max_segment_tokens - gen.tokens_in_segment, 1)
-    return prefill + steps * cost.decode_s(len(members))
+    return wcet_in_s(gen, max_segment_tokens, batch_prefill_s(members, cost), len(members), cost)
 
 
 def admits(batch: Sequence[Generation], candidate: Generation, now: float,

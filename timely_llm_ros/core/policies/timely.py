@@ -35,7 +35,7 @@ import heapq
 from collections import deque
 from typing import Any, Mapping, Sequence
 
-from ..admission import (REFUSED, StepCost, budget_s, kv_need_bytes, segment_deadline, prefill_tokens_left, slack_s, step_wcet_s,
+from ..admission import (REFUSED, StepCost, batch_prefill_s, budget_s, kv_need_bytes, segment_deadline, wcet_in_s, prefill_tokens_left, slack_s, step_wcet_s,
                          verdict)
 from ..request import Generation
 from .base import Policy, SchedulingContext
@@ -102,6 +102,7 @@ class TimelyPolicy(Policy):
         self._fixed_prefill = "prefill_token_s" in o
         self.prefill_step_s = float(o.get("prefill_step_s", 0.0141 if self._fixed_prefill else 0.0))
         self._seg_tokens: dict[str, deque] = {}
+        self._seg_max: dict[str, int] = {}
         self.late_delay_s = float(o.get("late_delay_s", 0.01))  # delay a join may add to a late member
         self.decode_seq_ratio = float(o.get("decode_seq_ratio", 0.07))
         self.prefill_token_s = float(o.get("prefill_token_s", 1.6e-4))  # measured one (c amortised) used if unset
@@ -131,12 +132,14 @@ class TimelyPolicy(Policy):
         with online_segment_tokens the longest of the last 32 segments of that type seen (never above the max)."""
         rt = gen.req.robot_type
         cap = self.max_segment_tokens.get(rt, self.max_segment_tokens.get("*", 20))
-        seen = self._seg_tokens.get(rt) if self.online_segment_tokens else None
-        return min(cap, max(seen)) if seen else cap
+        seen = self._seg_max.get(rt) if self.online_segment_tokens else None
+        return min(cap, seen) if seen else cap
 
     def observe_segment_tokens(self, robot_type: str, tokens: int) -> None:
         if tokens > 0:
-            self._seg_tokens.setdefault(robot_type, deque(maxlen=32)).append(tokens)
+            recent = self._seg_tokens.setdefault(robot_type, deque(maxlen=32))
+            recent.append(tokens)
+            self._seg_max[robot_type] = max(recent)
 
     def utility_if_started(self, gen: Generation, now: float, gen_time_s: float | None = None) -> float:
         """TUF_0 / TUF_1 of the current segment if its generation starts now (unclamped)."""
@@ -198,12 +201,13 @@ class TimelyPolicy(Policy):
         now = ctx.now
         if not waiting:
             return list(running)
-        ranked = heapq.nlargest(self.max_batch, waiting, key=lambda g: self.priority(g, now))
+        scored = heapq.nlargest(self.max_batch, ((self.priority(g, now), i, g) for i, g in enumerate(waiting)))
+        ranked = [g for _, _, g in scored]
         if not self.adaptive:
             return self._fixed(list(running), ranked, ctx)
         cost = self.step_cost(ctx)
         prio = {id(g): self.priority(g, now) for g in running}
-        prio.update((id(g), self.priority(g, now)) for g in ranked)
+        prio.update((id(g), p) for p, _, g in scored)
         live = {id(g) for g in running}
         if self.preempt:   # everyone competes by priority: a running generation that does not fit is left out
             order = sorted([*running, *ranked], key=lambda g: -prio[id(g)])
@@ -283,16 +287,19 @@ class TimelyPolicy(Policy):
     def _worth_joining(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:
         """Utility test: join if the members' and gen's predicted utilities together are at least those of the
         batch without gen plus gen's after it waits for the members it would delay (then runs on its own)."""
-        joined = [*batch, gen]
-        with_gen = self.ready_utility(gen, now + step_wcet_s(gen, joined, self.segment_tokens(gen), cost))
+        pre, size = batch_prefill_s(batch, cost), len(batch)
+        own = prefill_tokens_left(gen)
+        first = own and not any(prefill_tokens_left(m) for m in batch)   # the step's fixed prefill cost is new
+        pre_joined = pre + own * cost.prefill_token_s + gen.reload_s + (cost.prefill_step_s if first else 0.0)
+        with_gen = self.ready_utility(gen, now + wcet_in_s(gen, self.segment_tokens(gen), pre_joined, size + 1, cost))
         if with_gen <= 0.0 and gen.k == 0 and self.drop != "never":
             return False           # it would be served at a loss: leave it to the drop rule
         without, wait = 0.0, 0.0
         for m in batch:
             tokens = self.segment_tokens(m)
-            before = step_wcet_s(m, batch, tokens, cost)
+            before = wcet_in_s(m, tokens, pre, size, cost)
             u_before = self.ready_utility(m, now + before)
-            u_after = self.ready_utility(m, now + step_wcet_s(m, joined, tokens, cost))
+            u_after = self.ready_utility(m, now + wcet_in_s(m, tokens, pre_joined, size + 1, cost))
             with_gen += u_after
             without += u_before
             if u_after < u_before:
