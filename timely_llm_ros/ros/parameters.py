@@ -35,6 +35,7 @@ class ServerParams:
     vllm_pipeline_parallel_size: int = 1
     vllm_max_num_seqs: int = 64
     vllm_distributed_executor_backend: str = ""
+    replan_on_failure: int = 0
 
 
 _DESCRIPTIONS = {
@@ -73,6 +74,8 @@ _DESCRIPTIONS = {
     "vllm_max_num_seqs": ("engine vllm: most generations vLLM holds running at once", (1, 65536)),
     "vllm_distributed_executor_backend": ("engine vllm: vLLM's executor across devices: '' (vLLM decides) | mp | ray",
                                           None),
+    "replan_on_failure": ("replans per request after a failed segment (a new generation whose context names the "
+                          "failed skill); 0 = the goal ends EXECUTION_FAILED", (0, 100)),
 }
 
 

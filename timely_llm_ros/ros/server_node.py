@@ -149,7 +149,8 @@ class PlanServerNode(LifecycleNode):
             self.scheduler = PlanScheduler(engine, policy, self.skill_sets, load_exec_models(), time.monotonic,
                                            SchedulerConfig(network_delay_s=p.network_delay_s,
                                                            max_prompt_tokens=p.max_prompt_tokens,
-                                                           max_waiting=p.max_queued))
+                                                           max_waiting=p.max_queued,
+                                                           replan_on_failure=p.replan_on_failure))
         except Exception as exc:  # a bad model path, device or file: say so, stay unconfigured
             log.error(f"configure failed: {type(exc).__name__}: {exc}")
             self.scheduler = None
