@@ -58,6 +58,9 @@ class PaperTask(WorkloadTask):
     time_budget_s: float = 0.0
 
     def to_request(self, classes=DEFAULT_URGENCY_CLASSES, max_new_tokens: int = 200):
+        if not self.urgency:   # text-only urgency: the normal TUF, no class (the semantic classifier decides)
+            return dataclasses.replace(dataclasses.replace(self, urgency="normal").to_request(classes, max_new_tokens),
+                                       urgency="")
         req = super().to_request(classes, max_new_tokens)
         return dataclasses.replace(req, tpot_slo_ms=self.tpot_slo_ms, ttft_slo_ms=self.ttft_slo_ms,
                                    time_budget_s=self.time_budget_s)
@@ -195,7 +198,50 @@ def run_rtlm(policies: list[str], seeds: list[int], latency: LatencyModel) -> li
     return rows
 
 
-PRESETS: dict[str, Callable] = {"slice": run_slice, "rtlm": run_rtlm}
+# ----------------------------------------------------------------------------- semantic burst sweep
+BURSTS = (5, 10, 20, 50, 100)
+LEVEL_TOKENS = {0: (12, 20), 1: (8, 14), 2: (20, 40), 3: (30, 70), 4: (30, 70)}
+
+
+def semantic_tasks(seed: int, burst: int) -> list[PaperTask]:
+    """One burst of text-only requests: levels drawn 10/15/20/30/25 %, texts from the held-out urgency set."""
+    from timely_llm_ros.core.predictors.urgency import labelled_set
+
+    rng = random.Random(seed * 1000 + burst)
+    _, held = labelled_set(seed=seed)
+    by_level: dict[int, list[str]] = {}
+    for text, lv in held:
+        by_level.setdefault(lv, []).append(text)
+    out = []
+    levels = [0] + rng.choices(range(5), weights=[10, 15, 20, 30, 25], k=burst - 1)   # at least one emergency
+    rng.shuffle(levels)
+    for i, lv in enumerate(levels):
+        out.append(task(f"sem-{i:03d}-L{lv}", rng.uniform(0, 0.02), rng.choice(by_level[lv]),
+                        chat_reply(rng.randint(*LEVEL_TOKENS[lv]), rng), urgency=""))
+    return out
+
+
+def run_semantic(policies: list[str], seeds: list[int], latency: LatencyModel,
+                 bursts: Iterable[int] = BURSTS) -> list[dict]:
+    if "semantic" in policies:   # classify every text of the sweep in one batch (the classifier caches per text)
+        from timely_llm_ros.core.predictors.urgency import default_urgency_classifier, labelled_set
+
+        default_urgency_classifier().levels(sorted({t for s in seeds for t, _ in labelled_set(seed=s)[1]}))
+    rows = []
+    for pol in policies:
+        per: dict[str, list[float]] = {}
+        for burst in bursts:
+            for seed in seeds:
+                res = Simulator(build_policy(pol, 8), latency, seed=seed).run(semantic_tasks(seed, burst))
+                lat = {o.req.req_id: s[1] - o.req.arrival for o in res.outcomes if (s := gen_span(o))}
+                urgent = [v for k, v in lat.items() if k.endswith("-L0")]
+                per.setdefault(f"L0_latency_s_b{burst}", []).append(statistics.fmean(urgent))
+                per.setdefault(f"all_latency_s_b{burst}", []).append(statistics.fmean(lat.values()))
+        rows.append({"preset": "semantic", "policy": pol, **{k: agg(v) for k, v in per.items()}})
+    return rows
+
+
+PRESETS: dict[str, Callable] = {"slice": run_slice, "semantic": run_semantic, "rtlm": run_rtlm}
 
 
 def print_rows(rows: list[dict]) -> None:

@@ -112,3 +112,62 @@ def test_rtlm_offloads_long_requests_to_the_second_instance_in_simulation():
     assert set(long_ids) & engine.secondary_ids
     for t in tasks:   # offloaded or not, every plan came out whole
         assert done[t.task_id].plan_text.strip() == t.plan.strip()
+
+
+# ------------------------------------------------------------------ semantic scheduling
+class Levels:
+    """A stand-in urgency classifier with known levels per text (the real one: test_predictors.py)."""
+
+    def __init__(self, levels: dict[str, int]) -> None:
+        self.levels = levels
+
+    def level(self, text: str) -> int:
+        return self.levels[text]
+
+
+class Tokens:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def predict(self, task: str, context: str = "") -> int:
+        return self.n
+
+
+def test_semantic_remaining_time_and_keep_vs_recompute_pinned():
+    pol = make_policy("semantic", options={"a1": 1e-8, "a2": 8e-5, "g1": 2.5e-7, "g2": 0.02, "b": 7.28e-6,
+                                           "classifier": Levels({}), "length_predictor": Tokens(10)})
+    g = gen("a", urgency="normal")
+    g.prompt_ids = list(range(100))
+    # prefill 1e-8*100^2 + 8e-5*100 = 0.0081; decode sum_{m'=1..10} 2.5e-7 (100 + m' - 1) + 0.02 = 0.20026125
+    assert pol.remaining_s(g) == pytest.approx(0.0081 + 2.5e-7 * (10 * 100 + 45) + 0.2)
+    # keep iff b < a1 n + a2: n = 100 -> 7.28e-6 < 8.1e-5 keep; the paper's sentence (offload if b > ...) would recompute
+    assert pol.keep_prompt_kv(100)
+    slow_link = make_policy("semantic", options={"b": 1e-4, "a1": 1e-8, "a2": 8e-5})
+    assert not slow_link.keep_prompt_kv(100) and slow_link.keep_prompt_kv(3000)   # 1e-4 < 1e-8*3000 + 8e-5
+
+
+def test_semantic_strict_urgency_and_stage_aware_selection():
+    pol = make_policy("semantic", max_batch=2, options={"classifier": Levels({"fire": 0, "tidy": 4, "look": 3}),
+                                                         "length_predictor": Tokens(20)})
+    tidy, look = gen("t", task="tidy"), gen("l", task="look")
+    tidy.prefilled = look.prefilled = True
+    fire = gen("f", task="fire")
+    # the emergency's prefill leads: it runs now and takes the least urgent running one's slot (strict preemption)
+    assert pol.select([fire], [tidy, look], CTX) == [fire, look]
+    assert pol.evicted == {"t": "offload"}
+    # once the emergency decodes, a waiting routine prefill does not join the decode batch (stage-aware)
+    fire.prefilled = True
+    new = gen("n", task="look")
+    assert pol.select([new, tidy], [fire, look], CTX) == [fire, look]
+
+
+def test_semantic_burst_keeps_most_urgent_latency_flat_while_fcfs_grows():
+    rows = {r["policy"]: r for r in paper_presets.run_semantic(["fcfs", "semantic"], [1], _GPU, (5, 100))}
+    val = lambda pol, b: float(rows[pol][f"L0_latency_s_b{b}"].split()[0])  # noqa: E731
+    assert val("fcfs", 100) > 5 * val("fcfs", 5)
+    assert val("semantic", 100) < 2 * val("semantic", 5) and val("semantic", 100) < val("fcfs", 100) / 5
+
+
+_GPU = LatencyModel.from_dict({"prefill": {"a": 1.0e-8, "b": 8.0e-5, "c": 0.0141},
+                               "decode": {"base": 0.0205, "per_seq": 0.0008, "per_kv_token": 2.5e-7},
+                               "network_delay_s": 0.008, "cached_prefix_tokens": 2600})

