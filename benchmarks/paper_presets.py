@@ -90,7 +90,9 @@ def gen_span(o: RequestOutcome) -> tuple[float, float] | None:
     return o.segments[0].gen_started, o.segments[-1].gen_finished
 
 
-VARIANTS = {"rtlm-nooffload": ("rtlm", {"offload": False})}  # ablations: the idea switched off
+VARIANTS = {"rtlm-nooffload": ("rtlm", {"offload": False}),  # ablations: the idea switched off
+            "timebill-skipnext": ("timebill", {"overrun": "skip-next"}),
+            **{f"timebill-a{int(a * 100)}": ("timebill", {"fixed_alpha": a}) for a in (0.0, 0.25, 0.5, 0.75, 0.95)}}
 
 
 def build_policy(spec: str, max_batch: int, options: dict | None = None):
@@ -241,7 +243,57 @@ def run_semantic(policies: list[str], seeds: list[int], latency: LatencyModel,
     return rows
 
 
-PRESETS: dict[str, Callable] = {"slice": run_slice, "semantic": run_semantic, "rtlm": run_rtlm}
+# ----------------------------------------------------------------------------- TimeBill budget sweep
+# an edge GPU where the KV read matters: 8B fp16 weights at ~200 GB/s (Jetson-Orin class) -> ~40 ms base step;
+# 128 KiB of KV per token at the same bandwidth -> 6.4e-7 s per token of context per step
+TIMEBILL_DEV = LatencyModel(prefill_a=0.0, prefill_b=4e-5, prefill_c=0.02, decode_base=0.040, decode_per_seq=0.002,
+                            decode_per_kv_token=6.4e-7, source="edge GPU, memory-bound decode (see comment)")
+TIMEBILL_ETE = {"a": 0.0, "b": 4e-5, "c": 0.02, "p": 6.4e-7, "q": 0.040}
+BUDGETS = (3.0, 4.0, 5.0, 6.0)
+
+
+def timebill_tasks(seed: int, budget: float, n: int = 40, rate: float = 0.5) -> list[PaperTask]:
+    """Planner corpus tasks with long retrieved contexts (8k-16k prompt tokens) and a hard budget each."""
+    from timely_llm_ros.model.corpus import generate, split
+
+    rng = random.Random(seed)
+    _, held = split(generate(2000, 0))
+    t, out = 0.0, []
+    for i in range(n):
+        t += rng.expovariate(rate)
+        e = rng.choice(held)
+        out.append(task(f"tb-{i:03d}", t, e.task, e.plan, robot_type=e.robot_type, context=e.context,
+                        prompt_tokens=rng.randint(8000, 16000), time_budget_s=budget))
+    return out
+
+
+def run_timebill(policies: list[str], seeds: list[int], latency: LatencyModel,
+                 budgets: Iterable[float] = BUDGETS) -> list[dict]:
+    from timely_llm_ros.engine.evicting import EvictingEngine
+
+    rows = []
+    for pol in policies:
+        per: dict[str, list[float]] = {}
+        for budget in budgets:
+            for seed in seeds:
+                policy = build_policy(pol, 4, {"ete": TIMEBILL_ETE, "q_per_seq": 0.002}
+                                      if VARIANTS.get(pol, (pol,))[0] == "timebill" else None)
+                clock = VirtualClock()
+                alpha = getattr(policy, "alpha", {})
+                engine = EvictingEngine(SimEngine(TIMEBILL_DEV, clock), lambda g: alpha.get(g, 0.0))
+                res = Simulator(policy, TIMEBILL_DEV, engine=engine, clock=clock, seed=seed).run(
+                    timebill_tasks(seed, budget))
+                ok = [o.state == RequestState.DONE and (s := gen_span(o)) is not None
+                      and s[1] - o.req.arrival <= budget + 1e-9 for o in res.outcomes]
+                per.setdefault(f"within_T{budget:g}", []).append(statistics.fmean(ok))
+                per.setdefault(f"alpha_T{budget:g}", []).append(
+                    statistics.fmean(engine.applied.get(o.req.req_id, 0.0) for o in res.outcomes))
+        rows.append({"preset": "timebill", "policy": pol, **{k: agg(v) for k, v in per.items()}})
+    return rows
+
+
+PRESETS: dict[str, Callable] = {"slice": run_slice, "semantic": run_semantic, "rtlm": run_rtlm,
+                                "timebill": run_timebill}
 
 
 def print_rows(rows: list[dict]) -> None:

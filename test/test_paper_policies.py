@@ -171,3 +171,68 @@ def test_semantic_burst_keeps_most_urgent_latency_flat_while_fcfs_grows():
 _GPU = LatencyModel.from_dict({"prefill": {"a": 1.0e-8, "b": 8.0e-5, "c": 0.0141},
                                "decode": {"base": 0.0205, "per_seq": 0.0008, "per_kv_token": 2.5e-7},
                                "network_delay_s": 0.008, "cached_prefix_tokens": 2600})
+
+
+# ------------------------------------------------------------------ TimeBill
+def test_alpha_star_corrected_closed_form_pinned_and_printed_eq11_disagrees():
+    from timely_llm_ros.core.predictors.ete import ExecTimeEstimator, alpha_star, printed_eq11
+
+    # N_x 10000, N_W 101, p 1e-6, q 0.03, R 3.5 s:
+    # 1 - 3.5/(1e-6*1e4*100) + 99/20000 + 0.03/(1e-6*1e4) = 1 - 3.5 + 0.00495 + 3 = 0.50495
+    a = alpha_star(3.5, 10_000, 101, 1e-6, 0.03)
+    assert a == pytest.approx(0.50495)
+    # it is the smallest ratio that fits: the decode phase at alpha* takes exactly R
+    ete = ExecTimeEstimator(0, 0, 0, 1e-6, 0.03)
+    assert ete.decode_phase_s(10_000, a, 101) == pytest.approx(3.5)
+    # printed Eq. 11 (stray p in the middle term) drops 99/20000 to 4.95e-9: a different, too small, ratio
+    assert printed_eq11(3.5, 10_000, 101, 1e-6, 0.03) == pytest.approx(0.5) != pytest.approx(a)
+    assert ete.decode_phase_s(10_000, 0.5, 101) > 3.5   # ... and overruns the budget
+    # a generous budget: the corrected form clamps at 0, the printed one goes negative; tight: alpha_max
+    assert alpha_star(20.0, 10_000, 101, 1e-6, 0.03) == 0.0 and printed_eq11(20.0, 10_000, 101, 1e-6, 0.03) < 0
+    assert alpha_star(0.5, 10_000, 101, 1e-6, 0.03) == 0.95
+
+
+def test_ete_least_squares_recovers_coefficients():
+    from timely_llm_ros.core.predictors.ete import ExecTimeEstimator
+
+    pre = [(n, 2e-8 * n * n + 5e-5 * n + 0.01) for n in (100, 500, 1000, 4000, 8000)]
+    dec = [(n, 6e-7 * n + 0.04) for n in (100, 2000, 9000)]
+    est, m = ExecTimeEstimator.fit(pre, dec)
+    assert (est.a, est.b, est.c, est.p, est.q) == pytest.approx((2e-8, 5e-5, 0.01, 6e-7, 0.04), rel=1e-6)
+    assert m["prefill_mape"] < 1e-9 and m["decode_step_mape"] < 1e-9
+
+
+def test_eviction_shortens_the_simulated_context():
+    from timely_llm_ros.engine.evicting import EvictingEngine
+
+    lat = LatencyModel(prefill_a=0.0, prefill_b=0.0, prefill_c=0.0, decode_base=0.0, decode_per_seq=0.0,
+                       decode_per_kv_token=1e-6)
+    eng = EvictingEngine(SimEngine(lat, VirtualClock()), {"a": 0.75}.get)
+    eng.add("a", list(range(1000)), 5)
+    eng.step(["a"])                      # prefill: the ratio applies from the first decode
+    assert eng.step(["a"]).elapsed_s == pytest.approx(1e-6 * (250 + 1))
+    assert eng.applied == {"a": 0.75}
+
+
+def test_timebill_budget_sweep_completes_like_alpha95_with_less_eviction():
+    rows = {r["policy"]: r for r in paper_presets.run_timebill(
+        ["timebill", "timebill-a50", "timebill-a75", "timebill-a95"], [1], None, (5.0,))}
+    val = lambda pol, k: float(rows[pol][k].split()[0])  # noqa: E731
+    tb_done, tb_alpha = val("timebill", "within_T5"), val("timebill", "alpha_T5")
+    assert tb_alpha < 0.75 and tb_done >= val("timebill-a95", "within_T5")
+    for fixed in ("timebill-a50", "timebill-a75"):   # fixed ratios evicting about as much complete fewer
+        assert val(fixed, "within_T5") < tb_done
+
+
+def test_timebill_kill_and_skip_next():
+    lat = paper_presets.TIMEBILL_DEV
+    tasks = paper_presets.timebill_tasks(1, 1.0, n=12, rate=2.0)
+    same_agent = [paper_presets.dataclasses.replace(t, agent_id="drone_0") for t in tasks]
+    out = {}
+    for overrun in ("kill", "skip-next"):
+        pol = make_policy("timebill", 4, {"overrun": overrun, "ete": paper_presets.TIMEBILL_ETE, "fixed_alpha": 0.0})
+        out[overrun] = Simulator(pol, lat, seed=1).run(same_agent).outcomes
+    kill = [o for o in out["kill"] if "TimeBill Kill" in o.message]
+    skip = [o for o in out["skip-next"] if "Skip-Next" in o.message]
+    assert kill and all(o.state == RequestState.DROPPED for o in kill)
+    assert skip and not any("Kill" in o.message for o in out["skip-next"])
