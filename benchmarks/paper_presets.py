@@ -236,8 +236,10 @@ def run_semantic(policies: list[str], seeds: list[int], latency: LatencyModel,
             for seed in seeds:
                 res = Simulator(build_policy(pol, 8), latency, seed=seed).run(semantic_tasks(seed, burst))
                 lat = {o.req.req_id: s[1] - o.req.arrival for o in res.outcomes if (s := gen_span(o))}
-                urgent = [v for k, v in lat.items() if k.endswith("-L0")]
-                per.setdefault(f"L0_latency_s_b{burst}", []).append(statistics.fmean(urgent))
+                urgent = [v for k, v in lat.items() if k.endswith("-L0")]   # served ones (a policy may drop)
+                per.setdefault(f"L0_latency_s_b{burst}", []).append(statistics.fmean(urgent) if urgent else math.nan)
+                n0 = sum(o.req.req_id.endswith("-L0") for o in res.outcomes)
+                per.setdefault(f"L0_served_b{burst}", []).append(len(urgent) / n0)
                 per.setdefault(f"all_latency_s_b{burst}", []).append(statistics.fmean(lat.values()))
         rows.append({"preset": "semantic", "policy": pol, **{k: agg(v) for k, v in per.items()}})
     return rows

@@ -236,3 +236,61 @@ def test_timebill_kill_and_skip_next():
     skip = [o for o in out["skip-next"] if "Skip-Next" in o.message]
     assert kill and all(o.state == RequestState.DROPPED for o in kill)
     assert skip and not any("Kill" in o.message for o in out["skip-next"])
+
+
+# ------------------------------------------------------------------ Plan goal fields these policies read
+def test_goal_fields_budget_slos_and_text_only_urgency():
+    from timely_llm_ros.core.errors import ErrorCode, RequestError
+    from timely_llm_ros.core.validation import GoalFields, validate_goal
+
+    types = {"drone": object()}
+    req = validate_goal(GoalFields("drone_1", "drone", "look for the cat", time_budget=4.0, tpot_slo_ms=120.0,
+                                   ttft_slo_ms=800.0), "r1", 0.0, types, DEFAULT_URGENCY_CLASSES)
+    assert (req.time_budget_s, req.tpot_slo_ms, req.ttft_slo_ms) == (4.0, 120.0, 800.0)
+    assert req.urgency == "" and req.tuf == DEFAULT_URGENCY_CLASSES["normal"]   # text-only: normal TUF, no class
+    named = validate_goal(GoalFields("drone_1", "drone", "x", urgency_class="urgent"), "r2", 0.0, types,
+                          DEFAULT_URGENCY_CLASSES)
+    assert named.time_budget_s == 0.0 and named.urgency == "urgent"
+    with pytest.raises(RequestError) as err:
+        validate_goal(GoalFields("drone_1", "drone", "x", urgency_class="normal", time_budget=-1.0), "r3", 0.0,
+                      types, DEFAULT_URGENCY_CLASSES)
+    assert err.value.code == ErrorCode.INVALID_TIME_REQUIREMENT and "time_budget" in str(err.value)
+
+
+# ------------------------------------------------------------------ each policy serves the fleet over ROS
+@pytest.fixture(scope="module")
+def drone_executor():
+    pytest.importorskip("rclpy")
+    from ros_harness import start_executor
+
+    node = start_executor("drone_1", "drone", 0.05)
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+@pytest.mark.parametrize("policy", ["slice", "rtlm", "semantic", "timebill"])
+def test_policy_serves_plans_over_ros(drone_executor, policy):
+    """The real server (real planner, DDS on loopback) runs each paper policy by name: a goal with the new
+    time_budget / tpot_slo_ms fields, and a text-only-urgency goal (empty class, zero TUF) both complete."""
+    from action_msgs.msg import GoalStatus
+
+    from ros_harness import plan_client, start_server
+
+    server = start_server(f"policy:={policy}", "max_batch:=2", "expected_agents:=[drone_1]")
+    try:
+        server.wait_for("all expected executors discovered", 30.0)
+        with plan_client() as client:
+            runs = [client.send(agent_id="drone_1", robot_type="drone", task="look for the cat",
+                                context="cat, chair, table", urgency_class="normal", time_budget=60.0,
+                                tpot_slo_ms=500.0, ttft_slo_ms=5000.0),
+                    client.send(agent_id="drone_1", robot_type="drone", task="a ball is coming at you, dodge it",
+                                context="ball in front, 50 cm away")]
+            for run in runs:
+                status, result = run.result(180.0)
+                assert status == GoalStatus.STATUS_SUCCEEDED, (result.error_code, result.error_message)
+                assert result.error_code == 0 and result.segments and all(s.executed for s in result.segments)
+    finally:
+        server.stop()
+    assert f"policy={policy}" in server.output()

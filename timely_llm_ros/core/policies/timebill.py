@@ -9,7 +9,9 @@ evict_prompt_kv(gen_id, alpha) on the wrapped engine before the first decode (th
 context). Option fixed_alpha replaces alpha* by one ratio for every request (the paper's baselines).
 
 Overrun strategies (option overrun): "kill" stops a request at its deadline (DROPPED, plan incomplete);
-"skip-next" lets it finish and drops the same agent's next request that has not started yet.
+"skip-next" lets it finish and drops the same agent's next request that has not started yet. Both, and the
+eviction, apply only to requests with a hard budget (time_budget_s > 0); one without a budget is served EDF by
+its TUF's zero crossing with no eviction and is never killed (TimeBill then behaves like vanilla EDF).
 """
 from __future__ import annotations
 
@@ -70,6 +72,8 @@ class TimeBillPolicy(Policy):
 
     def eviction_ratio(self, gen: Generation, now: float, batch: int) -> float:
         """alpha* for gen at now (after its prefill), decode steps costed at this batch size."""
+        if gen.req.time_budget_s <= 0:
+            return 0.0
         if self.fixed_alpha is not None:
             return self.fixed_alpha
         n_w = wcet_tokens(self.n_hat(gen), gen.req.max_new_tokens, self.k) - len(gen.output_ids) + 1
@@ -80,9 +84,11 @@ class TimeBillPolicy(Policy):
         return -self.deadline(gen)
 
     def should_drop(self, gen: Generation, now: float) -> str | None:
+        if gen.req.time_budget_s <= 0:
+            return None
         if self.overrun == "kill" and now >= self.deadline(gen):
-            return (f"killed at its deadline ({gen.req.time_budget_s or self.deadline(gen) - gen.req.arrival:.2f} s "
-                    f"budget) after {len(gen.output_ids)} tokens: the plan is incomplete (TimeBill Kill)")
+            return (f"killed at its deadline ({gen.req.time_budget_s:.2f} s budget) after {len(gen.output_ids)} "
+                    "tokens: the plan is incomplete (TimeBill Kill)")
         if self.overrun == "skip-next" and not gen.prefilled and gen.req.agent_id in self._skip_agents:
             self._skip_agents.discard(gen.req.agent_id)
             return "skipped: this agent's previous plan overran its time budget (TimeBill Skip-Next)"
@@ -93,7 +99,7 @@ class TimeBillPolicy(Policy):
         now = ctx.now
         live = []
         for g in running:   # Kill: a running request past its deadline leaves the batch; should_drop ends it
-            if now >= self.deadline(g):
+            if g.req.time_budget_s > 0 and now >= self.deadline(g):
                 if self.overrun == "kill":
                     continue
                 if g.req_id not in self._overran:
