@@ -281,8 +281,8 @@ def run_timebill(policies: list[str], seeds: list[int], latency: LatencyModel,
                 policy = build_policy(pol, 4, {"ete": TIMEBILL_ETE, "q_per_seq": 0.002}
                                       if VARIANTS.get(pol, (pol,))[0] == "timebill" else None)
                 clock = VirtualClock()
-                alpha = getattr(policy, "alpha", {})
-                engine = EvictingEngine(SimEngine(TIMEBILL_DEV, clock), lambda g: alpha.get(g, 0.0))
+                engine = EvictingEngine(SimEngine(TIMEBILL_DEV, clock),
+                                        getattr(policy, "prompt_kv_eviction", lambda gen_id: 0.0))
                 res = Simulator(policy, TIMEBILL_DEV, engine=engine, clock=clock, seed=seed).run(
                     timebill_tasks(seed, budget))
                 ok = [o.state == RequestState.DONE and (s := gen_span(o)) is not None

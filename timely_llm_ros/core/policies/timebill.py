@@ -80,6 +80,10 @@ class TimeBillPolicy(Policy):
         q = self.ete.q + self.q_per_seq * max(batch, 1)
         return alpha_star(self.deadline(gen) - now, len(gen.prompt_ids), n_w, self.ete.p, q, self.alpha_max)
 
+    def prompt_kv_eviction(self, gen_id: str) -> float:
+        """The eviction ratio decided for gen_id (0 until decided): engine/evicting.py's ratios callback."""
+        return self.alpha.get(gen_id, 0.0)
+
     def priority(self, gen: Generation, now: float) -> float:
         return -self.deadline(gen)
 
