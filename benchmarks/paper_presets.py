@@ -11,8 +11,10 @@ Presets (mean [min-max] over the seeds; every policy runs the same tasks per see
   semantic  burst sweep: bursts of 5..100 requests of 5 urgency levels at once; mean latency of the most urgent level.
   rtlm      high-variance output lengths (planner corpus held-out tasks: 10..130-token plans), Poisson arrivals;
             max and mean response time (arrival -> full plan), throughput. A second, CPU-class instance for offload.
-  timebill  budget sweep: each request has a hard time budget; completion within budget and plan validity for
-            timebill (alpha* per request) vs fixed eviction ratios.
+  timebill  budget sweep: each request has a hard time budget; completion within budget and the mean prompt-KV
+            eviction ratio (the quality proxy: validity under eviction is not measured) for timebill (alpha* per
+            request) vs fixed ratios 0/25/50/75/95%.
+  wid1..3   TimelyLLM's own workloads (config/workloads), for the same table: time utility, response time.
 Any registered policy name is accepted (core/policies registry). Writes <out>/<preset>.csv.
 """
 from __future__ import annotations
@@ -294,8 +296,32 @@ def run_timebill(policies: list[str], seeds: list[int], latency: LatencyModel,
     return rows
 
 
+# ----------------------------------------------------------------------------- TimelyLLM's WID1-3
+def run_wid(name: str) -> Callable:
+    """TimelyLLM's preset `name` (config/workloads), seeds 1..n: mean time utility, urgent utility, response time."""
+    def run(policies: list[str], seeds: list[int], latency: LatencyModel) -> list[dict]:
+        from timely_llm_ros.core.metrics import by_urgency, summarize
+        from timely_llm_ros.core.workload import load_spec, generate
+
+        rows = []
+        for pol in policies:
+            per: dict[str, list[float]] = {}
+            for seed in seeds:
+                wl = generate(load_spec(name, seed=seed))
+                res = Simulator(build_policy(pol, 16), latency, seed=seed).run(wl)
+                m = summarize(res.outcomes)["all"]
+                urgent = summarize(res.outcomes, by_urgency).get("urgent")
+                per.setdefault("utility", []).append(m.utility)
+                per.setdefault("urgent_utility", []).append(urgent.utility if urgent else math.nan)
+                per.setdefault("response_s", []).append(m.response_time)
+                per.setdefault("served", []).append(m.served)
+            rows.append({"preset": name, "policy": pol, **{k: agg(v) for k, v in per.items()}})
+        return rows
+    return run
+
+
 PRESETS: dict[str, Callable] = {"slice": run_slice, "semantic": run_semantic, "rtlm": run_rtlm,
-                                "timebill": run_timebill}
+                                "timebill": run_timebill, **{w.lower(): run_wid(w) for w in ("WID1", "WID2", "WID3")}}
 
 
 def print_rows(rows: list[dict]) -> None:
