@@ -93,6 +93,8 @@ def gen_span(o: RequestOutcome) -> tuple[float, float] | None:
 
 
 VARIANTS = {"rtlm-nooffload": ("rtlm", {"offload": False}),  # ablations: the idea switched off
+            "rtlm-static": ("rtlm", {"static": True}),       # the paper's batch-level serving (vs fifo-static)
+            "rtlm-static-nooffload": ("rtlm", {"static": True, "offload": False}),
             "timebill-skipnext": ("timebill", {"overrun": "skip-next"}),
             **{f"timebill-a{int(a * 100)}": ("timebill", {"fixed_alpha": a}) for a in (0.0, 0.25, 0.5, 0.75, 0.95)}}
 

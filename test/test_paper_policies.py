@@ -294,3 +294,13 @@ def test_policy_serves_plans_over_ros(drone_executor, policy):
     finally:
         server.stop()
     assert f"policy={policy}" in server.output()
+
+
+def test_fifo_static_and_rtlm_static_never_join_a_running_batch():
+    first, second = gen("a", arrival=0.0), gen("b", arrival=1.0)
+    first.prefilled = True
+    assert make_policy("fifo-static", 4).select([second], [first], CTX) == [first]
+    assert make_policy("fifo-static", 4).select([second, first], [], CTX) == [first, second]
+    pol = make_policy("rtlm", 4, {"predictor": FixedLength({"Tell me what you see": 10}), "static": True})
+    assert pol.select([second], [first], CTX) == [first]
+    assert pol.select([second], [], CTX) == [second]

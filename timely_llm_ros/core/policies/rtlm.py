@@ -26,7 +26,8 @@ from .registry import register
 
 @register
 class RtlmPolicy(Policy):
-    """RT-LM (see module docstring). Options: alpha, eta_s, lambda, c_f, tau, offload, max_batch_secondary."""
+    """RT-LM (see module docstring). Options: alpha, eta_s, lambda, c_f, tau, offload, max_batch_secondary,
+    static (batch-level serving as in the paper: no request joins a running batch)."""
 
     name = "rtlm"
     segmented = False
@@ -44,6 +45,7 @@ class RtlmPolicy(Policy):
         self.tau = float(o.get("tau", self.predictor.tau))
         self.offload = bool(o.get("offload", True))
         self.max_batch_secondary = int(o.get("max_batch_secondary", 4))
+        self.static = bool(o.get("static", False))   # the paper's batch-level serving: a batch runs to its end
         if self.lam <= 1.0 or self.tau <= 0 or self.c_f < 1:
             raise ValueError("rtlm: need lambda > 1, tau > 0, c_f >= 1")
         self._u: dict[str, float] = {}
@@ -99,7 +101,8 @@ class RtlmPolicy(Policy):
         now = ctx.now
         batch = list(running)
         for side, cap in ((False, self.max_batch), (True, self.max_batch_secondary)):
-            room = cap - sum(self.side(g) == side for g in batch)
+            busy = sum(self.side(g) == side for g in batch)
+            room = 0 if (self.static and busy) else cap - busy
             cands = [g for g in waiting if self.side(g) == side]
             if room <= 0 or not cands:
                 continue
@@ -109,3 +112,21 @@ class RtlmPolicy(Policy):
             group.sort(key=lambda g: self.priority(g, now), reverse=True)
             batch.extend(group[:room])
         return batch
+
+
+@register
+class FifoStatic(Policy):
+    """RT-LM's FIFO baseline: batch-level serving, the next max_batch requests in arrival order start together
+    once the running batch has finished (no request joins a running batch)."""
+
+    name = "fifo-static"
+    segmented = False
+
+    def priority(self, gen: Generation, now: float) -> float:
+        return -gen.req.arrival
+
+    def select(self, waiting: Sequence[Generation], running: Sequence[Generation],
+               ctx: SchedulingContext) -> list[Generation]:
+        if running:
+            return list(running)
+        return super().select(waiting, running, ctx)
