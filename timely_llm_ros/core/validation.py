@@ -61,6 +61,9 @@ class GoalFields:
     alpha: float = 0.0
     beta: float = 0.0
     max_new_tokens: int = 0
+    time_budget: float = 0.0    # s; 0 = none
+    tpot_slo_ms: float = 0.0    # 0 = policy default
+    ttft_slo_ms: float = 0.0    # 0 = none
 
 
 def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Mapping[str, object],
@@ -88,9 +91,15 @@ def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Ma
         raise RequestError(ErrorCode.INVALID_LIMITS,
                            f"max_new_tokens must be 0 (server default) .. {limits.max_new_tokens}, got {goal.max_new_tokens}")
     tuf = _time_requirement(goal, urgency_classes)
+    for name in ("time_budget", "tpot_slo_ms", "ttft_slo_ms"):
+        v = getattr(goal, name)
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise RequestError(ErrorCode.INVALID_TIME_REQUIREMENT, f"{name} must be a finite number >= 0 "
+                               f"(0 = not given), got {v!r}")
     return PlanRequest(req_id=req_id, agent_id=agent, robot_type=goal.robot_type, task=task, tuf=tuf,
                        arrival=arrival, context=goal.context.strip(), urgency=goal.urgency_class,
-                       max_new_tokens=goal.max_new_tokens, task_type=goal.urgency_class or "custom")
+                       max_new_tokens=goal.max_new_tokens, task_type=goal.urgency_class or "custom",
+                       time_budget_s=goal.time_budget, tpot_slo_ms=goal.tpot_slo_ms, ttft_slo_ms=goal.ttft_slo_ms)
 
 
 def _time_requirement(goal: GoalFields, classes: Mapping[str, TimeUtility]) -> TimeUtility:
@@ -104,6 +113,8 @@ def _time_requirement(goal: GoalFields, classes: Mapping[str, TimeUtility]) -> T
     if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
         raise RequestError(ErrorCode.INVALID_TIME_REQUIREMENT, f"ert/alpha/beta must be finite numbers, got {values}")
     if goal.ert == 0.0 and goal.alpha == 0.0 and goal.beta == 0.0:
+        if "normal" in classes:  # text-only urgency: the normal TUF; the semantic policy reads urgency from the text
+            return classes["normal"]
         raise RequestError(ErrorCode.INVALID_TIME_REQUIREMENT,
                            "no time requirement: set urgency_class (e.g. 'normal') or ert/alpha/beta")
     return TimeUtility(goal.ert, goal.alpha, goal.beta)  # raises INVALID_TIME_REQUIREMENT with the reason

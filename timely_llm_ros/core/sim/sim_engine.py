@@ -159,6 +159,15 @@ class SimEngine(Engine):
             self._pending_reload_s += self.latency.reload_s(g.ctx_tokens)
             self._fit_budget()
 
+    def evict_prompt_kv(self, gen_id: str, ratio: float) -> int:
+        """Drop `ratio` of the prompt KV gen_id holds now (TimeBill); later decode steps attend over the rest.
+        Returns the prompt tokens kept."""
+        g = self._get(gen_id)
+        if not 0.0 <= ratio < 1.0:
+            raise EngineError(f"eviction ratio must be in [0, 1), got {ratio}")
+        g.prompt_tokens = max(1, round(g.prompt_tokens * (1.0 - ratio)))
+        return g.prompt_tokens
+
     def release(self, gen_id: str) -> None:
         self._gens.pop(gen_id, None)
         self._suspended.pop(gen_id, None)
