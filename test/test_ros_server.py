@@ -204,14 +204,14 @@ def test_unknown_agents_leave_no_action_client_on_the_server(fleet):
     from rclpy.action import get_action_client_names_and_types_by_node
 
     client, _ = fleet
-    names = [f"ghost_{i}" for i in range(4)]
+    names = [f"nobody_{i}" for i in range(4)]
     runs = [client.send(**dict(DRONE_TASK, agent_id=name)) for name in names]
     for run in runs:
         status, result = run.result(30)
         assert result.error_code == R.EXECUTOR_UNAVAILABLE, result.error_message
     clients = {n for n, _ in get_action_client_names_and_types_by_node(client.node, "timely_server", "/")}
     assert "/drone_1/execute_segment" in clients       # known executors have one
-    assert not any("ghost" in n for n in clients), clients
+    assert not any("nobody" in n for n in clients), clients
 
 
 def test_killed_executor_is_reported_unavailable_not_timed_out(fleet):

@@ -114,8 +114,8 @@ class PlanServerNode(LifecycleNode):
         self.get_logger().info(f"timely_server up (unconfigured): action /plan, autostart={self.params.autostart}")
 
     # ------------------------------------------------------------------ lifecycle
-    def on_spinning(self) -> None:
-        """Called by spin_node once the node spins: autostart drives configure and activate."""
+    def before_spin(self) -> None:
+        """Called by spin_node before the node spins: autostart drives configure and activate."""
         if not self.params.autostart:
             self.get_logger().info("autostart is false: waiting for configure/activate (ros2 lifecycle set)")
             return

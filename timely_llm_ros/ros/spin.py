@@ -19,6 +19,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import traceback
 from typing import Any, Callable
 
 import rclpy
@@ -75,7 +76,10 @@ class Spinner:
 
     def _run(self) -> None:
         while not self._halt.is_set() and self._context.ok():
-            self._executor.spin_once(timeout_sec=0.05)
+            try:
+                self._executor.spin_once(timeout_sec=0.05)
+            except Exception:  # a failing callback is reported; it must not stop the node from spinning
+                print("[spin] a callback raised:\n" + traceback.format_exc(), file=sys.stderr, flush=True)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._halt.set()
@@ -106,10 +110,10 @@ def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], i
         threads = num_threads(node) if callable(num_threads) else num_threads
         executor = MultiThreadedExecutor(num_threads=max(2, threads))
         executor.add_node(node)
+        if hasattr(node, "before_spin") and not stop.is_set():
+            node.before_spin()  # e.g. the server's autostart: entities are created before anything waits on them
         spinner = Spinner(executor, context)
         spinner.start()
-        if hasattr(node, "on_spinning") and not stop.is_set():
-            node.on_spinning()
         if work is not None:
             code = work(node, stop)
         else:
