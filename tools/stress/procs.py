@@ -110,7 +110,9 @@ class Child:
 
 def start_server(expected: list[str], extra: list[str]) -> Child:
     params = ["num_threads:=1", "max_batch:=8", "executor_timeout_s:=2.0", "executor_discovery_timeout_s:=1.0",
-              f"expected_agents:=[{','.join(expected)}]", "state_period_s:=0.2", *extra]
+              "state_period_s:=0.2", *extra]
+    if expected:
+        params.append(f"expected_agents:=[{','.join(expected)}]")
     argv = ["--ros-args", "-r", "__node:=timely_server"]
     for p in params:
         argv += ["-p", p]
