@@ -35,17 +35,23 @@ RUN = textwrap.dedent("""
     sys.exit(ls.run())
 """)
 
+# The fleet description (which processes; config/fleet/demo.yaml's format) names its nodes' params file, a plain
+# ROS 2 params file (config/demo_fleet.yaml's format) that rcl reads; the launch file passes only the latter on.
 SMALL_FLEET = """
 bringup:
+  params_file: params.yaml
   server: true
   workload: true
   executors:
     - {agent: drone_1, robot_type: drone}
-timely_server:
+"""
+
+SMALL_PARAMS = """
+/**/timely_server:
   ros__parameters: {num_threads: 1, max_batch: 2, expected_agents: [drone_1]}
 /**/executor:
   ros__parameters: {time_scale: 0.05}
-fleet_workload:
+/**/fleet_workload:
   ros__parameters: {agents: ["drone_1:drone"], requests_per_agent: 2}
 """
 
@@ -58,7 +64,8 @@ def _launch(name: str, *args: str) -> subprocess.Popen:
 def test_fleet_launch_runs_the_workload_to_the_end(tmp_path):
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(SMALL_FLEET)
-    proc = _launch("timely_fleet.launch.py", f"params_file:={fleet}")
+    (tmp_path / "params.yaml").write_text(SMALL_PARAMS)
+    proc = _launch("timely_fleet.launch.py", f"fleet_file:={fleet}", "autostart:=true")
     try:
         out, _ = proc.communicate(timeout=300)
     finally:

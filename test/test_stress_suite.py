@@ -14,7 +14,7 @@ from ros_harness import REPO, ros_env
 def test_reduced_stress_run_reports_every_phase():
     cmd = [sys.executable, "tools/stress/run.py", "--fuzz", "30", "--aborts", "2", "--hangs", "1", "--kills", "1",
            "--cancels", "8", "--burst", "12", "--soak-agents", "6", "--soak-s", "3", "--result-timeout", "5",
-           "--seed", "2", "--no-expected-agents"]  # start-up discovery can crash the pre-fix server (docs/stress.md)
+           "--seed", "2"]
     proc = subprocess.run(cmd, cwd=REPO, env=ros_env(), capture_output=True, text=True, timeout=400)
     out = proc.stdout + proc.stderr
     assert proc.returncode in (0, 1), out[-5000:]  # 2 = the suite itself could not run

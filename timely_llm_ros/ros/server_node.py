@@ -100,6 +100,7 @@ class PlanServerNode(LifecycleNode):
         self._last_state = 0.0
         self._undiscovered: list[str] = []
         self._discovery_timer = None
+        self._discovery_lock = threading.Lock()
         self._discovery_pool: ThreadPoolExecutor | None = None
         self._group = ReentrantCallbackGroup()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -261,12 +262,22 @@ class PlanServerNode(LifecycleNode):
         dispatcher = self.dispatcher
         if dispatcher is None:
             return
-        for agent in list(self._undiscovered):
-            if dispatcher.client(agent).server_is_ready():
-                self._undiscovered.remove(agent)
-                self.get_logger().info(f"executor discovered: {agent}/execute_segment")
-        if not self._undiscovered and self._discovery_timer is not None:
-            self._discovery_timer.cancel()
+        # A lock and a set difference, not list.remove: a second run of this callback (a re-configure's
+        # timer, or any executor that dispatches it concurrently) must not remove an agent twice (a
+        # ValueError that used to end the spin at start-up with ~60 expected agents).
+        with self._discovery_lock:
+            pending = list(self._undiscovered)
+            if not pending:
+                return
+            found = [agent for agent in pending if dispatcher.client(agent).server_is_ready()]
+            self._undiscovered = [agent for agent in pending if agent not in set(found)]
+            done = not self._undiscovered
+        for agent in found:
+            self.get_logger().info(f"executor discovered: {agent}/execute_segment")
+        if done:
+            timer = self._discovery_timer
+            if timer is not None:
+                timer.cancel()
             self.get_logger().info("all expected executors discovered")
 
     # ------------------------------------------------------------------ action callbacks
