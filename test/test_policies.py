@@ -55,6 +55,24 @@ def test_priority_stays_finite_and_positive_when_late_or_hopeless():
     assert timely.priority(gen("late", arrival=0.0), 5.0) < timely.priority(gen("fresh", arrival=4.9), 5.0)
 
 
+def test_waiting_later_segment_ages_past_the_utility_floor_instead_of_starving():
+    """Issue 7 D7: a robot waiting mid-plan (E = 0) whose TUF_1 has hit the floor must not rank below fresh requests
+    for ever. Drone G = 0.09 s, d = 0.008 s, floor 0.05: TUF_1 reaches the floor at 0.475 s of delay."""
+    timely = make_policy("timely")
+    waiting = gen("r", segments=1, exec_end=0.0)
+    floor_rank = 0.05 / (0.09 * 0.09)                   # 6.17: the old, constant rank of a floored later segment
+    at_floor = 0.475 - 0.09 - 0.008                     # the moment TUF_1(t + G + d - E) = floor
+    assert timely.priority(waiting, at_floor) == pytest.approx(floor_rank)          # continuous at the floor
+    tau = 2.0 + 0.09 + 0.008 - 0.475
+    assert timely.priority(waiting, 2.0) == pytest.approx(0.05 * (1 + tau / 0.09) / 0.0081)   # 117.5, not 6.17
+    # it now outranks a fresh request arriving at once (1 / (G * ERT) = 11.1) and one due now (1 / G^2 = 111.1);
+    # the floored constant ranked below both
+    assert timely.priority(waiting, 2.0) > timely.priority(gen("fresh", arrival=2.0), 2.0) > floor_rank
+    assert timely.priority(waiting, 2.0) > timely.priority(gen("due", arrival=1.1), 2.0)
+    # a hopeless first segment does not age (it is dropped by default): it still ranks by the floor
+    assert timely.priority(gen("late", arrival=0.0), 5.0) == pytest.approx(0.05 / (0.09 * 0.09))
+
+
 def test_drop_rule_only_drops_hopeless_first_segments():
     timely = make_policy("timely")
     assert timely.should_drop(gen("ok"), 1.0) is None

@@ -9,7 +9,9 @@
 Well-definedness (the paper is silent): L is floored at G (a segment cannot be ready sooner than G, so every
 late segment counts as "due now"), and U at utility_floor * beta (> 0) so that segments that can no longer earn
 utility keep a finite, small, positive priority, ordered by their slack; they are still served, after those that
-can. A first segment whose TUF_0 would be <= 0 even if generated now is dropped (option drop="hopeless", the
+can. A later segment (never dropped: its robot is mid-plan) ages past the floor instead: L keeps shrinking as
+G^2 / (G + tau), tau = time since its TUF_1 reached the floor, so it outranks every fresh segment of its class after
+tau = G (1 / utility_floor - 1) and cannot starve behind new arrivals. A first segment whose TUF_0 would be <= 0 even if generated now is dropped (option drop="hopeless", the
 default; "never" keeps it); the scheduler reports it as DROPPED. Later segments are never dropped: the robot is
 mid-plan.
 
@@ -170,8 +172,18 @@ class TimelyPolicy(Policy):
             e = gen.expected_exec_end
             u = req.tuf.resumed(now + g + self.network_delay_s - e)
             slack = e - now
-        u = max(u, self.utility_floor * req.tuf.beta)
-        return u / (g * max(slack, g))
+        floor = self.utility_floor * req.tuf.beta
+        if u >= floor:
+            return u / (g * max(slack, g))
+        if gen.k > 0 and req.tuf.alpha < 0:
+            # A later segment is never dropped (its robot is mid-plan) but once TUF_1 hits the floor its rank
+            # would stop rising, below every fresh request, which starved it under load. Past the floor it
+            # ages: its slack keeps shrinking (L = G^2 / (G + tau), tau = time past the floor), so its
+            # priority rises with waiting like a fresh request's does, and it outranks any fresh segment of
+            # its class (at most beta / G^2) once tau >= G (1 / utility_floor - 1).
+            tau = (now + g + self.network_delay_s - gen.expected_exec_end) - (req.tuf.beta - floor) / -req.tuf.alpha
+            return floor * (1.0 + max(tau, 0.0) / g) / (g * g)
+        return floor / (g * max(slack, g))
 
     def should_drop(self, gen: Generation, now: float) -> str | None:
         if self.drop == "never" or gen.k > 0:
