@@ -72,6 +72,20 @@ def test_segments_are_dispatched_in_order_and_rejoin_to_the_plan():
     assert out.utility == pytest.approx(DEFAULT_URGENCY_CLASSES["normal"](out.response_time))
 
 
+def test_trailing_return_statement_joins_the_last_segment_without_a_skill():
+    """Issue 7: a plan ending in a return (->'found';) left that text in no segment. It now closes the last
+    segment's text (the result's segments rejoin to the whole plan); no skill call is added for it."""
+    plan = "mf(50);_1=iv('cat');->_1;"
+    sched, _, clock = make()
+    sched.submit(request("r", plan))
+    dispatched, finished = run_to_end(sched, clock)
+    out = finished["r"]
+    assert out.ok, out.message
+    assert "".join(seg.text for seg in out.segments) == out.plan_text
+    assert out.segments[-1].text.endswith("->_1;")
+    assert [c.name for seg in out.segments for c in seg.skills] == ["mf"]   # iv / the return add no skill call
+
+
 def test_segmented_policy_suspends_after_each_segment_and_serves_others():
     sched, engine, clock = make("fcfs", max_batch=1)
     sched.submit(request("long", ARM_PLAN * 3, robot="arm"))

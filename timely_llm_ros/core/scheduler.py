@@ -447,6 +447,12 @@ class PlanScheduler:
             self._finish(track, RequestState.FAILED, ErrorCode.GENERATION_FAILED,
                          f"the model produced no executable {gen.req.robot_type} skill: {gen.text.strip()[:120]!r}")
             return
+        tail = getattr(track.segmenter, "pending", "")
+        if tail.strip() and not capped and not getattr(track.segmenter, "error", None):
+            # A complete trailing statement without an action (a return such as ->'found';, or a query only it
+            # uses) is in no segment (the segmenter cuts on actions). It joins the last segment's text, adding
+            # no skill call (nothing would act on it), so the result's segments cover the whole plan text.
+            gen.segments[-1].text += tail
         if capped and track.error is None:
             track.error = (ErrorCode.PLAN_TOO_LONG,
                            f"plan hit the {gen.req.max_new_tokens}-token cap before it ended; executed what was complete")
