@@ -41,10 +41,10 @@ _name = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12)
 def malformed_goal(draw, agent: str) -> tuple[str, int, dict]:
     """(category, expected error code, goal fields); the agent's executor exists, so only the defect counts."""
     g = _base(agent)
-    kind = draw(st.sampled_from(["ert", "alpha", "beta", "no_time", "robot", "class", "agent_chars", "agent_topic",
+    kind = draw(st.sampled_from(["ert", "alpha", "beta", "partial_time", "robot", "class", "agent_chars", "agent_topic",
                                  "agent_long", "empty_task", "zero_width_task", "long_task", "long_context",
                                  "tokens"]))
-    if kind in ("ert", "alpha", "beta", "no_time"):
+    if kind in ("ert", "alpha", "beta", "partial_time"):
         g.update(urgency_class="", ert=1.0, alpha=-1.0, beta=1.0)
         if kind == "ert":
             g["ert"] = draw(_bad_number)
@@ -52,8 +52,12 @@ def malformed_goal(draw, agent: str) -> tuple[str, int, dict]:
             g["alpha"] = draw(_bad_alpha)
         elif kind == "beta":
             g["beta"] = draw(_bad_beta)
-        else:
+        else:  # ert or alpha set, beta left 0 (all three 0 is valid since b18255e: text-only urgency, normal TUF)
             g.update(ert=0.0, alpha=0.0, beta=0.0)
+            if draw(st.booleans()):
+                g["ert"] = draw(st.floats(min_value=0.1, max_value=60.0))
+            else:
+                g["alpha"] = draw(st.floats(min_value=-10.0, max_value=-0.01))
         return kind, INVALID_TIME, g
     if kind == "robot":
         g["robot_type"] = draw(_name.filter(lambda s: s not in ("drone", "arm", "chat")))
