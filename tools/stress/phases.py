@@ -41,9 +41,13 @@ def _throttle(run: Run, records: list, limit: int) -> None:
         time.sleep(0.005)
 
 
-def warm_up(run: Run, agent: str, n: int = 4) -> list:
-    """A few valid goals before the first RSS reading, so the baseline includes the first generations' buffers."""
+def warm_up(run: Run, agent: str, n: int = 8) -> list:
+    """Before the first RSS reading: a full batch of valid goals (the engine's batch buffers) and `outstanding`
+    malformed ones at once (the server's goal threads and their allocator arenas), so the baseline is a warm
+    server and RSS growth over the run measures what the phases leave behind, not first use."""
     records = [run.client.send("warm-up", "valid", VALID, valid_goal(agent, "drone")) for _ in range(n)]
+    for kind, code, fields in draw_malformed(run.outstanding, agent, run.seed + 1):
+        records.append(run.client.send("warm-up", kind, {code}, fields))
     run.client.wait_terminal(records, run.result_timeout_s)
     return records
 
