@@ -94,10 +94,12 @@ def start_server(*params: str, ready: str = "timely_server ready", group: int | 
     return node
 
 
-def start_executor(agent: str, robot_type: str, time_scale: float, group: int | None = None) -> NodeProcess:
+def start_executor(agent: str, robot_type: str, time_scale: float, group: int | None = None,
+                   params: tuple[str, ...] = ()) -> NodeProcess:
     node = NodeProcess("timely_llm_ros.ros.executor_node",
                        ["-r", f"__ns:=/{agent}", "-r", "__node:=executor", "-p", f"robot_type:={robot_type}",
-                        "-p", f"time_scale:={time_scale}"], "executor ready", group)
+                        "-p", f"time_scale:={time_scale}", *[a for p in params for a in ("-p", p)]],
+                       "executor ready", group)
     node.wait_ready()
     return node
 

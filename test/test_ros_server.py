@@ -256,6 +256,23 @@ def test_segment_execution_time_is_the_one_the_executor_reports(fleet):
         robot.close()
 
 
+def test_slow_robot_on_the_executor_base_is_timed_from_each_segment_start(fleet):
+    """A SkillExecutorNode robot 1 s slower per segment than the server's estimate, executor_timeout_s 1.5: its
+    segments queue at the robot behind each other, but each one's clock starts at its own first feedback (the
+    base sends it when the segment starts running), so none times out; each result's execution_time (>= 1 s of
+    overrun) is the one in the Plan result."""
+    client, _ = fleet
+    robot = start_executor("drone_overrun", "drone", 0.05, params=("overrun_s:=1.0",))
+    try:
+        run = client.send(**dict(DRONE_TASK, agent_id="drone_overrun", urgency_class="", ert=30.0, alpha=-0.01,
+                                 beta=1.0))
+        status, result = run.result(90)
+        assert result.error_code == R.ERROR_NONE, result.error_message
+        assert result.segments and all(s.executed and s.exec_time >= 1.0 for s in result.segments)
+    finally:
+        robot.stop()
+
+
 def test_goals_waiting_in_the_queue_get_queued_feedback(fleet):
     client, _ = fleet
     runs = [client.send(**dict(DRONE_TASK, agent_id=f"drone_q{i}", dry_run=True)) for i in range(3)]
