@@ -1,141 +1,332 @@
 #!/usr/bin/env python3
-"""Run several scheduling policies on the SAME simulated workload and compare them (TimelyLLM Figs. 5, 7, 8, 9).
+"""Compare scheduling policies on the SAME simulated workloads, over several seeds, against an upper bound.
 
-    python benchmarks/compare_policies.py --workload WID1 --policies timely,vllm,vllm-stream,fcfs,edf \
-        [--batch-sweep 1,2,4,6,8,12,16] [--latency llama3-8b-rtx4090] [--seed 1] --out out/bench_wid1
+    python benchmarks/compare_policies.py --workload WID1 [--policies timely,edf,vllm-stream] [--seeds 1,2,3,4,5] \
+        [--batch-sweep 1,2,4,6,8,12,16] [--latency llama3-8b-rtx4090] --out out/bench_wid1
+    python benchmarks/compare_policies.py --workload WID1,WID2,WID3,burst,closed-loop --out out/ablation
+    python benchmarks/compare_policies.py --workload WID1 --cache-sweep 0,1000,2000,2400,2600,2800,2883 --out out/cache
 
-Writes <out>/summary.csv (policy, max_batch, task type, metrics), <out>/workload.yaml and PNG plots of utility,
-response time and waiting time per task type (and utility vs max batch size for a sweep). A policy name may carry
-options: timely-fixed (no adaptive admission), timely-nodrop (never drop).
+--workload: preset names (PRESETS; register_preset adds one) or a saved workload YAML. --policies: any name
+make_policy knows (core/policies, e.g. timely, edf, fcfs, vllm, vllm-stream, timely-open-loop, edf-admit,
+fcfs-admit) or a variant in VARIANTS (register_variant adds one). Every figure is the mean [min-max] over the
+seeds; each seed draws its own workload and every policy replays that same workload. Upper bound per class: the
+same latency model serving that class alone (its requests only), best of BOUND_POLICIES; "share" = utility /
+bound. Writes <out>/runs.csv (one row per preset, seed, policy, max batch, group), <out>/summary.csv and
+<out>/summary.md (mean [min-max]), and PNG plots (utility per policy; batch sweep; cache sweep).
 """
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tqdm import tqdm  # noqa: E402
+from report import write_csv  # noqa: E402
 
-from report import print_table, write_csv  # noqa: E402
-
-from timely_llm_ros.core.metrics import by_urgency, overhead_summary, summarize  # noqa: E402
-from timely_llm_ros.core.policies import make_policy  # noqa: E402
-from timely_llm_ros.core.policies.timely import options_from_skill_sets  # noqa: E402
-from timely_llm_ros.core.sim import load_latency_model  # noqa: E402
-from timely_llm_ros.core.sim.simulator import Simulator  # noqa: E402
+from timely_llm_ros.core.metrics import by_urgency, request_utility, summarize  # noqa: E402
+from timely_llm_ros.core.policies import POLICIES, make_policy  # noqa: E402
+from timely_llm_ros.core.policies.timely import TimelyPolicy, options_from_skill_sets  # noqa: E402
+from timely_llm_ros.core.request import RequestState  # noqa: E402
+from timely_llm_ros.core.scheduler import SchedulerConfig  # noqa: E402
+from timely_llm_ros.core.sim import LatencyModel, load_latency_model  # noqa: E402
+from timely_llm_ros.core.sim.simulator import ExecNoise, Simulator  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
-from timely_llm_ros.core.workload import load_spec, generate, load_workload, save_workload  # noqa: E402
+from timely_llm_ros.core.workload import generate, load_spec, load_workload  # noqa: E402
+from timely_llm_ros.core.workload.generator import Workload, burst  # noqa: E402
 
-VARIANTS = {"timely-fixed": ("timely", {"adaptive": False}), "timely-nodrop": ("timely", {"drop": "never"})}
-FIELDS = ["policy", "max_batch", "group", "n", "utility", "utility_share", "eq3_utility", "response_time",
-          "waiting_time", "completion_time", "served", "dropped"]
-
-
-def build_policy(spec: str, max_batch: int, network_delay_s: float):
-    name, options = VARIANTS.get(spec, (spec, {}))
-    if name == "timely":
-        options = {"network_delay_s": network_delay_s, **options_from_skill_sets(load_skill_sets()), **options}
-    return make_policy(name, max_batch=max_batch, options=options)
+DEFAULT_POLICIES = ("timely,timely-fixed,timely-nodrop,timely-open-loop,timely-nopreempt,timely-chunked,edf,edf-admit,"
+                    "fcfs,fcfs-admit,vllm-stream,vllm")
+BOUND_POLICIES = ("timely", "edf-admit", "edf", "vllm-stream")
 
 
+# ----------------------------------------------------------------------------------------------- registries
+@dataclass(frozen=True)
+class Preset:
+    """A workload family: make(seed) draws one workload; sim holds Simulator keywords (noise, scheduler config)."""
+
+    make: Callable[[int], Workload]
+    sim: dict[str, Any] = field(default_factory=dict)
+    about: str = ""
+
+
+PRESETS: dict[str, Preset] = {}
+VARIANTS: dict[str, tuple[str, dict, dict]] = {}   # name -> (registered policy, policy options, Simulator keywords)
+
+
+def register_preset(name: str, make: Callable[[int], Workload], sim: dict | None = None, about: str = "") -> None:
+    """Make a workload family available to --workload (another branch's presets register the same way)."""
+    PRESETS[name] = Preset(make, dict(sim or {}), about)
+
+
+def register_variant(name: str, policy: str, options: dict | None = None, sim: dict | None = None) -> None:
+    """Make a policy with options (and Simulator keywords, e.g. a chunked engine) available to --policies."""
+    VARIANTS[name] = (policy, dict(options or {}), dict(sim or {}))
+
+
+for _wid in ("WID1", "WID2", "WID3"):
+    register_preset(_wid, lambda seed, w=_wid: generate(load_spec(w, seed=seed)), about=f"TimelyLLM Table 3 {_wid}")
+register_preset("burst", lambda seed: burst(seed),
+                about="16-20 arm plans generating, then 20-30 urgent drone requests within 100 ms")
+register_preset("closed-loop",
+                lambda seed: generate(load_spec("WID1", seed=seed, name="CLOSED", chain=3, think_s=1.0,
+                                                trace_ids=(1, 2, 3, 4, 5, 6, 7, 8, 12))),
+                sim={"exec_noise": ExecNoise(factor="lognormal", median=1.0, sigma=0.5, failure_rate=0.05),
+                     "scheduler_config": SchedulerConfig(replan_on_failure=1)},
+                about="WID1 drones + chat, 1-3 tasks per robot each sent 1 s after the previous really ended; "
+                      "execution x lognormal(median 1, sigma 0.5) of the model, 5% of segments fail, 1 replan")
+
+register_variant("timely-fixed", "timely", {"adaptive": False})
+register_variant("timely-nodrop", "timely", {"drop": "never"})
+register_variant("timely-nopreempt", "timely", {"preempt": False})
+register_variant("timely-paper-admit", "timely", {"prefill_aware": False, "preempt": False})
+register_variant("timely-deadline-admit", "timely", {"admission": "deadline"})
+register_variant("timely-chunked", "timely", {}, {"step_token_budget": 256})
+
+
+# ----------------------------------------------------------------------------------------------- building runs
+def timely_cost_options(latency: LatencyModel, prompt_tokens: int) -> dict:
+    """Admission's step-cost figures taken from the latency profile the simulation uses (not tuned): a prompt's
+    suffix after the cached prefix costs p per token + c per step; a decode step grows by r per sequence."""
+    ctx = prompt_tokens
+    p = latency.prefill_b + latency.prefill_a * ctx
+    t1 = latency.decode_s(1, ctx)
+    r = (latency.decode_per_seq + latency.decode_per_kv_token * ctx) / t1
+    return {"prefill_token_s": p, "prefill_step_s": latency.prefill_c, "token_time_s": t1, "decode_seq_ratio": r,
+            "network_delay_s": latency.network_delay_s}
+
+
+def build(spec: str, max_batch: int, latency: LatencyModel, prompt_tokens: int):
+    """(policy, Simulator keywords) for a registered policy name or a variant."""
+    name, options, sim = VARIANTS.get(spec, (spec, {}, {}))
+    from timely_llm_ros.core.policies import builtin  # noqa: F401  (registers the shipped policies)
+    cls = POLICIES.get(name)
+    if cls is None:
+        raise SystemExit(f"unknown policy {spec!r}; registered: {', '.join(sorted(POLICIES))}; "
+                         f"variants: {', '.join(sorted(VARIANTS))}")
+    if issubclass(cls, TimelyPolicy):
+        options = {**options_from_skill_sets(load_skill_sets()), **timely_cost_options(latency, prompt_tokens),
+                   **options}
+    return make_policy(name, max_batch=max_batch, options=options), sim
+
+
+def run_one(spec: str, max_batch: int, workload: Workload, latency: LatencyModel, preset_sim: dict, seed: int):
+    policy, sim = build(spec, max_batch, latency, workload.spec.prompt_tokens)
+    kwargs = {**preset_sim, **sim}
+    if "scheduler_config" in kwargs:
+        kwargs["scheduler_config"] = replace(kwargs["scheduler_config"])   # the simulator sets its delay
+    return Simulator(policy, latency, seed=seed, **kwargs).run(workload)
+
+
+def groups_of(outcomes) -> dict[str, Any]:
+    by_class = summarize(outcomes, by_urgency)
+    return {g: m for g, m in by_class.items()}
+
+
+def class_alone(workload: Workload, cls: str) -> Workload:
+    return Workload(workload.spec, [t for t in workload.tasks if t.urgency == cls and not t.after], 0, 0)
+
+
+def bound_for(workload: Workload, latency, preset_sim: dict, seed: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Per class: the best mean utility any BOUND_POLICIES policy gets serving that class alone, and each request's
+    utility in that best run (closed-loop follow-up tasks are left out: they depend on the run)."""
+    best, per_request = {}, {}
+    for cls in sorted({t.urgency for t in workload.tasks}):
+        alone = class_alone(workload, cls)
+        for spec in BOUND_POLICIES:
+            res = run_one(spec, 16, alone, latency, preset_sim, seed)
+            util = statistics.fmean(request_utility(o) for o in res.outcomes)
+            if cls not in best or util > best[cls]:
+                best[cls] = util
+                per_request.update({o.req.req_id: request_utility(o) for o in res.outcomes})
+    return best, per_request
+
+
+def span(values: list[float]) -> str:
+    vals = [v for v in values if not math.isnan(v)]
+    if not vals:
+        return "-"
+    return f"{statistics.fmean(vals):.3f} [{min(vals):.3f}, {max(vals):.3f}]"
+
+
+# ----------------------------------------------------------------------------------------------- main
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workload", default="WID1", help="preset name (config/workloads) or a saved workload YAML")
-    p.add_argument("--policies", default="timely,vllm,vllm-stream,fcfs,edf")
+    p.add_argument("--workload", default="WID1", help="preset names (comma-separated) or a saved workload YAML")
+    p.add_argument("--policies", default=DEFAULT_POLICIES)
+    p.add_argument("--seeds", default="1,2,3,4,5", help="workload seeds (one workload per seed)")
     p.add_argument("--batch-sweep", default="", help="comma-separated max batch sizes (Fig. 7)")
     p.add_argument("--max-batch", type=int, default=16, help="max batch size without a sweep")
     p.add_argument("--latency", default="llama3-8b-rtx4090", help="config/latency profile name or YAML path")
-    p.add_argument("--seed", type=int, default=None, help="workload seed (default: the preset's)")
-    p.add_argument("--duration", type=float, default=None, help="override the workload duration (s)")
+    p.add_argument("--cache-sweep", default="", help="cached prefix tokens to sweep (0..prompt length)")
+    p.add_argument("--no-bound", action="store_true", help="skip the class-alone upper bound runs")
     p.add_argument("--out", default="out/bench")
     p.add_argument("--no-plots", action="store_true")
     return p.parse_args(argv)
 
 
-def load_or_generate(args):
-    if args.workload.endswith((".yaml", ".yml")):
-        return load_workload(args.workload)
-    overrides = {}
-    if args.seed is not None:
-        overrides["seed"] = args.seed
-    if args.duration is not None:
-        overrides["duration_s"] = args.duration
-    return generate(load_spec(args.workload, **overrides))
+def workloads(args) -> list[tuple[str, int, Workload, dict]]:
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    out = []
+    for name in [w.strip() for w in args.workload.split(",") if w.strip()]:
+        if name.endswith((".yaml", ".yml")):
+            out.append((Path(name).stem, 0, load_workload(name), {}))
+            continue
+        if name not in PRESETS:
+            raise SystemExit(f"unknown workload preset {name!r}; known: {', '.join(PRESETS)}")
+        for seed in seeds:
+            out.append((name, seed, PRESETS[name].make(seed), PRESETS[name].sim))
+    return out
 
 
 def run(args) -> list[dict]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    workload = load_or_generate(args)
-    save_workload(workload, out / "workload.yaml")
-    latency = load_latency_model(args.latency)
+    base_latency = load_latency_model(args.latency)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     batches = [int(b) for b in args.batch_sweep.split(",") if b.strip()] or [args.max_batch]
-    print(f"{workload.spec.name}: {len(workload.tasks)} tasks in {workload.events} events "
-          f"({workload.skipped} skipped: no free agent); latency profile {args.latency}")
+    caches = [int(c) for c in args.cache_sweep.split(",") if c.strip()] or [None]
     rows: list[dict] = []
-    runs = [(p, b) for b in batches for p in policies]
-    for spec, mb in tqdm(runs, desc="policies", unit="run"):
-        sim = Simulator(build_policy(spec, mb, latency.network_delay_s), latency, seed=workload.spec.seed)
-        result = sim.run(workload)
-        groups = {**summarize(result.outcomes), **{f"[{k}]": v for k, v in
-                                                   summarize(result.outcomes, by_urgency).items() if k != "all"}}
-        for name, m in groups.items():
-            rows.append({"policy": spec, "max_batch": mb, "group": name,
-                         **{k: v for k, v in m.as_dict().items() if k != "task_type"}})
-        oh = overhead_summary(result.select_s)
-        tqdm.write(f"  {spec:14s} batch {mb:3d}: sim {result.sim_time_s:7.1f} s, {result.engine_steps} steps, "
-                   f"wall {result.wall_s:5.1f} s, select mean {oh['mean_ms']:.3f} ms / max {oh['max_ms']:.3f} ms")
-    write_csv(out / "summary.csv", rows, FIELDS)
-    print_table([r for r in rows if r["group"].startswith("[") or r["group"] == "all"], with_batch=True)
+    print(f"latency profile {args.latency} ({base_latency.source}); cached prefix "
+          f"{base_latency.cached_prefix_tokens} tokens unless swept")
+    for preset, seed, workload, preset_sim in workloads(args):
+        for cached in caches:
+            latency = base_latency if cached is None else replace(base_latency, cached_prefix_tokens=cached)
+            bound, per_request = ({}, {}) if args.no_bound else bound_for(workload, latency, preset_sim, seed)
+            if bound:   # all: the class bounds weighted by how many requests each class has
+                counts = _counts(workload)
+                bound["all"] = sum(bound[c] * n for c, n in counts.items()) / sum(counts.values())
+            for mb in batches:
+                for spec in policies:
+                    res = run_one(spec, mb, workload, latency, preset_sim, seed)
+                    for g, m in groups_of(res.outcomes).items():
+                        b = bound.get(g, math.nan)
+                        lost = [o for o in res.outcomes if (g == "all" or o.req.urgency == g)
+                                and o.state == RequestState.DROPPED and per_request.get(o.req.req_id, 0.0) > 0]
+                        rows.append({"preset": preset, "seed": seed, "policy": spec, "max_batch": mb,
+                                     "cached": latency.cached_prefix_tokens, "group": g, "n": m.n,
+                                     "utility": m.utility, "share_of_max": m.utility_share, "bound": b,
+                                     "share": m.utility / b if b and not math.isnan(b) and b > 0 else math.nan,
+                                     "response_time": m.response_time, "served": m.served, "dropped": m.dropped,
+                                     "dropped_bound_positive": len(lost),
+                                     "replans": sum(o.replans for o in res.outcomes), "sim_s": res.sim_time_s})
+        print(f"  {preset} seed {seed}: {len(workload.tasks)} tasks, bound {bound}")
+    fields = list(rows[0])
+    write_csv(out / "runs.csv", rows, fields)
+    summary = summarize_rows(rows)
+    write_csv(out / "summary.csv", summary, list(summary[0]))
+    text = markdown(summary, args)
+    (out / "summary.md").write_text(text, encoding="utf-8")
+    print(text)
     if not args.no_plots:
-        plot(rows, out, workload.spec.name, len(batches) > 1)
-    print(f"wrote {out / 'summary.csv'}" + ("" if args.no_plots else f" and plots in {out}"))
+        plot(rows, out, caches != [None], len(batches) > 1)
+    print(f"wrote {out / 'runs.csv'}, {out / 'summary.csv'}, {out / 'summary.md'}")
     return rows
 
 
-def plot(rows: list[dict], out: Path, title: str, sweep: bool) -> None:
+def _counts(workload: Workload) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for t in workload.tasks:
+        counts[t.urgency] = counts.get(t.urgency, 0) + 1
+    return counts
+
+
+def summarize_rows(rows: list[dict]) -> list[dict]:
+    keys = list(dict.fromkeys((r["preset"], r["policy"], r["max_batch"], r["cached"], r["group"]) for r in rows))
+    out = []
+    for key in keys:
+        sel = [r for r in rows if (r["preset"], r["policy"], r["max_batch"], r["cached"], r["group"]) == key]
+        out.append({"preset": key[0], "policy": key[1], "max_batch": key[2], "cached": key[3], "group": key[4],
+                    "seeds": len(sel), "utility": span([r["utility"] for r in sel]),
+                    "share_of_max": span([r["share_of_max"] for r in sel]),
+                    "share_of_bound": span([r["share"] for r in sel]),
+                    "bound": span([r["bound"] for r in sel]),
+                    "response_time": span([r["response_time"] for r in sel]),
+                    "dropped": span([r["dropped"] for r in sel]),
+                    "dropped_bound_positive": span([float(r["dropped_bound_positive"]) for r in sel]),
+                    "utility_mean": statistics.fmean(r["utility"] for r in sel)})
+    return out
+
+
+def markdown(summary: list[dict], args) -> str:
+    lines = [f"Policies on {args.workload} ({args.latency}), seeds {args.seeds}: mean [min-max].", ""]
+    for preset in dict.fromkeys(r["preset"] for r in summary):
+        lines += [f"### {preset}" + (f" ({PRESETS[preset].about})" if preset in PRESETS else ""), "",
+                  "| policy | batch | cached | group | utility | share of max (U/beta) | share of bound | dropped |"
+                  " dropped (bound > 0) |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in summary:
+            if r["preset"] == preset:
+                lines.append(f"| {r['policy']} | {r['max_batch']} | {r['cached']} | {r['group']} | {r['utility']} | "
+                             f"{r['share_of_max']} | {r['share_of_bound']} | {r['dropped']} | "
+                             f"{r['dropped_bound_positive']} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], out: Path, cache_sweep: bool, batch_sweep: bool) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     policies = list(dict.fromkeys(r["policy"] for r in rows))
-    batch = max(r["max_batch"] for r in rows) if not sweep else None
-    groups = [g for g in dict.fromkeys(r["group"] for r in rows) if not g.startswith("[") and g != "all"]
-    for metric, label in (("utility", "time utility (TUF of response time)"), ("response_time", "response time (s)"),
-                          ("waiting_time", "robot waiting time (s)")):
-        fig, ax = plt.subplots(figsize=(max(6, len(groups) * 0.9), 3.5))
-        width = 0.8 / len(policies)
-        for i, pol in enumerate(policies):
-            sel = [r for r in rows if r["policy"] == pol and (batch is None or r["max_batch"] == batch)]
-            if sweep:  # per-type bars at the best batch size of this policy
-                best = max((r for r in sel if r["group"] == "all"), key=lambda r: r["utility"])["max_batch"]
-                sel = [r for r in sel if r["max_batch"] == best]
-            vals = [next((r[metric] for r in sel if r["group"] == g), math.nan) for g in groups]
-            ax.bar([x + i * width for x in range(len(groups))], vals, width, label=pol)
-        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(groups))], groups)
-        ax.set_xlabel("task type (LRTrace id)")
-        ax.set_ylabel(label)
-        ax.set_title(title)
+    for preset in dict.fromkeys(r["preset"] for r in rows):
+        sel = [r for r in rows if r["preset"] == preset]
+        if cache_sweep:
+            groups = [g for g in dict.fromkeys(r["group"] for r in sel) if g != "all"]
+            fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 3.6), squeeze=False)
+            for ax, g in zip(axes[0], groups):
+                for pol in policies:
+                    pts = sorted({r["cached"] for r in sel})
+                    ys = [statistics.fmean(r["utility"] for r in sel if r["policy"] == pol and r["group"] == g
+                                           and r["cached"] == c) for c in pts]
+                    ax.plot(pts, ys, marker="o", label=pol)
+                ax.set_xlabel("cached prompt prefix (tokens)")
+                ax.set_ylabel(f"{g} utility (mean over seeds)")
+                ax.axhline(0, color="black", lw=0.5)
+                ax.set_title(f"{preset}: {g}")
+            axes[0][0].legend(fontsize=7)
+            fig.tight_layout()
+            fig.savefig(out / f"cache_sweep_{preset}.png", dpi=120)
+            plt.close(fig)
+            continue
+        if batch_sweep:
+            fig, ax = plt.subplots(figsize=(6, 3.5))
+            for pol in policies:
+                pts = sorted({r["max_batch"] for r in sel})
+                ys = [statistics.fmean(r["utility"] for r in sel if r["policy"] == pol and r["group"] == "all"
+                                       and r["max_batch"] == b) for b in pts]
+                ax.plot(pts, ys, marker="o", label=pol)
+            ax.set_xlabel("max batch size")
+            ax.set_ylabel("mean time utility")
+            ax.set_title(f"{preset}: batch-size sweep")
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            fig.savefig(out / f"batch_sweep_{preset}.png", dpi=120)
+            plt.close(fig)
+            continue
+        groups = list(dict.fromkeys(r["group"] for r in sel))
+        fig, ax = plt.subplots(figsize=(max(6, len(policies) * 0.8), 3.6))
+        width = 0.8 / len(groups)
+        for i, g in enumerate(groups):
+            means, lo, hi = [], [], []
+            for pol in policies:
+                vals = [r["utility"] for r in sel if r["policy"] == pol and r["group"] == g]
+                means.append(statistics.fmean(vals))
+                lo.append(means[-1] - min(vals))
+                hi.append(max(vals) - means[-1])
+            ax.bar([x + i * width for x in range(len(policies))], means, width, yerr=[lo, hi], label=g, capsize=2)
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(policies))], policies, rotation=30, ha="right",
+                      fontsize=7)
+        ax.set_ylabel("time utility (mean, min-max over seeds)")
         ax.axhline(0, color="black", lw=0.5)
+        ax.set_title(preset)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(out / f"{metric}.png", dpi=120)
-        plt.close(fig)
-    if sweep:
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        for pol in policies:
-            pts = sorted((r["max_batch"], r["utility"]) for r in rows if r["policy"] == pol and r["group"] == "all")
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=pol)
-        ax.set_xlabel("max batch size")
-        ax.set_ylabel("mean time utility")
-        ax.set_title(f"{title}: batch-size sweep")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "batch_sweep.png", dpi=120)
+        fig.savefig(out / f"utility_{preset}.png", dpi=120)
         plt.close(fig)
 
 

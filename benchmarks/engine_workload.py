@@ -57,13 +57,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--random-model", default="", help="random weights of this shape instead (with --forced-plans)")
     p.add_argument("--forced-plans", action="store_true", help="trace replay: force each trace's recorded plan")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see docs/replay.md)")
+    p.add_argument("--shape", default="wid1", choices=("wid1", "burst"),
+                   help="burst: core.workload.generator.burst (arm plans generating, then an urgent drone burst)")
+    p.add_argument("--arms", default="16,20", help="burst: arm plans (min,max)")
+    p.add_argument("--urgent", default="20,30", help="burst: urgent drone requests within 100 ms (min,max)")
+    p.add_argument("--burst-at", type=float, default=1.0, help="burst: when the urgent requests arrive (s)")
     p.add_argument("--out", default="out/engine_wid1")
     p.add_argument("--no-plots", action="store_true")
     return p.parse_args(argv)
 
 
 def make_workload(args) -> Workload:
-    """WID1's shape at the chosen scale, with corpus-style task text."""
+    """WID1's shape at the chosen scale (or the urgent-burst shape), with corpus-style task text."""
+    if args.shape == "burst":
+        from timely_llm_ros.core.workload.generator import burst
+
+        arms = tuple(int(x) for x in args.arms.split(","))
+        urgent = tuple(int(x) for x in args.urgent.split(","))
+        w = burst(args.seed, arms=arms, urgent=urgent, burst_at_s=args.burst_at)
+        return w if args.forced_plans else corpus_phrased(w)
     spec = load_spec("WID1", eps=args.eps, max_tpe=args.max_tpe, agents=args.agents, duration_s=args.duration,
                      seed=args.seed)
     w = generate(spec)

@@ -276,3 +276,52 @@ def test_prompts_sharing_a_cached_prefix_prefill_only_the_rest_and_stay_token_ex
     assert engine.prefix_cache.reused_tokens == 40 + (len(prompts["same"]) - 1) + 29
     for g, ids in prompts.items():
         assert engine.output_ids(g) == solo_greedy(tiny, ids, 15), g
+
+
+def test_prompts_of_similar_lengths_prefill_in_one_padded_forward_token_exact(tiny):
+    """The multi-row prefill path (right-padded, per-row causal mask) gives each row its solo greedy output."""
+    prompts = {"a": prompt(90, 20), "b": prompt(91, 23), "c": prompt(92, 26), "d": prompt(93, 24)}
+    engine = make(tiny)
+    calls = []
+    handle = tiny.model.register_forward_hook(lambda mod, args, out: calls.append(args[0].shape if args else None))
+    try:
+        for g, ids in prompts.items():
+            engine.add(g, ids, 20)
+        res = engine.step(list(prompts))
+        assert len(calls) == 1 and sorted(res.prefilled) == sorted(prompts)   # one forward, 4 padded rows
+    finally:
+        handle.remove()
+    while not all(engine._gens[g].finished for g in prompts):
+        engine.step([g for g in prompts if not engine._gens[g].finished])
+    for g, ids in prompts.items():
+        assert engine.output_ids(g) == solo_greedy(tiny, ids, 20), g
+
+
+def test_chunked_prefill_stays_within_the_step_budget_mixes_with_decodes_and_is_token_exact(tiny):
+    """A 16-token step budget: long prompts are split over steps (no token until the prompt is complete),
+    decodes run in the same steps, and every output equals the unchunked (solo greedy) one."""
+    prompts = {"long": prompt(100, 57), "mid": prompt(101, 23), "short": prompt(102, 6)}
+    engine = make(tiny, step_token_budget=16, prefix_cache_mb=1, prefix_min_tokens=8)
+    engine.add("short", prompts["short"], 25)
+    engine.step(["short"])                                  # short is decoding from now on
+    engine.add("long", prompts["long"], 12)
+    engine.add("mid", prompts["mid"], 12)
+    steps_to_first_token = {}
+    for i in range(200):
+        live = [g for g in ("short", "long", "mid") if not engine._gens[g].finished]
+        if not live:
+            break
+        res = engine.step(live)
+        assert engine.last_step_tokens <= 16
+        for g in ("long", "mid"):
+            if g in res.tokens and g not in steps_to_first_token:
+                steps_to_first_token[g] = i + 1
+    assert steps_to_first_token["long"] >= 57 // 15            # split across at least 4 steps
+    for g, ids in prompts.items():
+        assert engine.output_ids(g) == solo_greedy(tiny, ids, 25 if g == "short" else 12), g
+    # a prompt sharing the long one's prefix reuses its KV, then chunks the rest
+    again = prompts["long"][:50] + prompt(103, 9)[1:]
+    engine.add("again", again, 8)
+    while not engine._gens["again"].finished:
+        engine.step(["again"])
+    assert engine.prefix_cache.hits == 1 and engine.output_ids("again") == solo_greedy(tiny, again, 8)

@@ -74,16 +74,22 @@ def test_wcet_uses_remaining_segment_tokens_and_measured_speed():
 
 
 def test_admission_holds_back_relaxed_requests_while_an_urgent_one_is_tight():
-    timely = make_policy("timely", max_batch=16)
+    timely = make_policy("timely", max_batch=16, options={"admission": "deadline"})
     urgent = gen("u", tuf=URGENT, prefilled=True)
     urgent.output_ids = [5]
     urgent.step_times.extend([0.05])
     normal = gen("n")
     batch = timely.select([normal], [urgent], ctx(0.05))
     assert [g.req_id for g in batch] == ["u"]  # WCET 9 x 22 ms > 0.15 s slack
-    # another urgent request cannot wait either: it joins
+    # deadline rule: an equally urgent newcomer waits too, its prefill would push u past its deadline
     batch = timely.select([normal, gen("u2", tuf=URGENT)], [urgent], ctx(0.05))
-    assert [g.req_id for g in batch] == ["u", "u2"]
+    assert [g.req_id for g in batch] == ["u"]
+    # utility rule (default): u2 joins, since u loses less than u2 would lose by waiting for u's segment
+    utility = make_policy("timely", max_batch=16)
+    assert [g.req_id for g in utility.select([normal, gen("u2", tuf=URGENT)], [urgent], ctx(0.05))] == ["u", "u2"]
+    # the old rule let it in as "pressing" (the crowd that turned into one long step)
+    assert make_policy("timely", options={"prefill_aware": False}).select(
+        [gen("u2", tuf=URGENT)], [urgent], ctx(0.05))[-1].req_id == "u2"
 
 
 def test_fixed_cap_without_adaptive_admission():
@@ -93,16 +99,30 @@ def test_fixed_cap_without_adaptive_admission():
     assert len(batch) == 3 and batch[0].req_id == "u"
 
 
-def test_only_one_new_prefill_per_step_unless_pressing():
+def test_a_step_carries_at_most_step_prefill_s_of_prefill_work_even_for_a_pressing_crowd():
+    """Prompts of 284 tokens at 1.6e-4 s/token = 45 ms each: two fit the 0.1 s of prefill work a step may carry."""
     timely = make_policy("timely", max_batch=16)
     running = [gen("r", prefilled=True)]
-    later = [gen(f"n{i}", arrival=0.5) for i in range(4)]
-    assert len(timely.select(later, running, ctx(0.5))) == 1 + 1
-    unlimited = make_policy("timely", max_batch=16, options={"admit_per_step": 0})
+    later = [gen(f"n{i}", arrival=0.5, prompt=284) for i in range(4)]
+    assert len(timely.select(later, running, ctx(0.5))) == 1 + 2
+    unlimited = make_policy("timely", max_batch=16, options={"step_prefill_s": 10.0})
     assert len(unlimited.select(later, running, ctx(0.5))) == 1 + 4
-    # requests as urgent as the batch's most urgent one all join at once
-    same = [gen(f"s{i}", tuf=URGENT) for i in range(3)]
-    assert len(timely.select(same, [], ctx(0.0))) == 3
+    counted = make_policy("timely", max_batch=16, options={"admit_per_step": 1})
+    assert len(counted.select(later, running, ctx(0.5))) == 1 + 1
+    # a crowd sharing one deadline gets no exemption: relaxed ones (ERT 1 s) fill the step's prefill work ...
+    relaxed = [gen(f"r{i}", prompt=284) for i in range(6)]
+    assert len(timely.select(relaxed, [], ctx(0.0))) == 2
+    # ... urgent ones (ERT 0.2 s) go one at a time under the deadline rule: a second prefill would push the first
+    # past its deadline (2 x 45 ms + 10 decode steps of 23.5 ms = 0.33 s > 0.2 s)
+    same = [gen(f"s{i}", tuf=URGENT, prompt=284) for i in range(6)]
+    deadline = make_policy("timely", max_batch=16, options={"admission": "deadline"})
+    assert len(deadline.select(same, [], ctx(0.0))) == 1
+    # the utility rule weighs it, but the step's prefill cap still holds the crowd to two
+    assert len(timely.select(same, [], ctx(0.0))) == 2
+    # the paper's decode-only rule with its "pressing" exemption admitted the whole crowd into one step
+    old = make_policy("timely", max_batch=16, options={"prefill_aware": False, "admit_per_step": 0,
+                                                        "step_prefill_s": 10.0})
+    assert len(old.select(same, [], ctx(0.0))) == 6
 
 
 def test_kv_budget_limits_admission():
@@ -135,3 +155,34 @@ def test_timely_takes_segment_sizes_from_skill_sets():
     timely = make_policy("timely", options=options_from_skill_sets(skill_sets))
     assert timely.segment_tokens(gen("a", robot="arm")) == skill_sets["arm"].max_segment_tokens
     assert timely.segment_tokens(gen("d", robot="drone")) == skill_sets["drone"].max_segment_tokens
+
+
+# ---- Eq. 4 pinned: exact values, both floors, and a case where PUD and EDF disagree ----------------------------
+
+def test_eq4_exact_values_including_both_floors():
+    """Pri = U / (G * max(L, G)), U = max(TUF, 0.05 beta); drone G = 0.09 s, network d = 0.008 s."""
+    timely = make_policy("timely")
+    u = gen("u", tuf=URGENT)
+    # t = 0: TUF_0(0.098) is capped at beta = 2, L = 0.2 s
+    assert timely.priority(u, 0.0) == pytest.approx(2.0 / (0.09 * 0.2))
+    # t = 0.15: TUF_0(0.248) = 2 - 6.67 * 0.048 on the slope; L = 0.05 s < G, floored at G
+    assert timely.priority(u, 0.15) == pytest.approx((2.0 - 6.67 * 0.048) / (0.09 * 0.09))
+    # t = 0.5: TUF_0(0.598) < 0, floored at 0.05 * beta = 0.1; L < 0 floored at G
+    assert timely.priority(u, 0.5) == pytest.approx(0.1 / (0.09 * 0.09))
+    # a later segment: TUF_1 of the wait past E = 1.0 (ERT 0); at t = 0.95 the wait is 0.048 s
+    n = gen("n", segments=1, exec_end=1.0)
+    assert timely.priority(n, 0.95) == pytest.approx((1.0 - 2.0 * 0.048) / (0.09 * 0.09))
+    assert timely.priority(n, 0.5) == pytest.approx(1.0 / (0.09 * 0.5))   # before E: beta, L = E - t
+
+
+def test_pud_and_edf_disagree_and_timely_follows_pud():
+    """A normal request due at 1.0 s vs an urgent one due at 1.05 s: EDF runs the normal one (earlier deadline);
+    PUD weighs the urgent one's double utility: 2 / (0.09 * 0.2) = 111 > 1 / (0.09 * 0.15) = 74."""
+    now = 0.85
+    normal, urgent = gen("n", arrival=0.0), gen("u", arrival=0.85, tuf=URGENT)
+    timely = make_policy("timely", max_batch=1)
+    edf = make_policy("edf", max_batch=1)
+    assert timely.priority(urgent, now) == pytest.approx(2.0 / (0.09 * 0.2))
+    assert timely.priority(normal, now) == pytest.approx(1.0 / (0.09 * 0.15))
+    assert [g.req_id for g in edf.select([normal, urgent], [], ctx(now))] == ["n"]
+    assert [g.req_id for g in timely.select([normal, urgent], [], ctx(now))] == ["u"]

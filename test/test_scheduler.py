@@ -33,11 +33,13 @@ def request(rid: str, plan: str = DRONE_PLAN, robot: str = "drone", urgency: str
                        tuf=DEFAULT_URGENCY_CLASSES[urgency], arrival=t, urgency=urgency, forced_plan=plan)
 
 
-def run_to_end(sched, clock, exec_s: float = 0.5, max_steps: int = 10_000):
-    """Step the scheduler; execute every dispatched segment for exec_s on the virtual clock."""
+def run_to_end(sched, clock, exec_s: float = 0.5, max_steps: int = 10_000, events0=()):
+    """Step the scheduler; execute every dispatched segment for exec_s on the virtual clock (events0: events
+    already returned by the caller's own calls)."""
     dispatched, finished, executing, robot_free = [], {}, [], {}
-    for _ in range(max_steps):
-        events = sched.step() if sched.busy() else []
+    for i in range(max_steps):
+        events = list(events0) if i == 0 else []
+        events += sched.step() if sched.busy() else []
         if not events and not sched.busy():
             if not executing:
                 break
@@ -176,3 +178,101 @@ def test_prompt_longer_than_the_model_context_is_rejected_before_the_engine():
         sched.submit(req)
     assert err.value.code == ErrorCode.INVALID_TASK and "64 tokens" in err.value.message
     assert engine.memory().generations == 0
+
+
+def test_timely_priority_follows_the_reported_completion():
+    """E (the expected end of the previous execution) moves to the executor's real finish time, and Eq. 4 with it."""
+    sched, _, clock = make("timely")
+    sched.submit(request("a"))
+    seg = None
+    while seg is None:
+        seg = next((ev.segment for ev in sched.step() if isinstance(ev, SegmentReady)), None)
+    gen = sched.generations()[0]
+    policy, estimated = sched.policy, gen.expected_exec_end
+    now = clock()
+    before = policy.priority(gen, now)
+    assert before == pytest.approx(1.0 / (0.09 * max(estimated - now, 0.09)))
+    sched.on_execution_started("a", seg.index, now)
+    finished = now + 0.02                        # far sooner than the estimate (the robot was fast)
+    sched.on_execution_finished("a", seg.index, finished)
+    assert gen.expected_exec_end == pytest.approx(finished)
+    late = finished + 0.1                        # the robot has waited 0.1 s (+ G + d) for its next segment
+    after = policy.priority(gen, late)
+    assert after == pytest.approx((1.0 - 2.0 * (0.1 + 0.09 + 0.008)) / (0.09 * 0.09))
+    assert after > before
+
+
+def test_timely_preempts_running_generations_mid_segment_for_an_urgent_arrival_and_resumes_them_exactly():
+    from timely_llm_ros.core.policies.timely import options_from_skill_sets
+    from timely_llm_ros.core.sim import load_latency_model
+
+    lat = load_latency_model("llama3-8b-rtx4090")
+    clock = VirtualClock()
+    engine = SimEngine(lat, clock)
+    policy = make_policy("timely", max_batch=16, options=options_from_skill_sets(load_skill_sets()))
+    sched = PlanScheduler(engine, policy, load_skill_sets(), load_exec_models(), clock)
+    for i in range(8):
+        engine.set_prompt_tokens(f"arm{i}", 2884)
+        sched.submit(request(f"arm{i}", ARM_PLAN * 2, robot="arm"))
+    events = []
+    while len(sched._running) < 8 or any(g.tokens_in_segment == 0 for g in sched._running.values()):
+        events += sched.step()
+    assert sched.preemptions == 0
+    engine.set_prompt_tokens("u", 2884)
+    sched.submit(request("u", "mb(50);ml(30);", urgency="urgent", t=clock()))
+    events += sched.step()
+    running = {g.req_id for g in sched.generations() if g.state == RequestState.GENERATING}
+    suspended = [g for g in sched.generations() if g.req_id.startswith("arm") and g.req_id not in running]
+    assert "u" in running and sched.preemptions > 0
+    assert suspended and all(g.state == RequestState.SUSPENDED and g.tokens_in_segment > 0 for g in suspended)
+    _, finished = run_to_end(sched, clock, events0=events)
+    assert finished["u"].ok and finished["u"].response_time < 0.2     # the urgent one made its ERT
+    for i in range(8):                                                 # the preempted plans resumed token-exact
+        assert finished[f"arm{i}"].ok and finished[f"arm{i}"].plan_text.strip() == (ARM_PLAN * 2).strip()
+
+
+def first_segment(sched):
+    while True:
+        for ev in sched.step():
+            if isinstance(ev, SegmentReady):
+                return ev.segment
+
+
+def test_execution_start_refreshes_e_and_the_open_loop_ablation_ignores_reports():
+    for policy, follows in (("timely", True), ("timely-open-loop", False)):
+        sched, _, clock = make(policy)
+        sched.submit(request("a"))
+        seg = first_segment(sched)
+        gen = sched.generations()[0]
+        estimated = gen.expected_exec_end
+        late_start = clock() + 3.0                    # the robot started 3 s later than expected
+        sched.on_execution_started("a", seg.index, late_start)
+        assert (gen.expected_exec_end == pytest.approx(late_start + seg.est_exec_s)) is follows
+        sched.on_execution_finished("a", seg.index, late_start + 0.1)
+        assert (gen.expected_exec_end == pytest.approx(late_start + 0.1)) is follows
+        if not follows:
+            assert gen.expected_exec_end == pytest.approx(estimated)
+
+
+def test_failed_segment_replans_with_a_context_naming_the_failed_skill():
+    clock = VirtualClock()
+    engine = SimEngine(LATENCY, clock)
+    from timely_llm_ros.core.scheduler import SchedulerConfig
+    sched = PlanScheduler(engine, make_policy("fcfs"), load_skill_sets(), load_exec_models(), clock,
+                          SchedulerConfig(replan_on_failure=1))
+    sched.submit(request("a", "mf(50);tc(90);mb(20);"))
+    seg = first_segment(sched)
+    sched.on_execution_started("a", seg.index, clock())
+    events = sched.on_execution_finished("a", seg.index, clock() + 0.5, ok=False, error="motor stalled")
+    assert not any(isinstance(ev, RequestFinished) for ev in events)
+    gen = sched.generations()[0]
+    prompt = engine.decode(gen.prompt_ids)
+    assert "failed at skill mf" in prompt and "motor stalled" in prompt and gen.expected_exec_end == clock() + 0.5
+    clock.advance(0.5)
+    dispatched, finished = run_to_end(sched, clock)
+    out = finished["a"]
+    assert out.ok and out.replans == 1
+    # the replanned generation redoes the failed segment and the rest; numbering continues
+    assert [t.strip() for _, _, t in dispatched] == ["mf(50);", "tc(90);", "mb(20);"]
+    assert [i for _, i, _ in dispatched][0] >= 1
+    # without the option the request ends EXECUTION_FAILED (test_executor_failure_ends_the_request_with_its_code)

@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from timely_llm_ros.core.errors import ErrorCode
 from timely_llm_ros.core.metrics import by_urgency, summarize, time_select
 from timely_llm_ros.core.policies import SchedulingContext, make_policy
 from timely_llm_ros.core.request import Generation, PlanRequest, RequestState
@@ -133,3 +134,75 @@ def test_scheduling_overhead_is_small():
     ctx = SchedulingContext(now=0.0, kv_free_bytes=math.inf, kv_bytes_per_token=1.0, step_time_s=0.02)
     stats = time_select(make_policy("timely", max_batch=16), waiting, [], ctx, repeats=20)
     assert stats.queued == 1000 and stats.mean_ms < 20  # generous bound for slow CI; benchmark reports the real one
+
+
+def test_chunked_prefill_bounds_the_step_and_costs_what_one_chunk_costs():
+    clock = VirtualClock()
+    engine = SimEngine(LAT, clock, step_token_budget=128)
+    engine.set_prompt_tokens("p", 2884)
+    engine.add("p", [0], 10, forced_ids=[5, 6])
+    engine.set_prompt_tokens("d", 2884)
+    engine.add("d", [0], 10, forced_ids=[5] * 9)
+    times, first = [], None
+    while first is None:
+        res = engine.step(["d", "p"] if engine.prefill_left("d") == 0 else ["d"])
+        times.append(res.elapsed_s)
+        first = res.tokens.get("p")
+    suffix = 2884 - LAT.cached_prefix_tokens                       # 284 new tokens: 128 + 128 + 28 after d's own
+    bound = LAT.prefill_s(128, 2884) + LAT.prefill_c + LAT.decode_s(1, 2884 + 8)
+    assert max(times[1:]) <= bound and len(times) > 2
+    # a budget that holds the whole suffix costs exactly the unchunked prefill
+    costs = []
+    for budget in (None, suffix):
+        e = SimEngine(LAT, VirtualClock(), step_token_budget=budget)
+        e.set_prompt_tokens("p", 2884)
+        e.add("p", [0], 10, forced_ids=[5, 6])
+        costs.append(e.step(["p"]).elapsed_s)
+    assert costs[0] == pytest.approx(costs[1]) == pytest.approx(LAT.prefill_s(suffix, 2884) + LAT.prefill_c)
+
+
+def test_timely_on_a_chunked_engine_serves_every_plan_in_full():
+    tasks = burst([9, 10, 1, 6, 7, 8, 3])
+    result = simulate(make_policy("timely"), LAT, tasks, step_token_budget=256)
+    for o in result.outcomes:
+        assert o.state == RequestState.DONE and o.plan_text.strip() == o.req.forced_plan
+
+
+def test_closed_loop_next_task_follows_the_real_completion_and_noise_and_failures_apply():
+    from dataclasses import replace
+
+    from timely_llm_ros.core.scheduler import SchedulerConfig
+    from timely_llm_ros.core.sim.simulator import ExecNoise, Simulator
+
+    first, second = burst([1, 3])
+    second = replace(second, after=first.task_id, gap_s=0.5, arrival=99.0, agent_id=first.agent_id)
+    finished = {}
+    slow = ExecNoise(factor="uniform", low=2.0, high=2.0)
+    Simulator(make_policy("timely"), LAT, exec_noise=slow, on_finished=lambda o: finished.update({o.req.req_id: o})
+              ).run([first, second])
+    a, b = finished[first.task_id], finished[second.task_id]
+    assert b.req.arrival == pytest.approx(a.finished_at + 0.5)          # not the 99 s it was scheduled for
+    assert all(s.exec_s >= 2 * s.est_exec_s - 1e-9 for s in a.segments)  # twice the (minimum) estimate or more
+    failing = ExecNoise(failure_rate=1.0)
+    res = Simulator(make_policy("timely"), LAT, exec_noise=failing).run([first])
+    assert res.outcomes[0].error_code == ErrorCode.EXECUTION_FAILED and res.outcomes[0].state == RequestState.FAILED
+    res = Simulator(make_policy("timely"), LAT, exec_noise=failing,
+                    scheduler_config=SchedulerConfig(replan_on_failure=2)).run([first])
+    assert res.outcomes[0].replans == 2 and res.outcomes[0].state == RequestState.FAILED
+    assert len([s for s in res.outcomes[0].segments if s.exec_finished is not None]) == 3   # one per attempt
+
+
+def test_generator_closed_loop_chains_chat_requests_and_long_plan_caps():
+    spec = WorkloadSpec("C", eps=0.5, max_tpe=3, trace_ids=(1, 12, 13), agents=4, duration_s=40, seed=2, chain=3,
+                        think_s=1.0, max_new_tokens=400)
+    w = generate(spec)
+    followers = [t for t in w.tasks if t.after]
+    assert followers and all(t.gap_s == 1.0 for t in followers)
+    ids = {t.task_id: t for t in w.tasks}
+    assert all(ids[t.after].agent_id == t.agent_id for t in followers)
+    assert {"chat", "drone"} <= {t.robot_type for t in w.tasks}
+    assert all(t.max_new_tokens == 400 for t in w.tasks)
+    result = simulate(make_policy("timely"), LAT, w)
+    chat = [o for o in result.outcomes if o.req.robot_type == "chat"]
+    assert chat and all(o.state == RequestState.DONE and len(o.segments) >= 2 for o in chat)
+    assert len(result.outcomes) == len(w.tasks)

@@ -12,9 +12,23 @@ is pressing: its own budget < the most urgent one's budget + its own WCET, i.e. 
 back would trade one missed deadline for another), and in both cases only if its KV fits in the free device budget.
 A step is not preemptible: TimelyPolicy also limits how many generations that need a prefill join per step
 (admit_per_step) unless they are pressing, so that an urgent arrival never waits behind a long burst of prefills.
+
+Prefill-aware form (StepCost, step_wcet_s, used by TimelyPolicy): a prefill is paid inside the steps of every
+generation in the batch, so the WCET of the most urgent member u counts the prefill work of the whole batch:
+
+    WCET(u | batch) = p * (prompt tokens the batch still has to prefill) + c + (KV reloads of members coming back
+                      from host memory) + n_u * t_dec(|batch|)
+    t_dec(B) = t_1 * (1 + r * (B - 1))         (decode step time grows with the batch)
+
+n_u = decode steps left in u's segment (max segment tokens - tokens in it; a whole segment if u is not
+prefilled), p = seconds per prefill token, c = a prefilling step's fixed cost, t_1 = batch-1 decode step, r = the share one more sequence adds. A
+candidate FITS if WCET(u | batch + candidate) < budget(u); a pressing or late candidate that needs a prefill
+joins only while the step's prefill count is below admit_per_step: a crowd sharing one deadline is pressing as a
+whole, and without that limit it would turn into one long unpreemptible prefill step.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .request import Generation
@@ -69,15 +83,56 @@ def kv_need_bytes(gen: Generation, kv_bytes_per_token: float) -> float:
 EMPTY, FITS, PRESSING, LATE, REFUSED = "empty", "fits", "pressing", "late", "refused"
 
 
+@dataclass(frozen=True)
+class StepCost:
+    """What prefill-aware admission assumes about engine step times (seconds)."""
+
+    decode_1_s: float = 0.022          # t_1: one decode step of a single sequence
+    seq_ratio: float = 0.07            # r: each extra sequence adds r * t_1 to a decode step
+    prefill_token_s: float = 1.1e-4    # p: one prompt token of prefill
+    step_token_budget: int | None = None  # chunked prefill: tokens per step (None: whole prompts per step)
+    prefill_step_s: float = 0.0        # c: paid once by a step that prefills anything
+
+    def decode_s(self, batch: int) -> float:
+        """t_dec(B): one decode step of a batch of B sequences."""
+        return self.decode_1_s * (1.0 + self.seq_ratio * max(batch - 1, 0))
+
+
+def prefill_tokens_left(gen: Generation) -> int:
+    """Prompt tokens gen still has to prefill (0 once prefilled; the engine's count when it reported one)."""
+    if gen.prefilled:
+        return 0
+    return gen.prefill_left if gen.prefill_left is not None else len(gen.prompt_ids)
+
+
+def batch_prefill_s(members: Sequence[Generation], cost: StepCost) -> float:
+    """Prefill work (and KV reloads) a batch still has to do: the part of every member's WCET it shares."""
+    pending = sum(prefill_tokens_left(m) for m in members)
+    return pending * cost.prefill_token_s + (cost.prefill_step_s if pending else 0.0) + sum(m.reload_s for m in members)
+
+
+def wcet_in_s(gen: Generation, max_segment_tokens: int, prefill_s: float, size: int, cost: StepCost) -> float:
+    """gen's WCET in a batch of `size` members whose shared prefill work is prefill_s (see step_wcet_s)."""
+    steps = max_segment_tokens if not gen.prefilled else max(max_segment_tokens - gen.tokens_in_segment, 1)
+    return prefill_s + steps * cost.decode_s(size)
+
+
+def step_wcet_s(gen: Generation, batch: Sequence[Generation], max_segment_tokens: int, cost: StepCost) -> float:
+    """Worst-case time until gen's current segment is ready when it runs with batch (gen included or not):
+    the batch's pending prefill work plus gen's remaining decode steps at the batch's decode speed."""
+    members = list(batch) if any(m is gen for m in batch) else [*batch, gen]
+    return wcet_in_s(gen, max_segment_tokens, batch_prefill_s(members, cost), len(members), cost)
+
+
 def admits(batch: Sequence[Generation], candidate: Generation, now: float,
            max_segment_tokens: Callable[[Generation], int], token_s: float, admit_when_late: bool = True) -> bool:
-    """True if candidate may join batch (KV aside): see the module docstring."""
+    """True if candidate may join batch (KV aside) by the paper's decode-only rule (see verdict)."""
     return verdict(batch, candidate, now, max_segment_tokens, token_s, admit_when_late) != REFUSED
 
 
 def verdict(batch: Sequence[Generation], candidate: Generation, now: float,
             max_segment_tokens: Callable[[Generation], int], token_s: float, admit_when_late: bool = True) -> str:
-    """Why candidate may join batch (EMPTY, FITS, PRESSING, LATE) or REFUSED.
+    """The paper's decode-only rule (prefill cost ignored): EMPTY, FITS, PRESSING, LATE or REFUSED.
 
     An empty batch always admits. Budgets are budget_s (slack, then time to zero utility). When the most urgent
     member's budget is gone, holding others back cannot save it; admit_when_late then admits rather than

@@ -93,6 +93,8 @@ class Generation:
     step_times: deque = field(default_factory=lambda: deque(maxlen=8))  # recent per-token step durations
     enqueued_at: float = 0.0       # when it (re)entered the waiting queue
     offloaded: bool = False        # KV lives in host memory
+    prefill_left: int | None = None  # prompt tokens still to prefill, as the engine reports (None: unknown)
+    reload_s: float = 0.0          # time to bring its offloaded KV back to the device (0 when resident)
 
     @property
     def req_id(self) -> str:

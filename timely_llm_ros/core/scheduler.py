@@ -36,6 +36,8 @@ class SchedulerConfig:
     network_delay_s: float = 0.0      # server -> robot latency added to expected execution starts
     max_prompt_tokens: int = 4096     # longer prompts are rejected (INVALID_TASK)
     max_waiting: int = 10_000         # queue bound; beyond it new requests are rejected
+    replan_on_failure: int = 0        # replans per request after a failed segment (0: the request ends FAILED)
+    max_plan_tokens: int | None = None  # plan length cap for every robot type (None: each skill set's own)
 
 
 @dataclass
@@ -55,6 +57,7 @@ class RequestOutcome:
     utility: float = 0.0                # Eq. 1: TUF_0 of the response time (0 if never served)
     total_utility: float = 0.0          # Eq. 3: TUF_0(W(s0)) + sum_k TUF_1(W(s_k))
     finished_at: float = math.nan
+    replans: int = 0                    # new generations after a failed segment (replan_on_failure)
 
     @property
     def ok(self) -> bool:
@@ -96,6 +99,9 @@ class _Track:
     max_new: int = 200                                  # effective plan-length cap (tokens)
     error: tuple[ErrorCode, str] | None = None          # error to report at the end (plan kept)
     engine_held: bool = True
+    replans: int = 0                                    # generations started over after a failed segment
+    discarded: set = field(default_factory=set)         # indices of segments dropped by a failure (never run)
+    engine_suspended: bool = False                      # suspended in the engine (resume before its next step)
 
 
 class PlanScheduler:
@@ -112,6 +118,10 @@ class PlanScheduler:
         self.config = config or SchedulerConfig()
         self.outcomes: dict[str, RequestOutcome] = {}
         self.last_step_time: float | None = None
+        self.decode_step_s: float | None = None     # last step that only decoded, and its batch size
+        self.decode_batch = 0
+        self.prefill_token_s: float | None = None   # measured s per prefill token (EMA)
+        self.preemptions = 0                         # generations the policy suspended mid-segment
         self.steps = 0
         self._tracks: dict[str, _Track] = {}
         self._waiting: dict[str, Generation] = {}   # insertion-ordered: queued and suspended
@@ -150,7 +160,8 @@ class PlanScheduler:
             raise RequestError(ErrorCode.INVALID_TASK,
                                f"prompt is {len(prompt_ids)} tokens, over the limit of {self.config.max_prompt_tokens};"
                                " shorten the task or context")
-        max_new = min(req.max_new_tokens, skill_set.max_plan_tokens) if req.max_new_tokens else skill_set.max_plan_tokens
+        cap = self.config.max_plan_tokens or skill_set.max_plan_tokens
+        max_new = min(req.max_new_tokens, cap) if req.max_new_tokens else cap
         room = self.engine.max_context
         if room is not None:
             if len(prompt_ids) + min(max_new, skill_set.max_segment_tokens) > room:
@@ -161,6 +172,7 @@ class PlanScheduler:
         forced = self.engine.encode(" " + req.forced_plan) if req.forced_plan is not None else None
         self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced)
         gen = Generation(req=req, prompt_ids=list(prompt_ids), enqueued_at=self.clock())
+        gen.prefill_left = self._prefill_left(req.req_id, len(prompt_ids))
         exec_profile = getattr(skill_set, "exec_profile", req.robot_type)
         self._tracks[req.req_id] = _Track(gen, skill_set.segmenter(), self.exec_models[exec_profile], max_new=max_new)
         self._waiting[req.req_id] = gen
@@ -176,10 +188,11 @@ class PlanScheduler:
         return self._drain()
 
     def on_execution_started(self, req_id: str, index: int, t: float) -> list[Event]:
-        """The robot began executing segment `index` at time t."""
+        """The robot began executing segment `index` at time t: E is recomputed from that real start."""
         seg = self._segment(req_id, index)
         if seg is not None:
             seg.exec_started = t
+            self._update_expected_end(self._tracks[req_id])
         return self._drain()
 
     def on_execution_finished(self, req_id: str, index: int, t: float, ok: bool = True, error: str = "",
@@ -198,7 +211,11 @@ class PlanScheduler:
         if track.in_flight and track.in_flight[0].exec_started is None:
             track.in_flight[0].exec_started = t  # provisional: the robot moves on to the next queued segment
         if not ok:
-            self._finish(track, RequestState.FAILED, code, f"segment {index} failed: {error or 'executor reported failure'}")
+            why = f"segment {index} failed: {error or 'executor reported failure'}"
+            if track.replans < self.config.replan_on_failure:
+                self._replan(track, seg, why, t)
+            else:
+                self._finish(track, RequestState.FAILED, code, why)
             return self._drain()
         self._update_expected_end(track, actual_end=t)
         self._dispatch(track, t)
@@ -215,9 +232,16 @@ class PlanScheduler:
                 self._finish(self._tracks[gen.req_id], RequestState.DROPPED, ErrorCode.DROPPED, reason)
         if not self.busy():
             return self._drain()
+        reload = getattr(self.engine, "reload_s", None)
+        if callable(reload):
+            for gen in self._waiting.values():
+                gen.reload_s = reload(gen.req_id) if gen.prefilled else 0.0
         mem = self.engine.memory()
         ctx = SchedulingContext(now=now, kv_free_bytes=max(0.0, mem.kv_budget_bytes - mem.kv_device_bytes),
-                                kv_bytes_per_token=mem.kv_bytes_per_token, step_time_s=self.last_step_time)
+                                kv_bytes_per_token=mem.kv_bytes_per_token, step_time_s=self.last_step_time,
+                                decode_step_s=self.decode_step_s, decode_batch=self.decode_batch,
+                                prefill_token_s=self.prefill_token_s,
+                                step_token_budget=getattr(self.engine, "step_token_budget", None))
         batch = self.policy.select(list(self._waiting.values()), list(self._running.values()), ctx)
         if not batch:
             return self._drain()
@@ -233,17 +257,49 @@ class PlanScheduler:
         t = self.clock()
         self.last_step_time = result.elapsed_s
         self.steps += 1
+        self._measure(batch, result)
         for gen in batch:
             self._absorb(self._tracks[gen.req_id], result.tokens.get(gen.req_id),
                          gen.req_id in result.finished, result.elapsed_s, t)
         return self._drain()
 
     # ----------------------------------------------------------------- internals
+    def _prefill_left(self, req_id: str, default: int) -> int:
+        left = self.engine.prefill_left(req_id) if hasattr(self.engine, "prefill_left") else None
+        return default if left is None else left
+
+    def _measure(self, batch: Sequence[Generation], result) -> None:
+        """Step-time facts for admission: the last decode-only step (and its batch size), and seconds per
+        prefill token (EMA of what a step took beyond that decode time, per prompt token it prefilled)."""
+        tokens = 0
+        decodes = 0
+        for gen in batch:
+            if gen.prefilled:
+                decodes += 1
+                continue
+            before = gen.prefill_left if gen.prefill_left is not None else len(gen.prompt_ids)
+            after = 0 if gen.req_id in result.prefilled else self._prefill_left(gen.req_id, before)
+            gen.prefill_left = after
+            tokens += max(before - after, 0)
+        if tokens == 0:
+            if decodes:
+                self.decode_step_s, self.decode_batch = result.elapsed_s, decodes
+            return
+        decode_part = 0.0
+        if decodes and self.decode_step_s is not None:
+            decode_part = self.decode_step_s * decodes / max(self.decode_batch, 1) if decodes < self.decode_batch \
+                else self.decode_step_s
+        per_token = max(result.elapsed_s - decode_part, 0.0) / tokens
+        self.prefill_token_s = per_token if self.prefill_token_s is None else \
+            0.7 * self.prefill_token_s + 0.3 * per_token
+
     def _apply_batch(self, batch: Sequence[Generation], now: float) -> None:
         chosen = {g.req_id for g in batch}
         for req_id, gen in list(self._running.items()):
-            if req_id not in chosen:  # preempted by the policy mid-segment
+            if req_id not in chosen:  # preempted by the policy mid-segment (or mid-prefill)
                 self.engine.suspend(req_id)
+                self._tracks[req_id].engine_suspended = True
+                self.preemptions += 1
                 del self._running[req_id]
                 gen.enqueued_at = now
                 self._waiting[req_id] = gen
@@ -252,8 +308,10 @@ class PlanScheduler:
             if gen.req_id in self._running:
                 continue
             del self._waiting[gen.req_id]
-            if gen.prefilled:
+            track = self._tracks[gen.req_id]
+            if track.engine_suspended:
                 self.engine.resume(gen.req_id)
+                track.engine_suspended = False
             self._running[gen.req_id] = gen
             if gen.seg_gen_started is None:
                 gen.seg_gen_started = now
@@ -263,9 +321,12 @@ class PlanScheduler:
         """Take one step's output for one generation: text, segments, suspension, completion."""
         gen = track.gen
         req_id = gen.req_id
+        if not gen.prefilled and token is None and not finished:
+            return         # chunked prefill: its prompt is not complete yet
         if gen.prefilled:  # decode speed only: a prefill step says nothing about the time per token
             gen.step_times.append(elapsed)
         gen.prefilled = True
+        gen.prefill_left = 0
         n_segments = len(gen.segments)
         eos = self.engine.eos_token_id
         if token is not None and token != eos:
@@ -291,6 +352,7 @@ class PlanScheduler:
             self._generation_done(track, t, capped)
         elif self.policy.segmented and len(gen.segments) > n_segments:
             self.engine.suspend(req_id)
+            track.engine_suspended = True
             del self._running[req_id]
             gen.enqueued_at = t
             self._waiting[req_id] = gen
@@ -326,10 +388,12 @@ class PlanScheduler:
                       gen_started=gen.seg_gen_started if gen.seg_gen_started is not None else t,
                       gen_finished=t, est_exec_s=est)
         gen.segments.append(seg)
+        seg_tokens = len(gen.output_ids) - gen.seg_token_start
         gen.seg_token_start = len(gen.output_ids)
         gen.seg_text_start = len(gen.text)
         gen.seg_gen_started = None if self.policy.segmented else t  # a suspended one restarts the clock on resume
         self.policy.observe_segment(gen.req.robot_type, seg.gen_finished - seg.gen_started)
+        self.policy.observe_segment_tokens(gen.req.robot_type, seg_tokens)
         track.to_dispatch.append(seg)
         self._update_expected_end(track)
         if self.policy.stream_segments:
@@ -340,6 +404,14 @@ class PlanScheduler:
         """E = expected end of the robot's last known segment. The actual completion, when reported, replaces the
         estimate; every segment still executing, queued at the robot or not yet sent adds its minimum estimate."""
         gen = track.gen
+        if not getattr(self.policy, "uses_feedback", True):   # ablation: estimates only, reports ignored
+            end = -math.inf
+            for seg in gen.segments:
+                if seg.index not in track.discarded:
+                    sent = seg.dispatched if seg.dispatched is not None else seg.gen_finished
+                    end = max(end, sent + self.config.network_delay_s) + seg.est_exec_s
+            gen.expected_exec_end = end if math.isfinite(end) else None
+            return
         end = actual_end
         if end is None:
             done = [s.exec_finished for s in gen.segments if s.exec_finished is not None]
@@ -399,15 +471,55 @@ class PlanScheduler:
         del self._tracks[req_id]
         gen.state = state
         outcome = measure_outcome(gen, state, code, message, self.clock() if t is None else t)
+        outcome.replans = track.replans
         self.outcomes[req_id] = outcome
         self._events.append(StateChanged(req_id, state))
         self._events.append(RequestFinished(req_id, outcome))
 
     def _segment(self, req_id: str, index: int) -> Segment | None:
         track = self._tracks.get(req_id)
-        if track is None or not 0 <= index < len(track.gen.segments):
+        if track is None or not 0 <= index < len(track.gen.segments) or index in track.discarded:
             return None
         return track.gen.segments[index]
+
+    def _replan(self, track: _Track, failed: Segment, why: str, t: float) -> None:
+        """Start a new generation for the request after `failed` failed: its context names the failed skill,
+        segments queued behind it are discarded (the robot stops), the old generation's engine state is freed.
+        The new plan's segments continue the request's numbering; its first one waits from t (TUF_1)."""
+        gen = track.gen
+        req = gen.req
+        for seg in list(track.in_flight) + list(track.to_dispatch):
+            track.discarded.add(seg.index)
+        track.in_flight.clear()
+        track.to_dispatch.clear()
+        if track.engine_held:
+            self.engine.release(req.req_id)
+        self._running.pop(req.req_id, None)
+        self._waiting.pop(req.req_id, None)
+        skill = failed.skills[0].name if failed.skills else "?"
+        note = f" The previous plan failed at skill {skill} ({failed.text.strip()}): {why}. Plan again from here."
+        skill_set = self.skill_sets[req.robot_type]
+        prompt_ids = self.engine.encode(skill_set.build_prompt(req.task, (req.context + note).strip()))
+        forced = None
+        if req.forced_plan is not None:   # trace replay: the rest of the recorded plan, failed segment included
+            done = "".join(s.text for s in gen.segments if s.ok).strip()
+            plan = req.forced_plan.strip()
+            rest = plan[len(done):] if plan.startswith(done) else plan
+            forced = self.engine.encode(" " + rest.strip()) if rest.strip() else None
+        max_new = max(track.max_new - len(gen.output_ids), skill_set.max_segment_tokens)
+        self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced)
+        track.engine_held, track.engine_suspended, track.error = True, False, None
+        track.max_new = max_new
+        track.replans += 1
+        track.segmenter = skill_set.segmenter()
+        gen.prompt_ids, gen.output_ids, gen.text = list(prompt_ids), [], ""
+        gen.seg_token_start = gen.seg_text_start = 0
+        gen.seg_gen_started, gen.prefilled, gen.finished_generating = None, False, False
+        gen.prefill_left = self._prefill_left(req.req_id, len(prompt_ids))
+        gen.step_times.clear()
+        gen.expected_exec_end, gen.enqueued_at = t, t
+        self._waiting[req.req_id] = gen
+        self._set_state(gen, RequestState.QUEUED)
 
     def _set_state(self, gen: Generation, state: RequestState) -> None:
         if gen.state != state:

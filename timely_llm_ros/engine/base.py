@@ -3,6 +3,9 @@
 Torch-free so the simulator (core.sim) implements it too. Generations are identified by the
 request id. A step runs exactly the generations it is given: those not yet prefilled are
 prefilled (their first output token comes from the prefill), the others decode one token.
+With chunked prefill (step_token_budget set) a step decodes every prefilled generation and spends the
+rest of the budget on prompt chunks, in the order the ids are given; a generation whose prompt is not
+complete yet emits no token in that step.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ class Engine(ABC):
 
     eos_token_id: int | None = None
     max_context: int | None = None   # prompt + output tokens the model can attend over (None = unbounded)
+    step_token_budget: int | None = None  # chunked prefill: tokens (decodes + prefill chunks) per step; None = off
 
     @abstractmethod
     def encode(self, text: str) -> list[int]:
@@ -78,6 +82,15 @@ class Engine(ABC):
     @abstractmethod
     def memory(self) -> MemoryStats:
         """Current KV memory accounting."""
+
+    def prefill_left(self, gen_id: str) -> int | None:
+        """Prompt tokens gen_id still has to prefill (after any prefix-cache reuse and chunks already run);
+        None if the engine does not know (the scheduler then assumes the whole prompt). Optional."""
+        return None
+
+    def reload_s(self, gen_id: str) -> float:
+        """Estimated time to bring gen_id's offloaded KV back to the device on resume (0 when resident). Optional."""
+        return 0.0
 
     def close(self) -> None:
         """Free the model (lifecycle cleanup)."""

@@ -14,7 +14,8 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
     num_threads (torch CPU threads), headroom_tokens (KV store growth step), batch_prefill (prefill a
     step's new generations together, default True), prefill_tokens (padded tokens per prefill forward),
     prefix_cache_mb (reuse the KV of prompt prefixes seen before, up to this many MiB; default off),
-    prefix_min_tokens (shortest prefix worth reusing, default 32).
+    prefix_min_tokens (shortest prefix worth reusing, default 32), step_token_budget (chunked prefill: tokens
+    per step, decodes included; default off).
     """
     if kind != "transformers":
         raise ValueError(f"unknown engine kind {kind!r}; this factory knows: transformers")
@@ -38,7 +39,7 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
             model_path = str(default_model_dir())
         loaded = load_pretrained(model_path, device, dtype)
     options = {k: kw.pop(k) for k in ("headroom_tokens", "batch_prefill", "prefill_tokens", "prefix_cache_mb",
-                                      "prefix_min_tokens") if k in kw}
+                                      "prefix_min_tokens", "step_token_budget") if k in kw}
     if kw:
         raise ValueError(f"make_engine: unknown options {sorted(kw)}")
     return TransformersEngine(loaded, kv_budget_mb=kv_budget_mb, sampling=sampling, **options)

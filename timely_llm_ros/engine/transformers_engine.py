@@ -55,7 +55,12 @@ class TransformersEngine(Engine):
     def __init__(self, loaded: LoadedModel, kv_budget_mb: float | None = None,
                  sampling: SamplingParams | None = None, headroom_tokens: int = 256,
                  batch_prefill: bool = True, prefill_tokens: int = 16384,
-                 prefix_cache_mb: float | None = None, prefix_min_tokens: int = 32) -> None:
+                 prefix_cache_mb: float | None = None, prefix_min_tokens: int = 32,
+                 step_token_budget: int | None = None) -> None:
+        if step_token_budget is not None and step_token_budget < 1:
+            raise EngineError(f"step_token_budget must be >= 1 or None, got {step_token_budget}")
+        self.step_token_budget = step_token_budget     # chunked prefill (None: whole prompts in one step)
+        self.last_step_tokens = 0                      # tokens the last step ran (decodes + prompt tokens)
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.device, self.dtype, self.source = loaded.device, loaded.dtype, loaded.source
@@ -151,8 +156,12 @@ class TransformersEngine(Engine):
             if decoding:
                 self._decode(decoding, result)
             new = [g for g in gens if not g.prefilled]
-            if new:
+            before = sum(g.kv_len for g in new)
+            if new and self.step_token_budget is not None:
+                self._prefill_chunks(new, self.step_token_budget - len(decoding), result)
+            elif new:
                 self._prefill(new, result)
+            self.last_step_tokens = len(decoding) + sum(g.kv_len for g in new) - before
             self._enforce_budget()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -186,6 +195,55 @@ class TransformersEngine(Engine):
             real += len(gen.prompt)
         if group:
             self._prefill_group(group, result)
+
+    def _prefill_chunks(self, gens: list[_Generation], room: int, result: StepResult) -> None:
+        """Chunked prefill: spend ``room`` prompt tokens on these generations in order; a prompt that does not
+        fit continues in later steps (its partial KV kept like a suspended generation's), and only a completed
+        prompt emits its first token."""
+        for gen in gens:
+            if room <= 0:
+                return
+            n = len(gen.prompt)
+            if gen.kv_len == 0 and gen.row is None and gen.kv is None and self.prefix_cache is not None:
+                reused, kv = self.prefix_cache.lookup(gen.prompt)
+                if kv is not None:
+                    self._store_for(rows=0, capacity=n + 1, gens=[gen])
+                    self._store.write_row(self._claim_slot(gen), kv[..., :reused, :])
+                    gen.kv_len = reused
+            done = gen.kv_len
+            take = min(room, n - done)
+            store = self._store_for(rows=0, capacity=n + 1, gens=[gen])
+            if gen.row is None:
+                row = self._claim_slot(gen)
+                if gen.kv is not None:                 # partial prompt KV evicted since the last chunk
+                    store.write_row(row, gen.kv)
+                    gen.kv = None
+            store.begin_prefill([gen.row], offset=done)
+            try:
+                cols = torch.arange(done + take, device=self.device)
+                ids = torch.tensor([gen.prompt[done:done + take]], dtype=torch.long, device=self.device)
+                if done == 0:
+                    out = self.model(input_ids=ids, past_key_values=store, use_cache=True, logits_to_keep=1)
+                else:
+                    mask = cols[None, :] <= cols[done:, None]
+                    out = self.model(input_ids=ids, position_ids=cols[None, done:], attention_mask=mask[None, None],
+                                     past_key_values=store, use_cache=True, logits_to_keep=1)
+            except Exception:
+                self._free_row(gen)
+                gen.kv_len = 0
+                raise
+            finally:
+                store.end_prefill()
+            gen.kv_len = done + take
+            room -= take
+            if gen.kv_len == n:
+                if self.prefix_cache is not None:
+                    self.prefix_cache.insert(gen.prompt, store.read_row(gen.row, n))
+                self._finish_prefill([gen], [n], out.logits[:, -1], result)
+
+    def prefill_left(self, gen_id: str) -> int | None:
+        gen = self._get(gen_id, "prefill_left")
+        return 0 if gen.prefilled else len(gen.prompt) - gen.kv_len
 
     def _prefill_after_prefix(self, gen: _Generation, reused: int, kv: torch.Tensor, result: StepResult) -> None:
         n = len(gen.prompt)

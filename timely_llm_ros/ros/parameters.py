@@ -28,6 +28,7 @@ class ServerParams:
     urgency_classes_file: str = ""
     state_period_s: float = 0.5
     expected_agents: list = None  # type: ignore[assignment]  (declared as a string array)
+    replan_on_failure: int = 0
 
 
 _DESCRIPTIONS = {
@@ -54,6 +55,8 @@ _DESCRIPTIONS = {
     "state_period_s": ("period of the latched ~/state topic", (0.05, 60.0)),
     "expected_agents": ("robot namespaces whose executors are discovered at start-up (others on their first goal)",
                         None),
+    "replan_on_failure": ("replans per request after a failed segment (a new generation whose context names the "
+                          "failed skill); 0 = the goal ends EXECUTION_FAILED", (0, 100)),
 }
 
 _RUNTIME = {"policy", "max_batch", "executor_timeout_s"}

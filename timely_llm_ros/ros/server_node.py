@@ -75,7 +75,8 @@ class PlanServerNode(Node):
         policy = make_policy(p.policy, max_batch=p.max_batch, options=self.policy_options())
         self.scheduler = PlanScheduler(engine, policy, self.skill_sets, load_exec_models(), time.monotonic,
                                        SchedulerConfig(network_delay_s=p.network_delay_s,
-                                                       max_prompt_tokens=p.max_prompt_tokens))
+                                                       max_prompt_tokens=p.max_prompt_tokens,
+                                                       replan_on_failure=p.replan_on_failure))
         self.limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
                                  max_new_tokens=p.max_new_tokens)
         self._sessions: dict[str, _GoalSession] = {}

@@ -17,6 +17,10 @@ class SchedulingContext:
     kv_free_bytes: float           # KV budget left on the device (inf if unbounded)
     kv_bytes_per_token: float      # approximate KV size of one token of context
     step_time_s: float | None      # duration of the last decode step (None before the first)
+    decode_step_s: float | None = None    # duration of the last step that decoded only (no prefill work)
+    decode_batch: int = 0                 # its batch size
+    prefill_token_s: float | None = None  # measured seconds per prefill token (None before any prefill)
+    step_token_budget: int | None = None  # the engine's chunked-prefill budget (None: unchunked)
 
 
 class Policy(ABC):
@@ -24,12 +28,14 @@ class Policy(ABC):
 
     Class flags say how the scheduler treats segments:
       segmented:       suspend a generation as soon as a segment is executable;
-      stream_segments: dispatch each segment when found (False: only after the whole plan).
+      stream_segments: dispatch each segment when found (False: only after the whole plan);
+      uses_feedback:   the robot's reported start/finish times replace the estimates in E (False: ablation).
     """
 
     name: ClassVar[str] = ""
     segmented: ClassVar[bool] = True
     stream_segments: ClassVar[bool] = True
+    uses_feedback: bool = True     # False: E from execution estimates only (executor reports ignored for E)
 
     def __init__(self, max_batch: int = 8, options: Mapping[str, Any] | None = None) -> None:
         self.max_batch = max_batch
@@ -41,6 +47,9 @@ class Policy(ABC):
 
     def observe_segment(self, robot_type: str, gen_time_s: float) -> None:
         """Measured generation time of a segment that just became executable (default: ignored)."""
+
+    def observe_segment_tokens(self, robot_type: str, tokens: int) -> None:
+        """Token count of a segment that just became executable (default: ignored)."""
 
     def should_drop(self, gen: Generation, now: float) -> str | None:
         """Reason to drop a waiting generation now, or None to keep it (default: never drop)."""

@@ -13,23 +13,44 @@ can. A first segment whose TUF_0 would be <= 0 even if generated now is dropped 
 default; "never" keeps it); the scheduler reports it as DROPPED. Later segments are never dropped: the robot is
 mid-plan.
 
-Options: segment_gen_time_s {robot_type: s}, online_gen_time (G tracks measured segments), max_segment_tokens {robot_type: n}, network_delay_s, token_time_s
-(decode s/token assumed before a generation has been measured), adaptive (latency-guided admission, core/admission.py,
-on top of max_batch; False = fixed cap only), admit_when_late, admit_per_step (generations needing a prefill that
-join per step unless pressing; 0 = no limit), utility_floor, drop.
+Admission is prefill-aware (core/admission.py step_verdict): the most urgent member's WCET counts the prefill work
+a candidate adds, and a step carries at most step_prefill_s of prefill work whoever asks (a pressing crowd too).
+
+Preemption at any token (option preempt, default on): when the best waiting generation w outranks running ones and
+either the batch is full or w would miss its segment deadline next to them, running generations that rank below
+w and can afford to wait for w's segment (budget - own WCET > WCET(w)) are left out of the batch, lowest priority
+first, until w fits; the scheduler suspends them mid-segment (KV kept) and they resume token-exact later.
+
+Options: segment_gen_time_s {robot_type: s}, online_gen_time (G tracks measured segments), max_segment_tokens
+{robot_type: n}, network_delay_s, token_time_s (batch-1 decode step assumed before one is measured), decode_seq_ratio
+(r: a decode step of B sequences takes t_1 * (1 + r (B - 1))), prefill_token_s (assumed before one is measured),
+adaptive (latency-guided admission on top of max_batch; False = fixed cap only), prefill_aware (False: the paper's
+decode-only WCET), preempt, admit_when_late, step_prefill_s (prefill work a step may carry, at least one prompt or
+chunk: 0.1 s = half the urgent class's 0.2 s ERT, so an arrival that waits one whole step keeps half its ERT),
+admit_per_step (prefills joining per step; 0 = no count limit), utility_floor, drop.
 """
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from typing import Any, Mapping, Sequence
 
-from ..admission import PRESSING, REFUSED, kv_need_bytes, verdict
+from ..admission import (REFUSED, StepCost, batch_prefill_s, budget_s, kv_need_bytes, segment_deadline, wcet_in_s, prefill_tokens_left, slack_s, step_wcet_s,
+                         verdict)
 from ..request import Generation
 from .base import Policy, SchedulingContext
 from .registry import register
 
 DEFAULT_SEGMENT_GEN_TIME_S = {"drone": 0.09, "arm": 0.16, "chat": 0.16}
 DEFAULT_MAX_SEGMENT_TOKENS = {"drone": 10, "arm": 20, "chat": 20}
+
+
+def _this_step(tokens: int, room: int | None) -> tuple[int, int | None]:
+    """(tokens of a prompt that run in this step, chunk room left after them)."""
+    if room is None:
+        return tokens, None
+    n = min(tokens, room)
+    return n, room - n
 
 
 def _per_type(value: Any, defaults: Mapping[str, float]) -> dict[str, float]:
@@ -66,8 +87,28 @@ class TimelyPolicy(Policy):
         self.adaptive = bool(o.get("adaptive", True))
         self.online_gen_time = bool(o.get("online_gen_time", False))
         self._configured_gen_time = dict(self.gen_time_s)
+        self.prefill_aware = bool(o.get("prefill_aware", True))
+        self.preempt = bool(o.get("preempt", True))
+        self.online_segment_tokens = bool(o.get("online_segment_tokens", True))
+        self.admit_pressing = bool(o.get("admit_pressing", False))
+        self.admission = str(o.get("admission", "utility"))
+        self.remaining_g = bool(o.get("remaining_g", True))
+        feedback = str(o.get("feedback", "closed"))
+        if feedback not in ("closed", "open"):
+            raise ValueError(f"timely: feedback must be 'closed' or 'open', got {feedback!r}")
+        self.uses_feedback = feedback == "closed"
+        if self.admission not in ("utility", "deadline"):
+            raise ValueError(f"timely: admission must be 'utility' or 'deadline', got {self.admission!r}")
+        self._fixed_prefill = "prefill_token_s" in o
+        self.prefill_step_s = float(o.get("prefill_step_s", 0.0141 if self._fixed_prefill else 0.0))
+        self._seg_tokens: dict[str, deque] = {}
+        self._seg_max: dict[str, int] = {}
+        self.late_delay_s = float(o.get("late_delay_s", 0.01))  # delay a join may add to a late member
+        self.decode_seq_ratio = float(o.get("decode_seq_ratio", 0.07))
+        self.prefill_token_s = float(o.get("prefill_token_s", 1.6e-4))  # measured one (c amortised) used if unset
         self.admit_when_late = bool(o.get("admit_when_late", True))
-        self.admit_per_step = int(o.get("admit_per_step", 1))  # new prefills per step unless pressing (0: no limit)
+        self.admit_per_step = int(o.get("admit_per_step", 0))  # prefills joining per step (0: no count limit)
+        self.step_prefill_s = float(o.get("step_prefill_s", 0.1))  # prefill work per step (at least one prompt)
         self.utility_floor = float(o.get("utility_floor", 0.05))
         self.drop = str(o.get("drop", "hopeless"))
         if self.drop not in ("hopeless", "never"):
@@ -87,9 +128,18 @@ class TimelyPolicy(Policy):
         return self.gen_time_s.get(robot_type, self.gen_time_s.get("*", 0.1))
 
     def segment_tokens(self, gen: Generation) -> int:
-        """Maximum tokens of one segment of gen's robot type (admission's WCET bound)."""
+        """Tokens of one segment of gen's robot type that admission's WCET assumes: the configured maximum, or
+        with online_segment_tokens the longest of the last 32 segments of that type seen (never above the max)."""
         rt = gen.req.robot_type
-        return self.max_segment_tokens.get(rt, self.max_segment_tokens.get("*", 20))
+        cap = self.max_segment_tokens.get(rt, self.max_segment_tokens.get("*", 20))
+        seen = self._seg_max.get(rt) if self.online_segment_tokens else None
+        return min(cap, seen) if seen else cap
+
+    def observe_segment_tokens(self, robot_type: str, tokens: int) -> None:
+        if tokens > 0:
+            recent = self._seg_tokens.setdefault(robot_type, deque(maxlen=32))
+            recent.append(tokens)
+            self._seg_max[robot_type] = max(recent)
 
     def utility_if_started(self, gen: Generation, now: float, gen_time_s: float | None = None) -> float:
         """TUF_0 / TUF_1 of the current segment if its generation starts now (unclamped)."""
@@ -100,9 +150,19 @@ class TimelyPolicy(Policy):
             return req.tuf(ready - req.arrival)
         return req.tuf.resumed(ready - gen.expected_exec_end)
 
+    def remaining_time(self, gen: Generation) -> float:
+        """G(s_k) of the part of the segment still to generate: G for a segment not started, else the share of
+        its (assumed) tokens left, so a half-generated segment is not ranked like a fresh one."""
+        g = self.segment_time(gen.req.robot_type)
+        done = gen.tokens_in_segment if gen.prefilled else 0
+        if done <= 0 or not self.remaining_g:
+            return g
+        tokens = self.segment_tokens(gen)
+        return g * max(tokens - done, 1) / max(tokens, done + 1)
+
     def priority(self, gen: Generation, now: float) -> float:
         req = gen.req
-        g = self.segment_time(req.robot_type)
+        g = self.remaining_time(gen)
         if gen.k == 0 or gen.expected_exec_end is None:
             u = req.tuf(now + g + self.network_delay_s - req.arrival)
             slack = req.arrival + req.tuf.ert - now
@@ -127,28 +187,166 @@ class TimelyPolicy(Policy):
                     f"time utility (utility {u:.2f} if generated now)")
         return None
 
+    def step_cost(self, ctx: SchedulingContext) -> StepCost:
+        """Step-time assumptions for admission: measured on the engine where the scheduler has measured them."""
+        t1 = self.token_time_s
+        if ctx.decode_step_s is not None and ctx.decode_batch > 0:
+            t1 = ctx.decode_step_s / (1.0 + self.decode_seq_ratio * (ctx.decode_batch - 1))
+        if self._fixed_prefill or ctx.prefill_token_s is None:
+            return StepCost(t1, self.decode_seq_ratio, self.prefill_token_s, ctx.step_token_budget, self.prefill_step_s)
+        return StepCost(t1, self.decode_seq_ratio, ctx.prefill_token_s, ctx.step_token_budget)
+
     def select(self, waiting: Sequence[Generation], running: Sequence[Generation],
                ctx: SchedulingContext) -> list[Generation]:
-        batch = list(running)
-        room = self.max_batch - len(batch)
-        if room <= 0 or not waiting:
-            return batch
         now = ctx.now
-        ranked = heapq.nlargest(room, waiting, key=lambda g: self.priority(g, now))
+        if not waiting:
+            return list(running)
+        scored = heapq.nlargest(self.max_batch, ((self.priority(g, now), i, g) for i, g in enumerate(waiting)))
+        ranked = [g for _, _, g in scored]
+        if not self.adaptive:
+            return self._fixed(list(running), ranked, ctx)
+        cost = self.step_cost(ctx)
+        prio = {id(g): self.priority(g, now) for g in running}
+        prio.update((id(g), p) for p, _, g in scored)
+        live = {id(g) for g in running}
+        if self.preempt:   # everyone competes by priority: a running generation that does not fit is left out
+            order = sorted([*running, *ranked], key=lambda g: -prio[id(g)])
+        else:
+            order = [*running, *ranked]
+        batch: list[Generation] = []
+        kv_free = ctx.kv_free_bytes
+        room = None if cost.step_token_budget is None else max(
+            cost.step_token_budget - sum(1 for g in order if g.prefilled and id(g) in live), 0)
+        work, prefills = 0.0, 0
+        for gen in order:
+            running_now = id(gen) in live
+            kept = running_now and not self.preempt
+            if not kept:
+                if len(batch) >= self.max_batch:
+                    continue
+                need = kv_need_bytes(gen, ctx.kv_bytes_per_token)
+                if batch and need > kv_free:
+                    continue
+                if batch and not self._admissible(batch, gen, now, cost):
+                    continue
+            n, left = 0, room
+            if not gen.prefilled:
+                n, left = _this_step(prefill_tokens_left(gen), room)
+                extra = n * cost.prefill_token_s
+                # the step's prefill work stays short whoever asks (a crowd sharing one deadline included),
+                # so that a request arriving meanwhile waits at most one short step
+                if not kept and (
+                        (n == 0 and prefill_tokens_left(gen) > 0)
+                        or (work > 0 and work + extra > self.step_prefill_s)
+                        or (0 < self.admit_per_step <= prefills)):
+                    continue
+                work, prefills = work + extra, prefills + 1
+            if not running_now:
+                kv_free -= kv_need_bytes(gen, ctx.kv_bytes_per_token)
+            room = left
+            batch.append(gen)
+        # a chunked engine spends its prefill budget in batch order: the most urgent prompt first
+        return [g for g in batch if g.prefilled] + sorted((g for g in batch if not g.prefilled),
+                                                          key=lambda g: -prio[id(g)])
+
+    def _admissible(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:
+        """gen may join batch (all higher in priority) unless a member's prefill-aware WCET with gen reaches its
+        segment deadline, or makes an already late member's WCET exceed its WCET alone by
+        more than late_delay_s; the paper's decode-only rule if not
+        prefill_aware."""
+        if not self.prefill_aware:
+            return verdict(batch, gen, now, self.segment_tokens, self.token_time_s, self.admit_when_late) != REFUSED
+        joined = [*batch, gen]
+        if self.admission == "utility":
+            return self._worth_joining(batch, gen, now, cost)
+        if self.admit_pressing:
+            own = budget_s(gen, now)
+            if all(own < budget_s(m, now) + step_wcet_s(gen, [gen], self.segment_tokens(gen), cost) for m in batch):
+                return True        # as urgent as every member: holding it back trades one miss for another
+        for m in batch:
+            tokens = self.segment_tokens(m)
+            after = step_wcet_s(m, joined, tokens, cost)
+            slack = slack_s(m, now)
+            if slack > 0:
+                if after >= slack:
+                    return False   # gen would make it (or keep it) miss its deadline
+            elif after - step_wcet_s(m, [m], tokens, cost) > self.late_delay_s:
+                return False       # late: every delay costs it utility (below 0 too): batch mates may add
+                                   # at most late_delay_s in all (resumes that need no prefill, a few at most)
+        return True
+
+    def ready_utility(self, gen: Generation, ready: float) -> float:
+        """Utility (TUF_0 or TUF_1) of gen's current segment if it is ready at time ready, at least 0: a first
+        segment that would earn less is better dropped, which counts about 0."""
+        req = gen.req
+        t = ready + self.network_delay_s
+        if gen.k == 0 or gen.expected_exec_end is None:
+            return max(req.tuf(t - req.arrival), 0.0)
+        return max(req.tuf.resumed(t - gen.expected_exec_end), 0.0)
+
+    def _worth_joining(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:
+        """Utility test: join if the members' and gen's predicted utilities together are at least those of the
+        batch without gen plus gen's after it waits for the members it would delay (then runs on its own)."""
+        pre, size = batch_prefill_s(batch, cost), len(batch)
+        own = prefill_tokens_left(gen)
+        first = own and not any(prefill_tokens_left(m) for m in batch)   # the step's fixed prefill cost is new
+        pre_joined = pre + own * cost.prefill_token_s + gen.reload_s + (cost.prefill_step_s if first else 0.0)
+        with_gen = self.ready_utility(gen, now + wcet_in_s(gen, self.segment_tokens(gen), pre_joined, size + 1, cost))
+        if with_gen <= 0.0 and gen.k == 0 and self.drop != "never":
+            return False           # it would be served at a loss: leave it to the drop rule
+        without, wait = 0.0, 0.0
+        for m in batch:
+            tokens = self.segment_tokens(m)
+            before = wcet_in_s(m, tokens, pre, size, cost)
+            u_before = self.ready_utility(m, now + before)
+            u_after = self.ready_utility(m, now + wcet_in_s(m, tokens, pre_joined, size + 1, cost))
+            with_gen += u_after
+            without += u_before
+            if u_after < u_before:
+                wait = max(wait, before)
+        if wait == 0.0:
+            return True            # nobody loses anything
+        alone = step_wcet_s(gen, [gen], self.segment_tokens(gen), cost)
+        return with_gen >= without + self.ready_utility(gen, now + wait + alone)
+
+    def _fixed(self, batch: list[Generation], ranked: list[Generation], ctx: SchedulingContext) -> list[Generation]:
         budget = ctx.kv_free_bytes
-        prefills = 0
         for gen in ranked:
+            if len(batch) >= self.max_batch:
+                break
             need = kv_need_bytes(gen, ctx.kv_bytes_per_token)
             if batch and need > budget:
                 break
-            if self.adaptive:
-                why = verdict(batch, gen, now, self.segment_tokens, self.token_time_s, self.admit_when_late)
-                if why == REFUSED:
-                    break
-                if (not gen.prefilled and why != PRESSING and batch
-                        and 0 < self.admit_per_step <= prefills):
-                    continue
-            prefills += not gen.prefilled
             budget -= need
             batch.append(gen)
         return batch
+
+
+@register
+class TimelyOpenLoop(TimelyPolicy):
+    """Ablation: timely with E from execution-time estimates only (the executor's start/finish reports ignored)."""
+
+    name = "timely-open-loop"
+
+    def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(max_batch, {**(options or {}), "feedback": "open"})
+
+
+@register
+class EdfAdmit(TimelyPolicy):
+    """Ablation: timely's admission, preemption and drop rule with EDF order (segment deadline) instead of Eq. 4."""
+
+    name = "edf-admit"
+
+    def priority(self, gen: Generation, now: float) -> float:
+        return -segment_deadline(gen)
+
+
+@register
+class FcfsAdmit(TimelyPolicy):
+    """Ablation: timely's admission, preemption and drop rule with FCFS order (request arrival) instead of Eq. 4."""
+
+    name = "fcfs-admit"
+
+    def priority(self, gen: Generation, now: float) -> float:
+        return -gen.req.arrival

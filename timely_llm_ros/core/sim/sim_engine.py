@@ -17,6 +17,7 @@ class _SimGen:
     max_new_tokens: int
     forced: list[int] | None
     output: list[int] = field(default_factory=list)
+    prefill_done: int = 0          # prompt tokens in KV (cached prefix included) while the prefill is chunked
     prefilled: bool = False
     suspended: bool = False
     offloaded: bool = False
@@ -34,10 +35,17 @@ class SimEngine(Engine):
     prompts); set_prompt_tokens(gen_id, n) overrides the count of one generation before add().
     Suspended generations keep their KV on the device until the KV budget is exceeded; then the least
     recently suspended move to host memory, and resuming them costs a modelled reload in the next step.
+    step_token_budget (chunked prefill): a step decodes every prefilled generation (one token each) and spends
+    what is left of the budget on prompt chunks in the order given; a chunk of n tokens ending at context c
+    costs a*n*c + b*n (+ c once per step), so a prompt in one chunk costs what the unchunked prefill costs.
     """
 
     def __init__(self, latency: LatencyModel, clock: VirtualClock | None = None,
-                 prompt_tokens: int = 0, tokenizer: PieceTokenizer | None = None) -> None:
+                 prompt_tokens: int = 0, tokenizer: PieceTokenizer | None = None,
+                 step_token_budget: int | None = None) -> None:
+        if step_token_budget is not None and step_token_budget < 1:
+            raise ValueError(f"step_token_budget must be >= 1 or None, got {step_token_budget}")
+        self.step_token_budget = step_token_budget
         self.latency = latency
         self.clock = clock or VirtualClock()
         self.prompt_tokens = prompt_tokens
@@ -46,6 +54,7 @@ class SimEngine(Engine):
         self._gens: dict[str, _SimGen] = {}
         self._suspended: OrderedDict[str, None] = OrderedDict()  # LRU order of suspension
         self._prompt_override: dict[str, int] = {}
+        self._prompt_seen: dict[str, int] = {}
         self._pending_reload_s = 0.0
         self.steps = 0
 
@@ -68,7 +77,8 @@ class SimEngine(Engine):
             forced_ids: Sequence[int] | None = None) -> None:
         if gen_id in self._gens:
             raise EngineError(f"generation {gen_id!r} already added")
-        n = self._prompt_override.pop(gen_id, len(prompt_ids))
+        n = self._prompt_override.pop(gen_id, self._prompt_seen.get(gen_id, len(prompt_ids)))
+        self._prompt_seen[gen_id] = n      # a request that comes back (a replan) has as long a prompt
         self._gens[gen_id] = _SimGen(n, max_new_tokens, list(forced_ids) if forced_ids is not None else None)
 
     def step(self, gen_ids: Sequence[str]) -> StepResult:
@@ -81,17 +91,32 @@ class SimEngine(Engine):
         prefills: list[tuple[int, int]] = []
         decode_batch = decode_kv = 0
         for _, g in gens:
-            if not g.prefilled:
-                cached = min(self.latency.cached_prefix_tokens, max(g.prompt_tokens - 1, 0))
-                prefills.append((g.prompt_tokens - cached, g.prompt_tokens))
-            else:
+            if g.prefilled:
                 decode_batch += 1
                 decode_kv += g.ctx_tokens
+        room = None if self.step_token_budget is None else max(self.step_token_budget - decode_batch, 0)
+        completes: set[int] = set()
+        for _, g in gens:
+            if g.prefilled:
+                continue
+            if not g.prefill_done:
+                g.prefill_done = min(self.latency.cached_prefix_tokens, max(g.prompt_tokens - 1, 0))
+            n = g.prompt_tokens - g.prefill_done if room is None else min(room, g.prompt_tokens - g.prefill_done)
+            if n <= 0:
+                continue
+            g.prefill_done += n
+            prefills.append((n, g.prefill_done))
+            if room is not None:
+                room -= n
+            if g.prefill_done >= g.prompt_tokens:
+                completes.add(id(g))
         elapsed = self.latency.step_s(prefills, decode_batch, decode_kv) + self._pending_reload_s
         self._pending_reload_s = 0.0
         result = StepResult(tokens={}, elapsed_s=elapsed)
         for gid, g in gens:
             if not g.prefilled:
+                if id(g) not in completes:
+                    continue               # its prompt is not complete yet: no token this step
                 g.prefilled = True
                 result.prefilled.append(gid)
             tok = self._next_token(g)
@@ -104,6 +129,17 @@ class SimEngine(Engine):
         self.clock.advance(elapsed)
         self.steps += 1
         return result
+
+    def prefill_left(self, gen_id: str) -> int | None:
+        g = self._get(gen_id)
+        if g.prefilled:
+            return 0
+        done = g.prefill_done or min(self.latency.cached_prefix_tokens, max(g.prompt_tokens - 1, 0))
+        return g.prompt_tokens - done
+
+    def reload_s(self, gen_id: str) -> float:
+        g = self._get(gen_id)
+        return self.latency.reload_s(g.ctx_tokens) if g.offloaded else 0.0
 
     def suspend(self, gen_id: str) -> None:
         g = self._get(gen_id)

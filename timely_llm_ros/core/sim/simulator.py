@@ -36,6 +36,40 @@ from .sim_engine import SimEngine
 _ARRIVE, _EXEC_START, _EXEC_END = 0, 1, 2
 
 
+@dataclass(frozen=True)
+class ExecNoise:
+    """How real robot execution deviates from the execution-time model (closed-loop simulation).
+
+    factor: each segment's sampled time is multiplied by a factor drawn per segment: "none" (1), "uniform"
+    (low..high), "lognormal" (median `median`, log-sd `sigma`). failure_rate: probability that a segment fails,
+    after a uniform 10-100% of its time; the robot then drops the segments queued behind it.
+    """
+
+    factor: str = "none"
+    low: float = 1.0
+    high: float = 1.0
+    median: float = 1.0
+    sigma: float = 0.0
+    failure_rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.factor not in ("none", "uniform", "lognormal"):
+            raise ValueError(f"exec noise factor must be none, uniform or lognormal, got {self.factor!r}")
+        if not 0.0 <= self.failure_rate <= 1.0 or self.low <= 0 or self.high < self.low or self.median <= 0:
+            raise ValueError("exec noise needs 0 <= failure_rate <= 1, 0 < low <= high, median > 0")
+
+    def draw(self, rng: random.Random) -> tuple[float, float | None]:
+        """(time factor, fraction of the time after which it fails or None)."""
+        if self.factor == "uniform":
+            f = rng.uniform(self.low, self.high)
+        elif self.factor == "lognormal":
+            f = self.median * math.exp(rng.gauss(0.0, self.sigma))
+        else:
+            f = 1.0
+        fails = rng.random() < self.failure_rate
+        return f, (rng.uniform(0.1, 1.0) if fails else None)
+
+
 @dataclass
 class SimResult:
     """Outcomes of one simulated run and what it cost."""
@@ -63,7 +97,8 @@ class Simulator:
                  urgency_classes: Mapping[str, TimeUtility] = DEFAULT_URGENCY_CLASSES, seed: int = 0,
                  on_finished: Callable[[RequestOutcome], None] | None = None, *, engine: Engine | None = None,
                  clock: LoopClock | None = None, time_scale: float = 1.0, forced_plans: bool = True,
-                 network_delay_s: float | None = None) -> None:
+                 network_delay_s: float | None = None, step_token_budget: int | None = None,
+                 exec_noise: ExecNoise | None = None, scheduler_config: SchedulerConfig | None = None) -> None:
         if engine is None and latency is None:
             raise ValueError("Simulator needs a latency model for its SimEngine, or an engine")
         if time_scale <= 0:
@@ -82,12 +117,16 @@ class Simulator:
         self.network_delay_s = network_delay_s
         if engine is None:
             self.clock: LoopClock = clock if clock is not None else VirtualClock()
-            engine = SimEngine(latency, self.clock)
+            engine = SimEngine(latency, self.clock, step_token_budget=step_token_budget)
         else:
             self.clock = clock if clock is not None else WallClock()
         self.engine = engine
-        self.scheduler = PlanScheduler(self.engine, policy, self.skill_sets, self.exec_models, self.clock,
-                                       SchedulerConfig(network_delay_s=network_delay_s))
+        config = scheduler_config or SchedulerConfig()
+        config.network_delay_s = network_delay_s
+        self.exec_noise = exec_noise or ExecNoise()
+        self.scheduler = PlanScheduler(self.engine, policy, self.skill_sets, self.exec_models, self.clock, config)
+        self._followers: dict[str, list[WorkloadTask]] = {}   # closed loop: tasks waiting for a task's end
+        self._lost: set[tuple[str, int]] = set()                # segments a failed robot never runs
         self._events: list[tuple[float, int, int, tuple]] = []
         self._seq = itertools.count()
         self._select_s: list[float] = []
@@ -100,7 +139,10 @@ class Simulator:
         if isinstance(tasks, Workload):
             tasks = tasks.tasks
         for task in tasks:
-            self._push(task.arrival, _ARRIVE, (task,))
+            if task.after:
+                self._followers.setdefault(task.after, []).append(task)
+            else:
+                self._push(task.arrival, _ARRIVE, (task,))
         self._time_select()
         if isinstance(self.clock, WallClock):
             self.clock.reset()  # arrivals are offsets from the start of the run
@@ -135,18 +177,25 @@ class Simulator:
             t, _, kind, payload = heapq.heappop(self._events)
             if kind == _ARRIVE:
                 task: WorkloadTask = payload[0]
-                self._submit(task)
+                self._submit(task, t)
+            elif (payload[0], payload[1]) in self._lost:
+                continue
             elif kind == _EXEC_START:
                 self._handle(sched.on_execution_started(payload[0], payload[1], t))
             else:
-                self._handle(sched.on_execution_finished(payload[0], payload[1], t, ok=True))
+                ok = payload[2] if len(payload) > 2 else True
+                if not ok:   # the robot stops: what it had queued behind the failed segment never runs
+                    self._lost.update((payload[0], i) for i in range(payload[1] + 1, payload[1] + 1000))
+                    self._robot_free[payload[0]] = t
+                self._handle(sched.on_execution_finished(payload[0], payload[1], t, ok=ok,
+                                                         error="" if ok else "simulated skill failure"))
 
-    def _submit(self, task: WorkloadTask) -> None:
+    def _submit(self, task: WorkloadTask, t: float | None = None) -> None:
         set_prompt_tokens = getattr(self.engine, "set_prompt_tokens", None)
         if callable(set_prompt_tokens):  # modelled engine: LRTrace prompts are long in-context prompts
             set_prompt_tokens(task.task_id, task.prompt_tokens)
         self._robot_type[task.task_id] = task.robot_type
-        req = task.to_request(self.urgency_classes)
+        req = task.to_request(self.urgency_classes, arrival=t)
         if not self.forced_plans:
             req.forced_plan = None
         try:
@@ -162,18 +211,24 @@ class Simulator:
         for ev in events:
             if isinstance(ev, SegmentReady):
                 self._start_execution(ev)
-            elif isinstance(ev, RequestFinished) and self.on_finished is not None:
-                self.on_finished(ev.outcome)
+            elif isinstance(ev, RequestFinished):
+                for nxt in self._followers.pop(ev.req_id, []):   # closed loop: the robot's next task
+                    self._push(self.clock.now + nxt.gap_s, _ARRIVE, (nxt,))
+                if self.on_finished is not None:
+                    self.on_finished(ev.outcome)
 
     def _start_execution(self, ev: SegmentReady) -> None:
         model = self.exec_models[self.skill_sets[self._robot_type[ev.req_id]].exec_profile]
         rng = random.Random(f"{self.seed}:{ev.req_id}:{ev.segment.index}")
         # the robot runs its segments in order: one sent while it is busy starts when the previous one ends
         start = max(self.clock.now + self.network_delay_s, self._robot_free.get(ev.req_id, -math.inf))
-        end = start + model.sample_time(ev.segment.skills, rng) * self.time_scale
+        self._lost.discard((ev.req_id, ev.segment.index))      # a replanned segment reuses nothing, but be safe
+        factor, fails_at = self.exec_noise.draw(random.Random(f"{self.seed}:{ev.req_id}:{ev.segment.index}:noise"))
+        length = model.sample_time(ev.segment.skills, rng) * self.time_scale * factor
+        end = start + (length if fails_at is None else length * fails_at)
         self._robot_free[ev.req_id] = end
         self._push(start, _EXEC_START, (ev.req_id, ev.segment.index))
-        self._push(end, _EXEC_END, (ev.req_id, ev.segment.index))
+        self._push(end, _EXEC_END, (ev.req_id, ev.segment.index, fails_at is None))
 
     def _time_select(self) -> None:
         """Record the wall time of every policy.select call (scheduling overhead)."""

@@ -19,7 +19,25 @@ import yaml
 from ...paths import config_dir
 from ..request import PlanRequest
 from ..tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
-from .lrtrace import get_trace
+from .lrtrace import Trace, get_trace
+
+# Chat/prose requests (the paper's chatbot class): a person asks the robot; the reply is read aloud sentence by
+# sentence (config/skills/chat.yaml). Ids continue after LRTrace's 11.
+CHAT_TRACES: dict[int, Trace] = {t.trace_id: t for t in (
+    Trace(12, "chat", "chatbot", "normal", "Where can I find a pair of scissors?", "a home office with a desk and shelves",
+          "Scissors are usually kept in the top drawer of the desk, next to the stapler and the tape. If they are not "
+          "there, look on the second shelf to the left of the window, where the craft box sits. I can also bring "
+          "the craft box to you if you tell me where you are sitting right now."),
+    Trace(13, "chat", "chatbot", "normal", "What should I pack for a day of hiking?", "a living room; the user is "
+          "preparing a backpack", "For a day of hiking you should pack at least two litres of water and some food "
+          "with salt and sugar. Bring a light rain jacket, a warm layer and a hat, because the weather in the hills "
+          "changes quickly. A small first aid kit, a charged phone and a paper map are worth their weight as well."),
+)}
+
+
+def lookup_trace(trace_id: int) -> Trace:
+    """An LRTrace trace (1-11) or a chat trace (CHAT_TRACES)."""
+    return CHAT_TRACES.get(int(trace_id)) or get_trace(trace_id)
 
 
 @dataclass(frozen=True)
@@ -35,19 +53,26 @@ class WorkloadSpec:
     seed: int = 0
     prompt_tokens: int = 2884     # prompt length of every request (long in-context prompts)
     busy_margin_s: float = 2.0    # planning allowance added to a task's nominal execution time
-    nominal_exec_s: Mapping[str, float] = field(default_factory=lambda: {"drone": 12.0, "arm": 30.0})
+    nominal_exec_s: Mapping[str, float] = field(default_factory=lambda: {"drone": 12.0, "arm": 30.0, "chat": 20.0})
+    chain: int = 1                # closed loop: an agent runs 1..chain tasks, each sent think_s after the
+    think_s: float = 0.0          # previous one REALLY finished (WorkloadTask.after)
+    max_new_tokens: int = 200     # plan length cap of every request
 
     def __post_init__(self) -> None:
         if self.eps <= 0 or self.max_tpe < 1 or self.agents < 1 or self.duration_s <= 0 or not self.trace_ids:
             raise ValueError(f"workload {self.name!r}: need eps > 0, max_tpe >= 1, agents >= 1, duration_s > 0 "
                              "and at least one trace id")
+        if self.chain < 1 or self.think_s < 0 or self.max_new_tokens < 1:
+            raise ValueError(f"workload {self.name!r}: need chain >= 1, think_s >= 0, max_new_tokens >= 1")
         for tid in self.trace_ids:
-            get_trace(tid)
+            lookup_trace(tid)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "WorkloadSpec":
         d = dict(d)
         d["trace_ids"] = tuple(int(t) for t in d["trace_ids"])
+        if "chain" in d:
+            d["chain"] = int(d["chain"])
         if "nominal_exec_s" in d:
             d["nominal_exec_s"] = {str(k): float(v) for k, v in d["nominal_exec_s"].items()}
         return cls(**d)
@@ -74,14 +99,18 @@ class WorkloadTask:
     context: str
     plan: str
     prompt_tokens: int
+    after: str = ""               # closed loop: submitted gap_s after this task (same agent) really finished
+    gap_s: float = 0.0
+    max_new_tokens: int = 200     # plan length cap (tokens)
 
     def to_request(self, classes: Mapping[str, TimeUtility] = DEFAULT_URGENCY_CLASSES,
-                   max_new_tokens: int = 200) -> PlanRequest:
+                   max_new_tokens: int | None = None, arrival: float | None = None) -> PlanRequest:
         """The PlanRequest a simulator submits at `arrival` (plan forced: trace replay)."""
         return PlanRequest(req_id=self.task_id, agent_id=self.agent_id, robot_type=self.robot_type, task=self.task,
-                           tuf=classes[self.urgency], arrival=self.arrival, context=self.context,
-                           urgency=self.urgency, max_new_tokens=max_new_tokens, forced_plan=self.plan,
-                           task_type=str(self.trace_id))
+                           tuf=classes[self.urgency], arrival=self.arrival if arrival is None else arrival,
+                           context=self.context, urgency=self.urgency,
+                           max_new_tokens=self.max_new_tokens if max_new_tokens is None else max_new_tokens,
+                           forced_plan=self.plan, task_type=str(self.trace_id))
 
 
 @dataclass
@@ -97,7 +126,7 @@ class Workload:
 def generate(spec: WorkloadSpec) -> Workload:
     """Draw a workload from spec (deterministic for a given seed)."""
     rng = random.Random(spec.seed)
-    types = sorted({get_trace(t).robot_type for t in spec.trace_ids})
+    types = sorted({lookup_trace(t).robot_type for t in spec.trace_ids})
     free_at = {rt: [0.0] * spec.agents for rt in types}
     tasks: list[WorkloadTask] = []
     skipped = events = 0
@@ -105,20 +134,32 @@ def generate(spec: WorkloadSpec) -> Workload:
     while t < spec.duration_s:
         n = rng.randint(1, spec.max_tpe)
         for _ in range(n):
-            tr = get_trace(rng.choice(spec.trace_ids))
+            tr = lookup_trace(rng.choice(spec.trace_ids))
             pool = free_at[tr.robot_type]
             free = [i for i, f in enumerate(pool) if f <= t]
             if not free:
                 skipped += 1
                 continue
             agent = rng.choice(free)
-            pool[agent] = t + spec.nominal_exec_s.get(tr.robot_type, 10.0) + spec.busy_margin_s
-            tasks.append(WorkloadTask(
-                task_id=f"{spec.name.lower()}-{len(tasks):04d}", arrival=round(t, 6), event=events,
-                agent_id=f"{tr.robot_type}_{agent}", trace_id=tr.trace_id, robot_type=tr.robot_type,
-                urgency=tr.urgency, task=tr.task, context=tr.context, plan=tr.plan, prompt_tokens=spec.prompt_tokens))
+            occupancy = spec.nominal_exec_s.get(tr.robot_type, 10.0) + spec.busy_margin_s
+            length = rng.randint(1, spec.chain) if spec.chain > 1 else 1   # (no draw: presets stay as they were)
+            pool[agent] = t + length * (occupancy + spec.think_s)
+            after = ""
+            for j in range(length):
+                tid = tr.trace_id if j == 0 else rng.choice([x for x in spec.trace_ids
+                                                              if lookup_trace(x).robot_type == tr.robot_type])
+                step = lookup_trace(tid)
+                task_id = f"{spec.name.lower()}-{len(tasks):04d}"
+                tasks.append(WorkloadTask(
+                    task_id=task_id, arrival=round(t + j * (occupancy + spec.think_s), 6), event=events,
+                    agent_id=f"{tr.robot_type}_{agent}", trace_id=step.trace_id, robot_type=step.robot_type,
+                    urgency=step.urgency, task=step.task, context=step.context, plan=step.plan,
+                    prompt_tokens=spec.prompt_tokens, after=after, gap_s=spec.think_s if after else 0.0,
+                    max_new_tokens=spec.max_new_tokens))
+                after = task_id
         events += 1
         t += rng.expovariate(spec.eps)
+    tasks.sort(key=lambda task: task.arrival)
     return Workload(spec, tasks, skipped, events)
 
 
@@ -139,3 +180,28 @@ def load_spec(name_or_path: str | Path, **overrides: Any) -> WorkloadSpec:
 def preset(name: str, **overrides: Any) -> Workload:
     """Generate a preset workload (WID1, WID2, WID3), optionally overriding spec fields (seed, duration_s...)."""
     return generate(load_spec(name, **overrides))
+
+
+def burst(seed: int = 0, arms: tuple[int, int] = (16, 20), urgent: tuple[int, int] = (20, 30),
+          arm_window_s: float = 0.3, burst_at_s: float = 2.0, burst_window_s: float = 0.1,
+          prompt_tokens: int = 2884) -> Workload:
+    """The urgent-burst shape: 16-20 arm plans (traces 9-11) arrive within arm_window_s and are generating when
+    20-30 urgent drone requests (traces 6-8) arrive within burst_window_s at burst_at_s (counts drawn per seed)."""
+    rng = random.Random(seed)
+    n_arm, n_urgent = rng.randint(*arms), rng.randint(*urgent)
+    spec = WorkloadSpec(name="BURST", eps=1.0 / burst_at_s, max_tpe=max(n_arm, n_urgent), trace_ids=(6, 7, 8, 9, 10, 11),
+                        agents=max(n_arm, n_urgent), duration_s=burst_at_s + burst_window_s, seed=seed,
+                        prompt_tokens=prompt_tokens)
+    rows = [(rng.uniform(0.0, arm_window_s), rng.choice((9, 10, 11)), 0) for _ in range(n_arm)]
+    rows += [(burst_at_s + rng.uniform(0.0, burst_window_s), rng.choice((6, 7, 8)), 1) for _ in range(n_urgent)]
+    rows.sort()
+    tasks, counters = [], {"arm": 0, "drone": 0}
+    for i, (t, tid, event) in enumerate(rows):
+        tr = lookup_trace(tid)
+        agent = counters[tr.robot_type]
+        counters[tr.robot_type] += 1
+        tasks.append(WorkloadTask(task_id=f"burst-{i:04d}", arrival=round(t, 6), event=event,
+                                  agent_id=f"{tr.robot_type}_{agent}", trace_id=tid, robot_type=tr.robot_type,
+                                  urgency=tr.urgency, task=tr.task, context=tr.context, plan=tr.plan,
+                                  prompt_tokens=prompt_tokens))
+    return Workload(spec, tasks, 0, 2)

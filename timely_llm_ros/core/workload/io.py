@@ -1,7 +1,7 @@
 """Save and load workloads as YAML (spec, counts and every task), so runs can be replayed exactly."""
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
 import yaml
@@ -9,6 +9,7 @@ import yaml
 from .generator import Workload, WorkloadSpec, WorkloadTask
 
 _TASK_FIELDS = {f.name for f in fields(WorkloadTask)}
+_REQUIRED = {f.name for f in fields(WorkloadTask) if f.default is MISSING}
 
 
 def workload_to_dict(w: Workload) -> dict:
@@ -19,10 +20,10 @@ def workload_to_dict(w: Workload) -> dict:
 def workload_from_dict(d: dict) -> Workload:
     tasks = []
     for i, t in enumerate(d.get("tasks") or []):
-        missing = _TASK_FIELDS - set(t)
+        missing = _REQUIRED - set(t)
         if missing:
             raise ValueError(f"workload task {i}: missing fields {sorted(missing)}")
-        tasks.append(WorkloadTask(**{k: t[k] for k in _TASK_FIELDS}))
+        tasks.append(WorkloadTask(**{k: t[k] for k in _TASK_FIELDS if k in t}))
     tasks.sort(key=lambda t: t.arrival)
     return Workload(WorkloadSpec.from_dict(d["spec"]), tasks, int(d.get("skipped", 0)), int(d.get("events", 0)))
 
