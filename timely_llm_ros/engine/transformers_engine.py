@@ -43,6 +43,9 @@ class _Generation:
     suspended_seq: int = 0               # order of suspension (least recent offloads first)
     finished: bool = False
     offloaded: bool = False              # kv lives in host memory
+    prompt_kv: int = 0                   # prompt columns still in the KV (prompt eviction shrinks it)
+    kept_pos: list[int] | None = None    # original positions of those columns (None: all of the prompt)
+    pos_offset: int = 0                  # next position = kv_len + pos_offset (evicted columns counted back)
 
     def remaining(self) -> int:
         cap = self.max_new_tokens if self.forced is None else min(self.max_new_tokens, len(self.forced))
@@ -299,7 +302,7 @@ class TransformersEngine(Engine):
                         result: StepResult) -> None:
         tokens = choose_tokens(logits, self.sampling, [g.generator for g in gens])
         for gen, n_tokens, token in zip(gens, lengths, tokens):
-            gen.kv_len, gen.prefilled = n_tokens, True
+            gen.kv_len, gen.prefilled, gen.prompt_kv = n_tokens, True, n_tokens
             result.prefilled.append(gen.gen_id)
             self._emit(gen, token, result)
 
@@ -308,7 +311,10 @@ class TransformersEngine(Engine):
         store, rows = self._store, self._slots[:len(gens)]
         mask = store.begin_decode([g.kv_len for g in rows], changed)
         ids = torch.tensor([[g.output[-1]] for g in rows], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, position_ids=store.positions(), attention_mask=mask,
+        positions = store.positions()
+        if any(g.pos_offset for g in rows):   # evicted prompt KV: later tokens keep their original positions
+            positions = positions + torch.tensor([[g.pos_offset] for g in rows], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
                          past_key_values=store, use_cache=True)
         store.end_decode()
         tokens = choose_tokens(out.logits[:, -1], self.sampling, [g.generator for g in rows])
@@ -325,6 +331,42 @@ class TransformersEngine(Engine):
         if hit_eos or gen.remaining() == 0:
             gen.finished = True
             result.finished.add(gen.gen_id)
+
+    # ----- prompt-KV eviction (TimeBill) -----
+    @torch.inference_mode()
+    def evict_prompt_kv(self, gen_id: str, ratio: float) -> int:
+        """Drop ``ratio`` of the prompt KV a prefilled generation holds now, keeping the columns its last prompt
+        window attends to most (engine/kv_evict.py) and the window itself; its output KV is untouched and its
+        later tokens keep their original positions. Works wherever the KV lives (store row, own tensor, host).
+        Returns the prompt columns kept."""
+        from .kv_evict import snapkv_keep
+
+        gen = self._get(gen_id, "evict_prompt_kv")
+        if not 0.0 <= ratio < 1.0:
+            raise EngineError(f"evict_prompt_kv: ratio must be in [0, 1), got {ratio}")
+        if not gen.prefilled:
+            raise EngineError(f"evict_prompt_kv: generation {gen_id!r} is not prefilled yet; evict after its prefill")
+        p = gen.prompt_kv
+        keep = max(1, round(p * (1.0 - ratio)))
+        if keep >= p:
+            return p
+        kv = self._store.read_row(gen.row, gen.kv_len) if gen.row is not None else gen.kv
+        positions = gen.kept_pos if gen.kept_pos is not None else list(range(p))
+        tokens = [gen.prompt[i] for i in positions]
+        prompt_kv = kv[..., :p, :].to(self.device)
+        idx = snapkv_keep(self.model, prompt_kv, tokens, positions, keep)
+        idx_all = torch.cat([idx, torch.arange(p, gen.kv_len, device=idx.device)])
+        kept = kv.index_select(-2, idx_all.to(kv.device))
+        if gen.row is not None:
+            self._store.write_row(gen.row, kept)
+            self._last_active = []               # row lengths changed: the next decode re-reads them
+        else:
+            gen.kv = kept.pin_memory() if gen.offloaded and self._pin else kept
+        new_len = kept.shape[-2]
+        gen.pos_offset += gen.kv_len - new_len
+        gen.kv_len, gen.prompt_kv = new_len, keep
+        gen.kept_pos = [positions[i] for i in idx.tolist()]
+        return keep
 
     # ----- slot store -----
     def _arrange(self, gens: list[_Generation]) -> bool:
