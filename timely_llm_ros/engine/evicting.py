@@ -70,7 +70,6 @@ class EvictingEngine(Engine):
 
     def release(self, gen_id: str) -> None:
         self._prefilled.discard(gen_id)
-        self.applied.pop(gen_id, None)
         self.inner.release(gen_id)
 
     def memory(self) -> MemoryStats:
