@@ -85,16 +85,20 @@ def test_eviction_shrinks_kv_by_the_evicted_share_and_keeps_original_positions(p
     assert eng.output_ids("a") == tokens[:len(eng.output_ids("a"))]
 
 
-def test_eviction_while_suspended_and_offloaded_then_resume(planner):
-    eng = TransformersEngine(planner, kv_budget_mb=1e-3)     # any suspended KV goes to host
+@pytest.mark.parametrize("budget", [None, 1e-3])   # suspended KV parked in a spare store row / offloaded to host
+def test_eviction_while_suspended_then_resume(planner, budget):
+    eng = TransformersEngine(planner, kv_budget_mb=budget)
     prompts = {"a": ids(planner, 0), "b": ids(planner, 1)}
     for g, p in prompts.items():
         eng.add(g, p, 30)
     eng.step(["a", "b"])
     eng.suspend("a")
-    assert eng.is_offloaded("a")
+    eng.step(["b"])
+    assert eng.is_offloaded("a") == (budget is not None)
+    assert (eng._gens["a"].row is not None) == (budget is None)   # parked in the store, or a host tensor
     eng.evict_prompt_kv("a", 0.5)
-    assert eng.memory().kv_host_bytes == eng._gens["a"].kv_len * eng.kv_shape.bytes_per_token
+    if budget is not None:
+        assert eng.memory().kv_host_bytes == eng._gens["a"].kv_len * eng.kv_shape.bytes_per_token
     eng.step(["b"])
     eng.resume("a")
     live = {"a", "b"}
