@@ -8,8 +8,8 @@ The plans of the TimelyLLM traces (core.workload.lrtrace) are replayed through t
 real forward passes, fixed content) as one batch. After every token, the whole output is detokenized and
 the new text fed to the skill set's incremental segmenter (core.skills: the real StatementSegmenter, as the
 scheduler does). When a segment becomes executable the generation is suspended, sits out ``--pause`` steps
-(its robot executes) and is resumed, leaving and rejoining the batch (its KV row is parked in a spare store row and moved back;
-the run is repeated with the engine's park_rows off, cloning the row out and back as before, interleaved).
+(its robot executes) and is resumed, leaving and rejoining the batch (its KV row parked in a spare store row
+and moved back; repeated, interleaved, with the engine's park_rows off: the row cloned out and written back).
 Generation time = the engine's step times; overhead = detokenize + segmenter + suspend() + resume(),
 also shown with the engine's row copies when the batch changes (already inside the step times).
 Medians over --reps runs.
