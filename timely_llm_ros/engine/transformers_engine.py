@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch
 
-from .base import Engine, EngineError, MemoryStats, StepResult
+from .base import Engine, EngineError, GenerationTable, MemoryStats, StepResult
 from .kv_cache import KVShape, SlotKV
 from .loader import LoadedModel
 from .prefix_cache import PrefixCache
@@ -52,7 +52,7 @@ class _Generation:
         return max(cap - len(self.output), 0)
 
 
-class TransformersEngine(Engine):
+class TransformersEngine(GenerationTable, Engine):
     """Continuous batching over a transformers model, with KV kept across suspension."""
 
     def __init__(self, loaded: LoadedModel, kv_budget_mb: float | None = None,
@@ -508,25 +508,6 @@ class TransformersEngine(Engine):
     def is_offloaded(self, gen_id: str) -> bool:
         """Whether a generation's KV currently lives in host memory."""
         return self._get(gen_id, "is_offloaded").offloaded
-
-    # ----- validation -----
-    def _get(self, gen_id: str, op: str) -> _Generation:
-        gen = self._gens.get(gen_id)
-        if gen is None:
-            state = "was released" if gen_id in self._released else "was never added"
-            raise EngineError(f"{op}: unknown generation {gen_id!r} ({state})")
-        return gen
-
-    def _runnable(self, gen_ids: Sequence[str]) -> list[_Generation]:
-        gens = [self._get(g, "step") for g in gen_ids]
-        if len(set(gen_ids)) != len(gen_ids):
-            raise EngineError(f"step: duplicate generation ids in {list(gen_ids)}")
-        for gen in gens:
-            if gen.suspended:
-                raise EngineError(f"step: generation {gen.gen_id!r} is suspended; resume() it first")
-            if gen.finished:
-                raise EngineError(f"step: generation {gen.gen_id!r} already finished; release() it")
-        return gens
 
 
 def _eos_ids(loaded: LoadedModel) -> set[int]:
