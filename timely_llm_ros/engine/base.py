@@ -110,6 +110,15 @@ class GenerationTable:
             raise EngineError(f"{op}: unknown generation {gen_id!r} ({state})")
         return gen
 
+    def _check_new(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+        """Refuse an add() that names an existing generation, has no prompt or no room for a token."""
+        if gen_id in self._gens:
+            raise EngineError(f"add: generation {gen_id!r} already exists")
+        if not prompt_ids:
+            raise EngineError(f"add: generation {gen_id!r} has an empty prompt")
+        if max_new_tokens < 1:
+            raise EngineError(f"add: generation {gen_id!r} needs max_new_tokens >= 1, got {max_new_tokens}")
+
     def _runnable(self, gen_ids: Sequence[str]) -> list[Any]:
         gens = [self._get(g, "step") for g in gen_ids]
         if len(set(gen_ids)) != len(gen_ids):

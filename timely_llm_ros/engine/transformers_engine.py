@@ -96,12 +96,7 @@ class TransformersEngine(GenerationTable, Engine):
     # ----- lifecycle of a generation -----
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
             forced_ids: Sequence[int] | None = None) -> None:
-        if gen_id in self._gens:
-            raise EngineError(f"add: generation {gen_id!r} already exists")
-        if not prompt_ids:
-            raise EngineError(f"add: generation {gen_id!r} has an empty prompt")
-        if max_new_tokens < 1:
-            raise EngineError(f"add: generation {gen_id!r} needs max_new_tokens >= 1, got {max_new_tokens}")
+        self._check_new(gen_id, prompt_ids, max_new_tokens)
         if forced_ids is not None and len(forced_ids) == 0:
             raise EngineError(f"add: generation {gen_id!r} has empty forced_ids")
         forced = None if forced_ids is None else list(forced_ids)

@@ -164,12 +164,7 @@ class VllmEngine(GenerationTable, Engine):
         if forced_ids is not None:
             raise EngineError("add: forced_ids (trace replay) is not supported by the vllm engine;"
                               " replay traces with engine:=transformers")
-        if gen_id in self._gens:
-            raise EngineError(f"add: generation {gen_id!r} already exists")
-        if not prompt_ids:
-            raise EngineError(f"add: generation {gen_id!r} has an empty prompt")
-        if max_new_tokens < 1:
-            raise EngineError(f"add: generation {gen_id!r} needs max_new_tokens >= 1, got {max_new_tokens}")
+        self._check_new(gen_id, prompt_ids, max_new_tokens)
         if len(prompt_ids) + 1 > self.max_context:
             raise EngineError(f"add: generation {gen_id!r}: prompt of {len(prompt_ids)} tokens leaves no room"
                               f" in the model's {self.max_context}-token context")
