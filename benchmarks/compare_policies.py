@@ -211,7 +211,8 @@ def run(args) -> list[dict]:
                                      "cached": latency.cached_prefix_tokens, "group": g, "n": m.n,
                                      "utility": m.utility, "share_of_max": m.utility_share, "bound": b,
                                      "share": m.utility / b if b and not math.isnan(b) and b > 0 else math.nan,
-                                     "response_time": m.response_time, "served": m.served, "dropped": m.dropped,
+                                     "response_time": m.response_time, "waiting_time": m.waiting_time,
+                                     "eq3_utility": m.eq3_utility, "served": m.served, "dropped": m.dropped,
                                      "dropped_bound_positive": len(lost),
                                      "replans": sum(o.replans for o in res.outcomes), "sim_s": res.sim_time_s})
         print(f"  {preset} seed {seed}: {len(workload.tasks)} tasks, bound {bound}")
@@ -246,6 +247,8 @@ def summarize_rows(rows: list[dict]) -> list[dict]:
                     "share_of_bound": span([r["share"] for r in sel]),
                     "bound": span([r["bound"] for r in sel]),
                     "response_time": span([r["response_time"] for r in sel]),
+                    "waiting_time": span([r["waiting_time"] for r in sel]),
+                    "eq3_utility": span([r["eq3_utility"] for r in sel]),
                     "dropped": span([r["dropped"] for r in sel]),
                     "dropped_bound_positive": span([float(r["dropped_bound_positive"]) for r in sel]),
                     "utility_mean": statistics.fmean(r["utility"] for r in sel)})

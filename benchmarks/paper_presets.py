@@ -59,11 +59,11 @@ class PaperTask(WorkloadTask):
     ttft_slo_ms: float = 0.0
     time_budget_s: float = 0.0
 
-    def to_request(self, classes=DEFAULT_URGENCY_CLASSES, max_new_tokens: int = 200):
+    def to_request(self, classes=DEFAULT_URGENCY_CLASSES, max_new_tokens: int = 200, arrival: float | None = None):
         if not self.urgency:   # text-only urgency: the normal TUF, no class (the semantic classifier decides)
-            return dataclasses.replace(dataclasses.replace(self, urgency="normal").to_request(classes, max_new_tokens),
-                                       urgency="")
-        req = super().to_request(classes, max_new_tokens)
+            req = dataclasses.replace(self, urgency="normal").to_request(classes, max_new_tokens, arrival)
+            return dataclasses.replace(req, urgency="")
+        req = super().to_request(classes, max_new_tokens, arrival)
         return dataclasses.replace(req, tpot_slo_ms=self.tpot_slo_ms, ttft_slo_ms=self.ttft_slo_ms,
                                    time_budget_s=self.time_budget_s)
 

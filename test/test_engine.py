@@ -65,6 +65,32 @@ def test_suspend_resume_at_arbitrary_points_is_token_exact(tiny):
     assert engine.output_ids("g") == solo_greedy(tiny, ids, 40)
 
 
+def test_a_leaver_stays_parked_in_the_store_and_rejoins_token_exact(tiny):
+    ids = [prompt(10 + i, 11 + 4 * i) for i in range(4)]
+    outs = {}
+    for park in (True, False):
+        engine = make(tiny)
+        engine.park_rows = park
+        for i, p in enumerate(ids):
+            engine.add(f"g{i}", p, 24)
+        engine.step([f"g{i}" for i in range(4)])
+        for rnd in range(5):                   # a middle row leaves for two steps, then rejoins
+            leaver = f"g{1 + rnd % 2}"
+            engine.suspend(leaver)
+            others = [f"g{i}" for i in range(4) if f"g{i}" != leaver]
+            engine.step(others)
+            gen = engine._gens[leaver]
+            # parked: its KV is still in a store row outside the active range, not in a copy of its own
+            assert (gen.kv is None and gen.row is not None and gen.row >= 3) if park else gen.row is None
+            engine.step(others)
+            engine.resume(leaver)
+            engine.step([f"g{i}" for i in range(4)])
+        outs[park] = [engine.output_ids(f"g{i}") for i in range(4)]
+    assert outs[True] == outs[False]
+    for i in (1, 2):
+        assert outs[True][i] == solo_greedy(tiny, ids[i], 24)[:len(outs[True][i])]
+
+
 def test_resume_never_prefills_again(tiny):
     engine = make(tiny)
     engine.add("g", prompt(4, 50), 10)

@@ -81,13 +81,13 @@ def real_run():
     return result, engine.log, time.monotonic() - t0
 
 
-def test_wall_clock_sleeps_and_virtual_clock_jumps():
+def test_wall_clock_sleeps_and_virtual_clock_jumps(monkeypatch):
     wall, virtual = WallClock(), VirtualClock()
     t0 = time.monotonic()
     assert wall.advance_to(wall.now + 0.05) >= 0.05
-    assert time.monotonic() - t0 >= 0.05
-    t0 = time.monotonic()
-    assert virtual.advance_to(100.0) == 100.0 and time.monotonic() - t0 < 0.01
+    assert time.monotonic() - t0 >= 0.05  # a lower bound: sleeping never ends early
+    monkeypatch.setattr(time, "sleep", lambda s: pytest.fail("the virtual clock slept"))
+    assert virtual.advance_to(100.0) == 100.0 and virtual() == 100.0
     with pytest.raises(ValueError):
         wall.advance(-1.0)
 
@@ -101,7 +101,7 @@ def test_real_engine_serves_the_workload_in_real_time(real_run):
         assert all(s.exec_finished is not None for s in o.segments)
         assert 0 < o.response_time <= o.waiting_time + 1e-9 and o.response_time <= o.completion_time
     # time is real: the loop ran as long as its clock says, past the last arrival plus that request's work
-    assert result.sim_time_s == pytest.approx(elapsed, abs=0.5)
+    assert sum(dt for _, _, dt in log) <= result.sim_time_s <= elapsed  # it includes every real step, nothing more
     assert result.sim_time_s >= max(o.req.arrival + o.completion_time for o in result.outcomes) - 1e-6
     assert result.engine_steps == len(log)
 

@@ -128,12 +128,18 @@ def test_dropped_requests_are_reported_and_counted():
     assert all(o.error_code != 0 and o.message for o in result.outcomes if o.state == RequestState.DROPPED)
 
 
-def test_scheduling_overhead_is_small():
+def test_select_over_a_thousand_queued_picks_a_full_batch_of_the_highest_priorities():
+    # behaviour only; the speed target is benchmarks/scheduling_overhead.py's (timed assertions flake on shared boxes)
     tuf = DEFAULT_URGENCY_CLASSES["normal"]
     waiting = [Generation(PlanRequest(f"g{i}", "a", "drone", "t", tuf, i * 1e-3), [0] * 10) for i in range(1000)]
     ctx = SchedulingContext(now=0.0, kv_free_bytes=math.inf, kv_bytes_per_token=1.0, step_time_s=0.02)
-    stats = time_select(make_policy("timely", max_batch=16), waiting, [], ctx, repeats=20)
-    assert stats.queued == 1000 and stats.mean_ms < 20  # generous bound for slow CI; benchmark reports the real one
+    policy = make_policy("timely", max_batch=16)
+    stats = time_select(policy, waiting, [], ctx, repeats=2)
+    batch = policy.select(waiting, [], ctx)
+    ranked = sorted(waiting, key=lambda g: policy.priority(g, ctx.now), reverse=True)
+    assert stats.queued == 1000 and len(batch) == 16
+    assert {g.req.req_id for g in batch} == {g.req.req_id for g in ranked[:16]}
+    assert policy.priority(ranked[0], ctx.now) > policy.priority(ranked[-1], ctx.now)  # the queue is not all ties
 
 
 def test_chunked_prefill_bounds_the_step_and_costs_what_one_chunk_costs():

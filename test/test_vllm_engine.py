@@ -112,6 +112,41 @@ def test_bad_calls_get_clear_errors(engine):
     engine.release("s")
 
 
+def test_parked_generations_give_way_under_kv_pressure_and_stay_exact(engine):
+    """More parked KV than the pool holds: vLLM preempts the oldest parked one (recompute on resume)."""
+    ctx = lambda i: ", ".join(f"box {i} {j}" for j in range(12))          # distinct contexts: no shared blocks
+    p0 = prompt(engine, "look for the cat", ctx(0))
+    engine.add("ref0", p0, 40)
+    reference = run(engine, "ref0")
+    engine.release("ref0")
+    before = engine.preempted_parked
+    started = []
+    for i in range(400):
+        gid = f"k{i}"
+        engine.add(gid, p0 if i == 0 else prompt(engine, "look for the cat", ctx(i)), 40)
+        r = engine.step([gid])
+        started.append(gid)
+        if gid in r.finished:
+            continue
+        engine.suspend(gid)
+        if engine.preempted_parked > before:
+            break
+    assert engine.preempted_parked > before, "the KV pool never filled up"
+    k0 = engine._sched.requests[engine._gens["k0"].req_id]
+    assert k0.num_preemptions == 1, "the least recently suspended generation gives way first"
+    engine.resume("k0")
+    got = engine.output_ids("k0")
+    while True:
+        r = engine.step(["k0"])
+        got.append(r.tokens["k0"])
+        if "k0" in r.finished:
+            break
+    assert got == reference
+    for gid in started:
+        engine.release(gid)
+    assert engine.memory().kv_device_bytes == 0
+
+
 def _first_segments(engine, policy: str) -> list[str]:
     clock = VirtualClock()
     sched = PlanScheduler(engine, make_policy(policy, max_batch=1), SKILLS, load_exec_models(), clock)

@@ -20,8 +20,21 @@ class EvictingEngine(Engine):
         self.inner, self.ratios = inner, ratios
         self.eos_token_id = inner.eos_token_id
         self.max_context = inner.max_context
+        self.step_token_budget = inner.step_token_budget   # a class attribute on Engine: __getattr__ never sees it
         self.applied: dict[str, float] = {}
         self._prefilled: set[str] = set()
+
+    def __getattr__(self, name: str):
+        # anything else the scheduler may ask (prefill_left, reload_s, step_token_budget, ...) is the inner engine's
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def prefill_left(self, gen_id: str) -> int | None:
+        return self.inner.prefill_left(gen_id)
+
+    def reload_s(self, gen_id: str) -> float:
+        return self.inner.reload_s(gen_id)
 
     def encode(self, text: str) -> list[int]:
         return self.inner.encode(text)
@@ -65,3 +78,12 @@ class EvictingEngine(Engine):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def with_policy_eviction(engine: Engine, policy) -> Engine:
+    """The engine wrapped so that a policy deciding prompt-KV eviction (TimeBill's prompt_kv_eviction) evicts for
+    real; any other policy, or an engine that cannot evict, gets the engine unchanged."""
+    ratios = getattr(policy, "prompt_kv_eviction", None)
+    if callable(ratios) and callable(getattr(engine, "evict_prompt_kv", None)):
+        return EvictingEngine(engine, ratios)
+    return engine

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .base import Engine, EngineError, MemoryStats, StepResult
+from .base import Engine, EngineError, GenerationTable, MemoryStats, StepResult
 
 
 def configure_environment(cache_root: str | Path | None = None) -> None:
@@ -68,7 +68,7 @@ class _Gen:
     finished: bool = False
 
 
-class VllmEngine(Engine):
+class VllmEngine(GenerationTable, Engine):
     """The Engine interface over vLLM's step-level engine API."""
 
     def __init__(self, model_path: str, options: VllmOptions | None = None, temperature: float = 0.0,
@@ -164,12 +164,7 @@ class VllmEngine(Engine):
         if forced_ids is not None:
             raise EngineError("add: forced_ids (trace replay) is not supported by the vllm engine;"
                               " replay traces with engine:=transformers")
-        if gen_id in self._gens:
-            raise EngineError(f"add: generation {gen_id!r} already exists")
-        if not prompt_ids:
-            raise EngineError(f"add: generation {gen_id!r} has an empty prompt")
-        if max_new_tokens < 1:
-            raise EngineError(f"add: generation {gen_id!r} needs max_new_tokens >= 1, got {max_new_tokens}")
+        self._check_new(gen_id, prompt_ids, max_new_tokens)
         if len(prompt_ids) + 1 > self.max_context:
             raise EngineError(f"add: generation {gen_id!r}: prompt of {len(prompt_ids)} tokens leaves no room"
                               f" in the model's {self.max_context}-token context")
@@ -269,24 +264,6 @@ class VllmEngine(Engine):
     # ----- introspection -----
     def output_ids(self, gen_id: str) -> list[int]:
         return list(self._get(gen_id, "output_ids").output)
-
-    def _get(self, gen_id: str, op: str) -> _Gen:
-        gen = self._gens.get(gen_id)
-        if gen is None:
-            state = "was released" if gen_id in self._released else "was never added"
-            raise EngineError(f"{op}: unknown generation {gen_id!r} ({state})")
-        return gen
-
-    def _runnable(self, gen_ids: Sequence[str]) -> list[_Gen]:
-        gens = [self._get(g, "step") for g in gen_ids]
-        if len(set(gen_ids)) != len(gen_ids):
-            raise EngineError(f"step: duplicate generation ids in {list(gen_ids)}")
-        for gen in gens:
-            if gen.suspended:
-                raise EngineError(f"step: generation {gen.gen_id!r} is suspended; resume() it first")
-            if gen.finished:
-                raise EngineError(f"step: generation {gen.gen_id!r} already finished; release() it")
-        return gens
 
 
 def _as_list(value) -> list:

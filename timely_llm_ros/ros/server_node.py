@@ -147,6 +147,8 @@ class PlanServerNode(LifecycleNode):
             warm_up(engine, next(iter(self.skill_sets.values())).build_prompt("warm up", ""))
             self.urgency_classes = load_urgency_classes(p.urgency_classes_file or None)
             policy = make_policy(p.policy, max_batch=p.max_batch, options=self.policy_options())
+            from ..engine.evicting import with_policy_eviction
+            engine = with_policy_eviction(engine, policy)   # TimeBill: real prompt-KV eviction in the engine
             self.scheduler = PlanScheduler(engine, policy, self.skill_sets, load_exec_models(), time.monotonic,
                                            SchedulerConfig(network_delay_s=p.network_delay_s,
                                                            max_prompt_tokens=p.max_prompt_tokens,

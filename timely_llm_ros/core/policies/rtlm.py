@@ -16,11 +16,11 @@ stay on the one engine and simply rank low through u_n.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Sequence
 
 from ..request import Generation
 from .base import Policy, SchedulingContext
+from .predicted import hard_deadline
 from .registry import register
 
 
@@ -70,11 +70,7 @@ class RtlmPolicy(Policy):
         return gen.req_id in self._secondary
 
     def deadline(self, gen: Generation) -> float:
-        req = gen.req
-        if req.time_budget_s > 0:
-            return req.arrival + req.time_budget_s
-        z = req.tuf.zero_crossing()
-        return req.arrival + (z if math.isfinite(z) else 60.0)
+        return hard_deadline(gen.req)
 
     def priority(self, gen: Generation, now: float) -> float:
         u = self.u(gen)

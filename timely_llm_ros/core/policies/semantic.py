@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 from ..admission import kv_need_bytes
 from ..request import Generation
 from .base import Policy, SchedulingContext
+from .predicted import PredictedLengths
 from .registry import register
 
 DEFAULT_CLASS_LEVELS = {"urgent": 1, "normal": 3}
@@ -49,9 +50,8 @@ class SemanticPolicy(Policy):
         self.b = float(o.get("b", 131072 / 1.8e10))     # 128 KiB per token at 18 GB/s
         self.class_levels = {**DEFAULT_CLASS_LEVELS, **dict(o.get("class_levels") or {})}
         self._classifier = o.get("classifier")
-        self._length = o.get("length_predictor")
+        self._lengths = PredictedLengths(o.get("length_predictor"))
         self._level: dict[str, int] = {}
-        self._n_hat: dict[str, int] = {}
         self.evicted: dict[str, str] = {}    # gen id -> "offload" | "recompute" (priced into f_t)
 
     # ---- predictors
@@ -71,14 +71,8 @@ class SemanticPolicy(Policy):
         return lv
 
     def n_hat(self, gen: Generation) -> int:
-        n = self._n_hat.get(gen.req_id)
-        if n is None:
-            if self._length is None:
-                from ..predictors.length import default_bucket_predictor
-
-                self._length = default_bucket_predictor()
-            n = self._n_hat[gen.req_id] = int(self._length.predict(gen.req.task, gen.req.context))
-        return n
+        """Predicted output tokens of gen (bucketed length predictor, cached per request)."""
+        return self._lengths(gen)
 
     # ---- cost model
     def prefill_s(self, n: int) -> float:

@@ -15,12 +15,12 @@ its TUF's zero crossing with no eviction and is never killed (TimeBill then beha
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Sequence
 
 from ..predictors.ete import ExecTimeEstimator, alpha_star, wcet_tokens
 from ..request import Generation
 from .base import Policy, SchedulingContext
+from .predicted import PredictedLengths, hard_deadline
 from .registry import register
 
 
@@ -46,29 +46,18 @@ class TimeBillPolicy(Policy):
         self.overrun = str(o.get("overrun", "kill"))
         if self.overrun not in ("kill", "skip-next"):
             raise ValueError(f"timebill: overrun must be 'kill' or 'skip-next', got {self.overrun!r}")
-        self._length = o.get("length_predictor")
-        self._n_hat: dict[str, int] = {}
+        self._lengths = PredictedLengths(o.get("length_predictor"))
         self.alpha: dict[str, float] = {}        # gen id -> eviction ratio to apply (engine/evicting.py reads it)
         self.applied: dict[str, float] = {}      # gen id -> ratio the engine applied
         self._skip_agents: set[str] = set()
         self._overran: set[str] = set()
 
     def deadline(self, gen: Generation) -> float:
-        req = gen.req
-        if req.time_budget_s > 0:
-            return req.arrival + req.time_budget_s
-        z = req.tuf.zero_crossing()
-        return req.arrival + (z if math.isfinite(z) else 60.0)
+        return hard_deadline(gen.req)
 
     def n_hat(self, gen: Generation) -> int:
-        n = self._n_hat.get(gen.req_id)
-        if n is None:
-            if self._length is None:
-                from ..predictors.length import default_bucket_predictor
-
-                self._length = default_bucket_predictor()
-            n = self._n_hat[gen.req_id] = int(self._length.predict(gen.req.task, gen.req.context))
-        return n
+        """Predicted output tokens of gen (bucketed length predictor, cached per request)."""
+        return self._lengths(gen)
 
     def eviction_ratio(self, gen: Generation, now: float, batch: int) -> float:
         """alpha* for gen at now (after its prefill), decode steps costed at this batch size."""

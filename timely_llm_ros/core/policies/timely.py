@@ -213,7 +213,7 @@ class TimelyPolicy(Policy):
         now = ctx.now
         if not waiting:
             return list(running)
-        scored = heapq.nlargest(self.max_batch, ((self.priority(g, now), i, g) for i, g in enumerate(waiting)))
+        scored = heapq.nlargest(self.max_batch, ((self.priority(g, now), -i, g) for i, g in enumerate(waiting)))
         ranked = [g for _, _, g in scored]
         if not self.adaptive:
             return self._fixed(list(running), ranked, ctx)
