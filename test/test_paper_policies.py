@@ -106,7 +106,7 @@ def test_rtlm_offloads_long_requests_to_the_second_instance_in_simulation():
     res = Simulator(policy, lat, engine=engine, clock=clock).run(tasks)
     done = {o.req.req_id: o for o in res.outcomes if o.state == RequestState.DONE}
     assert len(done) == len(tasks)
-    flagged = {rid for rid, u in policy._u.items() if u > policy.tau}
+    flagged = {rid for rid, o in done.items() if policy.predictor.predict(o.req.task, o.req.context) > policy.tau}
     assert flagged and engine.secondary_ids == flagged   # exactly the u > tau ones ran on the second instance
     long_ids = sorted(done, key=lambda i: -len(done[i].plan_text))[:2]
     assert set(long_ids) & engine.secondary_ids

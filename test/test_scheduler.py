@@ -7,7 +7,7 @@ from timely_llm_ros.core.errors import ErrorCode, RequestError
 from timely_llm_ros.core.exec_time import load_exec_models
 from timely_llm_ros.core.policies import make_policy
 from timely_llm_ros.core.request import PlanRequest, RequestState
-from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, SegmentReady
+from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady
 from timely_llm_ros.core.sim.clock import VirtualClock
 from timely_llm_ros.core.sim.latency_model import LatencyModel
 from timely_llm_ros.core.sim.sim_engine import SimEngine
@@ -290,3 +290,26 @@ def test_failed_segment_replans_with_a_context_naming_the_failed_skill():
     assert [t.strip() for _, _, t in dispatched] == ["mf(50);", "tc(90);", "mb(20);"]
     assert [i for _, i, _ in dispatched][0] >= 1
     # without the option the request ends EXECUTION_FAILED (test_executor_failure_ends_the_request_with_its_code)
+
+
+@pytest.mark.parametrize("policy", ["timely", "timebill", "rtlm", "semantic"])
+def test_a_long_running_scheduler_keeps_no_per_request_state_beyond_its_outcome_bound(policy):
+    """A server runs for days: finished requests must not accumulate in the scheduler or the policy."""
+    clock = VirtualClock()
+    engine = SimEngine(LATENCY, clock)
+    pol = make_policy(policy, max_batch=4, options={"classifier": None} if policy != "semantic" else
+                      {"class_levels": {"normal": 3, "urgent": 0}})
+    sched = PlanScheduler(engine, pol, load_skill_sets(), load_exec_models(), clock,
+                          SchedulerConfig(keep_outcomes=3))
+    for wave in range(3):
+        events = []
+        for i in range(4):
+            events += sched.submit(request(f"w{wave}-{i}", t=clock()))
+        run_to_end(sched, clock, exec_s=0.1, events0=events)
+    assert len(sched.outcomes) == 3 and set(sched.outcomes) <= {f"w2-{i}" for i in range(4)}
+    assert all(o.error_code == ErrorCode.NONE for o in sched.outcomes.values())
+    per_request = {name: value for name, value in vars(pol).items()
+                   if isinstance(value, (dict, set)) and any(str(k).startswith("w") for k in value)}
+    assert per_request == {}, f"{policy} still holds state of finished requests: {sorted(per_request)}"
+    lengths = getattr(pol, "_lengths", None)
+    assert lengths is None or not lengths._n

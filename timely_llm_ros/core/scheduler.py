@@ -38,6 +38,8 @@ class SchedulerConfig:
     max_waiting: int = 10_000         # queue bound; beyond it new requests are rejected
     replan_on_failure: int = 0        # replans per request after a failed segment (0: the request ends FAILED)
     max_plan_tokens: int | None = None  # plan length cap for every robot type (None: each skill set's own)
+    keep_outcomes: int = 0            # finished outcomes kept in .outcomes (0: all, as the simulator needs; a
+                                      # long-running server keeps the latest N so its memory stays flat)
 
 
 @dataclass
@@ -479,6 +481,10 @@ class PlanScheduler:
         outcome = measure_outcome(gen, state, code, message, self.clock() if t is None else t)
         outcome.replans = track.replans
         self.outcomes[req_id] = outcome
+        keep = self.config.keep_outcomes
+        while keep and len(self.outcomes) > keep:
+            del self.outcomes[next(iter(self.outcomes))]   # oldest first (dicts keep insertion order)
+        self.policy.forget(req_id)
         self._events.append(StateChanged(req_id, state))
         self._events.append(RequestFinished(req_id, outcome))
 

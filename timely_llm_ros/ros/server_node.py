@@ -47,6 +47,7 @@ from .segment_dispatcher import SegmentDispatcher
 from .spin import spin_node
 from .state_message import diagnostics_msg, scheduler_state_msg
 
+_KEEP_OUTCOMES = 256   # finished outcomes the scheduler keeps (results already went to the clients)
 _FINAL = {RequestState.DONE, RequestState.CANCELLED, RequestState.DROPPED, RequestState.FAILED}
 # Goal/result/cancel requests of a burst wait in these queues while the executor threads catch up (the
 # default depth of 10 drops requests of a burst of goals before the server ever sees them).
@@ -153,7 +154,8 @@ class PlanServerNode(LifecycleNode):
                                            SchedulerConfig(network_delay_s=p.network_delay_s,
                                                            max_prompt_tokens=p.max_prompt_tokens,
                                                            max_waiting=p.max_queued,
-                                                           replan_on_failure=p.replan_on_failure))
+                                                           replan_on_failure=p.replan_on_failure,
+                                                           keep_outcomes=_KEEP_OUTCOMES))
         except Exception as exc:  # a bad model path, device or file: say so, stay unconfigured
             log.error(f"configure failed: {type(exc).__name__}: {exc}")
             self.scheduler = None

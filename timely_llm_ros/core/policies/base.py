@@ -45,6 +45,9 @@ class Policy(ABC):
     def priority(self, gen: Generation, now: float) -> float:
         """Priority of a waiting generation at time now (higher runs first)."""
 
+    def forget(self, req_id: str) -> None:
+        """The request has ended: drop any per-request state (default: none kept)."""
+
     def observe_segment(self, robot_type: str, gen_time_s: float) -> None:
         """Measured generation time of a segment that just became executable (default: ignored)."""
 

@@ -34,3 +34,6 @@ class PredictedLengths:
                 self._predictor = default_bucket_predictor()
             n = self._n[gen.req_id] = int(self._predictor.predict(gen.req.task, gen.req.context))
         return n
+
+    def forget(self, req_id: str) -> None:
+        self._n.pop(req_id, None)

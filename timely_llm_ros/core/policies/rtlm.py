@@ -51,6 +51,10 @@ class RtlmPolicy(Policy):
         self._u: dict[str, float] = {}
         self._secondary: set[str] = set()
 
+    def forget(self, req_id: str) -> None:
+        self._u.pop(req_id, None)
+        self._secondary.discard(req_id)
+
     def u(self, gen: Generation) -> float:
         """Predicted output tokens of gen (cached per request)."""
         u = self._u.get(gen.req_id)

@@ -55,6 +55,11 @@ class SemanticPolicy(Policy):
         self.evicted: dict[str, str] = {}    # gen id -> "offload" | "recompute" (priced into f_t)
 
     # ---- predictors
+    def forget(self, req_id: str) -> None:
+        self._level.pop(req_id, None)
+        self.evicted.pop(req_id, None)
+        self._lengths.forget(req_id)
+
     def level(self, gen: Generation) -> int:
         lv = self._level.get(gen.req_id)
         if lv is None:

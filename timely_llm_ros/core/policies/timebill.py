@@ -55,6 +55,11 @@ class TimeBillPolicy(Policy):
     def deadline(self, gen: Generation) -> float:
         return hard_deadline(gen.req)
 
+    def forget(self, req_id: str) -> None:
+        self.alpha.pop(req_id, None)
+        self.applied.pop(req_id, None)
+        self._lengths.forget(req_id)
+
     def n_hat(self, gen: Generation) -> int:
         """Predicted output tokens of gen (bucketed length predictor, cached per request)."""
         return self._lengths(gen)
