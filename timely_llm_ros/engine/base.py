@@ -110,6 +110,13 @@ class GenerationTable:
             raise EngineError(f"{op}: unknown generation {gen_id!r} ({state})")
         return gen
 
+    _REMEMBER_RELEASED = 4096   # released ids remembered for error messages (bounded: servers run for days)
+
+    def _mark_released(self, gen_id: str) -> None:
+        if len(self._released) >= self._REMEMBER_RELEASED:
+            self._released.pop()
+        self._released.add(gen_id)
+
     def _check_new(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
         """Refuse an add() that names an existing generation, has no prompt or no room for a token."""
         if gen_id in self._gens:

@@ -136,7 +136,7 @@ class TransformersEngine(GenerationTable, Engine):
         del self._gens[gen_id]
         if not self._gens:          # idle: give the store back (a busy engine keeps it, sized for its peak)
             self._store, self._slots, self._last_active = None, [], []
-        self._released.add(gen_id)
+        self._mark_released(gen_id)
 
     def close(self) -> None:
         self._gens.clear()

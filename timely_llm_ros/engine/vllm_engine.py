@@ -201,7 +201,7 @@ class VllmEngine(GenerationTable, Engine):
             self.llm.abort_request([gen.req_id], internal=True)
         self._sched.park_order.pop(gen.req_id, None)
         del self._gens[gen_id]
-        self._released.add(gen_id)
+        self._mark_released(gen_id)
 
     def close(self) -> None:
         for gen_id in list(self._gens):
