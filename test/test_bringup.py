@@ -312,6 +312,7 @@ def test_real_fleet_comes_up_through_the_lifecycle_and_leaves_no_temp_folder(tmp
         "executors": [{"agent": "drone_1", "robot_type": "drone"}]}}))
     temp = tmp_path / "tmp"
     temp.mkdir()
+    # not a mock: a private temp folder for the real bringup, so anything it leaves behind is seen
     monkeypatch.setenv("TMPDIR", str(temp))
     monkeypatch.setattr("tempfile.tempdir", None)
     code = bringup.main(["--fleet", str(fleet), "--set", "fleet_workload.stagger_s=0.0"])
