@@ -18,13 +18,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from rclpy.action import ActionClient
 from rclpy.node import Node
 
 from timely_llm_ros.action import ExecuteSegment
 
 from ..core.errors import ErrorCode
 from ..core.request import Segment
+from .action_client import ActionClient
 from .conversions import execute_goal
 from .goal_sender import GoalSender
 

@@ -24,7 +24,6 @@ from pathlib import Path
 import rclpy
 import yaml
 from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.action import ActionClient
 from rclpy.node import Node
 from rclpy.serialization import serialize_message
 
@@ -34,6 +33,7 @@ from ..core.errors import ErrorCode
 from ..core.workload.bag import RunRecord, load_any, write_run_bag
 from ..core.workload.generator import Workload, WorkloadTask
 from ..paths import config_dir
+from .action_client import ActionClient
 from .goal_sender import GoalSender
 from .outcome_table import OutcomeRow, format_table
 from .spin import spin_node
