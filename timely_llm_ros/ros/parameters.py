@@ -18,7 +18,7 @@ class ServerParams:
     num_threads: int = 0
     kv_budget_mb: float = 0.0
     executor_timeout_s: float = 30.0
-    executor_discovery_timeout_s: float = 3.0
+    executor_discovery_timeout_s: float = 5.0  # a node joining a running graph can take ~3 s to be seen
     network_delay_s: float = 0.008
     max_task_chars: int = 2000
     max_context_chars: int = 8000
