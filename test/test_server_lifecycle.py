@@ -82,7 +82,9 @@ def test_lifecycle_driven_from_outside_and_a_burst_beyond_the_queue_loses_nothin
         assert sum(codes.values()) == BURST
         assert codes[R.OVERLOADED] >= 1, codes                      # the bound is enforced ...
         assert BURST - codes[R.OVERLOADED] >= QUEUE, codes           # ... and the queue was used in full
-        assert set(codes) <= {R.OVERLOADED, R.ERROR_NONE, R.PLAN_TOO_LONG, R.GENERATION_FAILED}, codes
+        # served ones end as plans (3-token caps: PLAN_TOO_LONG, or GENERATION_FAILED where they stop parsing) or,
+        # on a loaded box, DROPPED once their utility is gone: never anything else
+        assert set(codes) <= {R.OVERLOADED, R.ERROR_NONE, R.PLAN_TOO_LONG, R.GENERATION_FAILED, R.DROPPED}, codes
 
         assert _transition(node, Transition.TRANSITION_DEACTIVATE)
         assert _state(node) == "inactive"
