@@ -29,6 +29,7 @@ from .conversions import execute_goal
 from .goal_sender import GoalSender
 
 Post = Callable[[Callable], None]
+_FIRST_CONTACT_SETTLE_S = 0.3   # after a new executor is first seen ready, before its first goal
 
 
 @dataclass
@@ -98,6 +99,9 @@ class SegmentDispatcher:
             if aborted() or time.monotonic() >= match_end:
                 return False
             time.sleep(0.02)
+        # ready on this side does not mean the executor has matched our response reader yet (discovery is
+        # per participant): a goal sent at once can lose its acceptance; give the other side a moment
+        time.sleep(_FIRST_CONTACT_SETTLE_S)
         return True
 
     def send(self, req_id: str, agent: str, seg: Segment) -> None:
