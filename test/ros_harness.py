@@ -104,22 +104,40 @@ def start_executor(agent: str, robot_type: str, time_scale: float, group: int | 
     return node
 
 
-class PlanClient:
-    """An in-process rclpy client (own Context) for the /plan action."""
+class SpinningActionClient:
+    """An in-process rclpy action client with its own Context, spun by a daemon thread until close()."""
 
-    def __init__(self) -> None:
+    def __init__(self, node_name: str, action_type, action_name: str, **client_options) -> None:
         self.context = Context()
         rclpy.init(context=self.context)
-        self.node = rclpy.create_node("test_plan_client", context=self.context)
+        self.node = rclpy.create_node(node_name, context=self.context)
         self.sender = GoalSender(self.node)
-        deep = QoSProfile(depth=1000)  # a burst's responses must not be dropped on this side either
-        self.client = ActionClient(self.node, Plan, "/plan", callback_group=self.sender.group,
-                                   goal_service_qos_profile=deep, result_service_qos_profile=deep,
-                                   cancel_service_qos_profile=deep)
+        self.client = ActionClient(self.node, action_type, action_name, callback_group=self.sender.group,
+                                   **client_options)
+        self.add_entities()
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self._spin = threading.Thread(target=self.executor.spin, daemon=True)
         self._spin.start()
+
+    def add_entities(self) -> None:
+        """Subclasses create further subscriptions here, before spinning starts."""
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=5.0)
+        self._spin.join(5.0)
+        self.client.destroy()
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+
+class PlanClient(SpinningActionClient):
+    """An in-process rclpy client (own Context) for the /plan action."""
+
+    def __init__(self) -> None:
+        deep = QoSProfile(depth=1000)  # a burst's responses must not be dropped on this side either
+        super().__init__("test_plan_client", Plan, "/plan", goal_service_qos_profile=deep,
+                         result_service_qos_profile=deep, cancel_service_qos_profile=deep)
         assert self.client.wait_for_server(timeout_sec=30.0), "no /plan server"
 
     def send(self, **fields) -> "GoalRun":
@@ -133,13 +151,6 @@ class PlanClient:
         run.handle_future = self.sender.send(self.client, Plan.Goal(**fields),
                                              feedback_callback=lambda m: run.feedback.append(m.feedback))
         return run
-
-    def close(self) -> None:
-        self.executor.shutdown(timeout_sec=5.0)
-        self._spin.join(5.0)
-        self.client.destroy()
-        self.node.destroy_node()
-        rclpy.shutdown(context=self.context)
 
 
 class GoalRun:

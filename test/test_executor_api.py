@@ -11,17 +11,13 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 from action_msgs.msg import GoalStatus  # noqa: E402
-from rclpy.action import ActionClient  # noqa: E402
-from rclpy.context import Context  # noqa: E402
-from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile  # noqa: E402
 
 from timely_llm_ros.action import ExecuteSegment  # noqa: E402
 from timely_llm_ros.msg import RobotState, Skill  # noqa: E402
 from timely_llm_ros.ros.executor.skills import SkillContext, SkillRegistry, skill  # noqa: E402
-from timely_llm_ros.ros.goal_sender import GoalSender  # noqa: E402
 
-from ros_harness import NodeProcess, wait  # noqa: E402
+from ros_harness import NodeProcess, SpinningActionClient, wait  # noqa: E402
 
 R = ExecuteSegment.Result
 
@@ -32,23 +28,18 @@ def _segment(req: str, index: int, *calls: tuple) -> ExecuteSegment.Goal:
                                expected_duration=1.0)
 
 
-class _Client:
+class _Client(SpinningActionClient):
     """ExecuteSegment client for one namespace, plus the robot's published state."""
 
     def __init__(self, ns: str) -> None:
-        self.context = Context()
-        rclpy.init(context=self.context)
-        self.node = rclpy.create_node("test_exec_client", context=self.context)
-        self.sender = GoalSender(self.node)
-        self.client = ActionClient(self.node, ExecuteSegment, f"/{ns}/execute_segment", callback_group=self.sender.group)
+        self.ns = ns
         self.states: list[RobotState] = []
-        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self.sub = self.node.create_subscription(RobotState, f"/{ns}/robot_state", self.states.append, latched)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
-        self._spin = threading.Thread(target=self.executor.spin, daemon=True)
-        self._spin.start()
+        super().__init__("test_exec_client", ExecuteSegment, f"/{ns}/execute_segment")
         assert self.client.wait_for_server(timeout_sec=30.0)
+
+    def add_entities(self) -> None:
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.sub = self.node.create_subscription(RobotState, f"/{self.ns}/robot_state", self.states.append, latched)
 
     def send(self, goal, feedback: list | None = None):
         handle = wait(self.sender.send(self.client, goal, feedback_callback=(
@@ -62,12 +53,6 @@ class _Client:
         assert wrapped is not None, "no result"
         return wrapped.status, wrapped.result
 
-    def close(self) -> None:
-        self.executor.shutdown(timeout_sec=5.0)
-        self._spin.join(5.0)
-        self.client.destroy()
-        self.node.destroy_node()
-        rclpy.shutdown(context=self.context)
 
 
 def _start(module: str, ns: str, *params: str) -> NodeProcess:
