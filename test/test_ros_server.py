@@ -213,7 +213,7 @@ def test_unknown_agents_leave_no_action_client_on_the_server(fleet):
     assert not any("nobody" in n for n in clients), clients
 
 
-def test_killed_executor_is_reported_unavailable_not_timed_out(fleet):
+def test_killed_executor_is_reported_unavailable_not_timed_out_and_served_once_restarted(fleet):
     import signal
 
     from ros_harness import start_executor
@@ -233,6 +233,14 @@ def test_killed_executor_is_reported_unavailable_not_timed_out(fleet):
     assert status == GoalStatus.STATUS_ABORTED
     assert result.error_code == R.EXECUTOR_UNAVAILABLE, (result.error_code, result.error_message)
     assert "drone_victim" in result.error_message
+    # the robot's executor comes back (a new DDS participant under the same name): it is served again
+    revived = start_executor("drone_victim", "drone", 0.05)
+    try:
+        run = client.send(**dict(DRONE_TASK, agent_id="drone_victim", urgency_class="", ert=10.0, alpha=-0.1,
+                                 beta=1.0))
+        _check_done(*run.result(60), run)
+    finally:
+        revived.stop()
 
 
 def test_segment_execution_time_is_the_one_the_executor_reports(fleet):

@@ -1,7 +1,8 @@
 """Sends generated segments to each robot's ExecuteSegment action server and reports back.
 
-Goals and cancels go out through a GoalSender (on the ROS executor, in the clients' callback group):
-the scheduler thread never calls the ActionClients itself. An ActionClient is made only for an agent
+A segment's goal is sent by the thread that generated it, right after its feedback went to the Plan client
+(our ActionClient registers a goal under its lock, so this is safe while the executor spins); cancels go out
+through a GoalSender on the ROS executor. An ActionClient is made only for an agent
 whose executor is in the ROS graph (or listed in expected_agents): unknown agent ids leave nothing behind.
 
 Results (and timeouts) are posted into the scheduler thread as real execution feedback. The segment's
@@ -15,10 +16,13 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Callable
 
+from rclpy.action.client import ClientGoalHandle
 from rclpy.node import Node
+from unique_identifier_msgs.msg import UUID
 
 from timely_llm_ros.action import ExecuteSegment
 
@@ -29,7 +33,7 @@ from .conversions import execute_goal
 from .goal_sender import GoalSender
 
 Post = Callable[[Callable], None]
-_FIRST_CONTACT_SETTLE_S = 0.3   # after a new executor is first seen ready, before its first goal
+_PROBE_WAIT_S = 0.25   # one handshake attempt: how long to wait for the executor's answer before asking again
 
 
 @dataclass
@@ -46,8 +50,9 @@ class SegmentDispatcher:
     """One ActionClient per robot namespace; a request's segments are sent as soon as they exist."""
 
     def __init__(self, node: Node, post: Post, timeout_s: float, ack_timeout_s: float = 2.0,
-                 on_feedback: Callable[[str, int, object], None] | None = None) -> None:
+                 on_feedback: Callable[[str, int, object], None] | None = None, log_timing: bool = False) -> None:
         self._node = node
+        self.log_timing = log_timing
         self._post = post
         self._sender = GoalSender(node)
         self._group = self._sender.group
@@ -56,6 +61,7 @@ class SegmentDispatcher:
         self._last_presence_check = 0.0
         self._on_feedback = on_feedback
         self._clients: dict[str, ActionClient] = {}
+        self._confirmed: dict[str, tuple] = {}   # agent -> identity of the executor that answered our handshake
         self._inflight: dict[tuple[str, int], _InFlight] = {}
         self._lock = threading.Lock()
 
@@ -75,10 +81,18 @@ class SegmentDispatcher:
             return list(self._clients)
 
     def ready(self, agent: str) -> bool:
-        """True when a client for this agent exists and its executor's action server is matched."""
+        """True when this agent's executor is matched and is the one that answered our handshake (a restarted
+        executor is a new participant and must answer again before it gets a goal)."""
         with self._lock:
             client = self._clients.get(agent)
-        return client is not None and client.server_is_ready()
+            confirmed = self._confirmed.get(agent)
+        return client is not None and client.server_is_ready() and confirmed is not None \
+            and confirmed == self._identity(agent)
+
+    def _identity(self, agent: str) -> tuple:
+        """The endpoint ids of the agent's status publisher: they change when its executor restarts."""
+        topic = self._node.resolve_topic_name(f"{agent}/execute_segment/_action/status")
+        return tuple(sorted(bytes(i.endpoint_gid) for i in self._node.get_publishers_info_by_topic(topic)))
 
     def in_graph(self, agent: str) -> bool:
         """Whether the agent's ExecuteSegment server is in the ROS graph (no entity is created to find out)."""
@@ -86,8 +100,8 @@ class SegmentDispatcher:
         return any(n == name for n, _ in self._node.get_service_names_and_types())
 
     def discover(self, agent: str, timeout_s: float, aborted: Callable[[], bool] = lambda: False) -> bool:
-        """Wait (blocking, up to timeout_s) until the agent's executor is in the graph and matched; a client
-        is created only once it is in the graph."""
+        """Wait (blocking, up to timeout_s) until the agent's executor is in the graph, matched, and has answered
+        a handshake; a client is created only once it is in the graph."""
         end = time.monotonic() + timeout_s
         while not self.in_graph(agent):
             if aborted() or time.monotonic() >= end:
@@ -99,10 +113,30 @@ class SegmentDispatcher:
             if aborted() or time.monotonic() >= match_end:
                 return False
             time.sleep(0.02)
-        # ready on this side does not mean the executor has matched our response reader yet (discovery is
-        # per participant): a goal sent at once can lose its acceptance; give the other side a moment
-        time.sleep(_FIRST_CONTACT_SETTLE_S)
+        identity = self._identity(agent)
+        if not self._handshake(client, max(match_end, time.monotonic() + 1.0), aborted):
+            return False
+        with self._lock:
+            self._confirmed[agent] = identity
         return True
+
+    def _handshake(self, client: ActionClient, end: float, aborted: Callable[[], bool]) -> bool:
+        """Ready on our side does not mean the executor has matched our response readers: discovery runs per
+        participant, and a goal response sent before it has is dropped by the middleware (the goal then runs
+        with nobody waiting for it). Ask the executor to cancel a goal id nobody has (no effect; answered
+        ERROR_UNKNOWN_GOAL_ID) until it answers: its cancel-response writer has then matched our reader, and
+        our goal-response reader was announced before that one, so goal responses reach us too."""
+        while not aborted() and time.monotonic() < end:
+            probe = ClientGoalHandle(client, UUID(uuid=list(uuid.uuid4().bytes)),
+                                     ExecuteSegment.Impl.SendGoalService.Response(accepted=True))
+            answer: list = []
+            self._sender.call(lambda: answer.append(probe.cancel_goal_async()))
+            wait_end = min(end, time.monotonic() + _PROBE_WAIT_S)
+            while time.monotonic() < wait_end and not aborted():
+                if answer and answer[0].done():
+                    return True
+                time.sleep(0.005)
+        return False
 
     def send(self, req_id: str, agent: str, seg: Segment) -> None:
         """Queue one segment for sending (any thread); its start, result or timeout is posted to the scheduler."""
@@ -110,8 +144,14 @@ class SegmentDispatcher:
         now = time.monotonic()
         with self._lock:
             self._inflight[key] = _InFlight(agent, seg.est_exec_s, now)
-        future = self._sender.send(self.client(agent), execute_goal(req_id, seg),
-                                   feedback_callback=lambda msg: self._on_feedback_msg(key, msg))
+        try:
+            future = self.client(agent).send_goal_async(execute_goal(req_id, seg),
+                                                        feedback_callback=lambda msg: self._on_feedback_msg(key, msg))
+        except Exception as exc:  # the client's node is going down
+            self._fail(key, now, f"sending segment {seg.index} failed: {exc}")
+            return
+        if self.log_timing:
+            self._node.get_logger().info(f"segment timing {req_id} {seg.index} sent {time.monotonic():.6f}")
         future.add_done_callback(lambda f: self._on_goal_response(key, f))
 
     def _cancel(self, handle) -> None:
@@ -178,6 +218,8 @@ class SegmentDispatcher:
                            f"({self.timeout_s:.1f} s) after it started; check the robot")
                 else:
                     continue
+                if why[0] == ErrorCode.EXECUTOR_UNAVAILABLE:   # whoever answers next must shake hands again
+                    self._confirmed.pop(v.agent, None)
                 del self._inflight[k]
                 expired.append((k, v, why))
         for (req_id, index), inflight, (code, msg) in expired:
