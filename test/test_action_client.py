@@ -1,5 +1,9 @@
-"""Our ActionClient can be created while another thread spins the node (rclpy's can be seen half-built)."""
+"""Our ActionClient is safe while another thread spins the node: creation (rclpy's can be seen half-built) and
+sending a goal (rclpy's can lose the goal's response)."""
 from __future__ import annotations
+
+import threading
+import time
 
 import pytest
 import rclpy
@@ -33,5 +37,53 @@ def test_a_client_is_usable_by_a_spinning_executor_from_the_moment_the_node_hold
         assert seen == [usable]
         client.destroy()
     finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+
+
+class _SlowDict(dict):
+    """Stands for a busy moment of the sending thread: storing a feedback callback takes 0.5 s."""
+
+    def __setitem__(self, key, value) -> None:
+        time.sleep(0.5)
+        super().__setitem__(key, value)
+
+
+@pytest.mark.parametrize("cls, answered", [(RclpyActionClient, False), (ActionClient, True)])
+def test_a_goal_sent_while_the_executor_spins_gets_its_response(cls, answered):
+    """rclpy registers a sent goal's future again after its lock is released; a response the spinning executor
+    takes in that window completes the first future and the caller's never completes. Ours registers once."""
+    from rclpy.action import ActionServer
+    from rclpy.executors import MultiThreadedExecutor
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = Node("action_client_send", context=context)
+
+    def execute(handle):
+        handle.succeed()
+        return ExecuteSegment.Result(success=True)
+
+    server = ActionServer(node, ExecuteSegment, "send/execute_segment", execute_callback=execute)
+    client = cls(node, ExecuteSegment, "send/execute_segment")
+    executor = MultiThreadedExecutor(num_threads=2, context=context)
+    executor.add_node(node)
+    spin = threading.Thread(target=executor.spin, daemon=True)
+    spin.start()
+    try:
+        assert client.wait_for_server(timeout_sec=10.0)
+        client._feedback_callbacks = _SlowDict()
+        future = client.send_goal_async(ExecuteSegment.Goal(request_id="r", index=0), feedback_callback=lambda m: None)
+        end = time.monotonic() + 3.0
+        while not future.done() and time.monotonic() < end:
+            time.sleep(0.01)
+        assert future.done() == answered
+        if answered:
+            assert future.result().accepted
+    finally:
+        executor.shutdown(timeout_sec=5.0)
+        spin.join(5.0)
+        client.destroy()
+        server.destroy()
         node.destroy_node()
         rclpy.shutdown(context=context)

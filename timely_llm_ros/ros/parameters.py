@@ -36,6 +36,7 @@ class ServerParams:
     vllm_max_num_seqs: int = 64
     vllm_distributed_executor_backend: str = ""
     replan_on_failure: int = 0
+    log_timing: bool = False
 
 
 _DESCRIPTIONS = {
@@ -76,6 +77,8 @@ _DESCRIPTIONS = {
                                           None),
     "replan_on_failure": ("replans per request after a failed segment (a new generation whose context names the "
                           "failed skill); 0 = the goal ends EXECUTION_FAILED", (0, 100)),
+    "log_timing": ("log 'segment timing <request> <index> published|sent <monotonic s>' per segment (make stress "
+                   "measures delivery to the executors with it)", None),
 }
 
 

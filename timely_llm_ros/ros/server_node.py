@@ -163,7 +163,8 @@ class PlanServerNode(LifecycleNode):
         self.limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
                                  max_new_tokens=p.max_new_tokens)
         self.loop = SchedulerThread(self.scheduler, self._on_events, on_idle=self._on_idle)
-        self.dispatcher = SegmentDispatcher(self, self.loop.post, p.executor_timeout_s, p.executor_ack_timeout_s)
+        self.dispatcher = SegmentDispatcher(self, self.loop.post, p.executor_timeout_s, p.executor_ack_timeout_s,
+                                            log_timing=p.log_timing)
         self._discovery_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="discovery")
         self._undiscovered = list(p.expected_agents)
         for agent in self._undiscovered:  # start discovering their executors now, not on the first goal
@@ -409,6 +410,9 @@ class PlanServerNode(LifecycleNode):
             if isinstance(ev, SegmentReady):
                 session.segments_generated += 1
                 self._publish(session, self._feedback(session, RequestState.EXECUTING.value, ev.segment))
+                if self.params.log_timing:
+                    self.get_logger().info(f"segment timing {ev.req_id} {ev.segment.index} published "
+                                           f"{time.monotonic():.6f}")
                 if session.dry_run:
                     now = time.monotonic()
                     self.scheduler.on_execution_started(ev.req_id, ev.segment.index, now)

@@ -12,11 +12,11 @@ from collections import Counter, deque
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-_TIMING = re.compile(r"segment timing (\S+) (\d+) (received|started|ended) ([0-9.]+)")
+_TIMING = re.compile(r"segment timing (\S+) (\d+) (published|sent|received|started|ended) ([0-9.]+)")
 
 
 class Child:
-    """A node process; keeps the tail of its output and every 'segment timing' line of executors."""
+    """A node process; keeps the tail of its output and every 'segment timing' line (server and executors)."""
 
     def __init__(self, name: str, module: str, argv: list[str], ready: str) -> None:
         self.name = name
@@ -109,7 +109,7 @@ class Child:
 
 
 def start_server(expected: list[str], extra: list[str]) -> Child:
-    params = ["num_threads:=1", "max_batch:=8", "executor_timeout_s:=2.0", "executor_discovery_timeout_s:=1.0",
+    params = ["num_threads:=1", "max_batch:=8", "log_timing:=true", "executor_timeout_s:=2.0", "executor_discovery_timeout_s:=1.0",
               "state_period_s:=0.2", *extra]
     if expected:
         params.append(f"expected_agents:=[{','.join(expected)}]")

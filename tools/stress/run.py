@@ -90,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             if not server.alive:
                 print(f"[stress] the server died during {name} (exit {server.proc.returncode}); its last lines:\n  "
                       + "\n  ".join(list(server.tail)[-25:]), flush=True)
-            timing = {k: v for c in run.hosts for k, v in c.timing.items()}
+            timing: dict = {}
+            for c in [server, *run.hosts]:   # the server's published/sent with the executors' received/...
+                for k, v in list(c.timing.items()):
+                    timing.setdefault(k, {}).update(v)
             row = score(name, records, timing)
             row.rss_before, row.crashes = rss_before, 0 if server.alive else 1
             row.left_running = _settle(client, 30.0)

@@ -90,7 +90,7 @@ class SkillExecutorNode(Node):
         self._stopping = False
         self._group = ReentrantCallbackGroup()
         self._action = ActionServer(self, ExecuteSegment, "execute_segment", execute_callback=self._execute,
-                                    goal_callback=lambda goal: GoalResponse.ACCEPT,
+                                    goal_callback=self._on_goal,
                                     handle_accepted_callback=self._on_accepted,
                                     cancel_callback=self._on_cancel, callback_group=self._group)
         self._timer = (self.create_timer(self.feedback_period_s, self._periodic_feedback, callback_group=self._group)
@@ -118,11 +118,16 @@ class SkillExecutorNode(Node):
         if self.log_timing:
             self.get_logger().info(f"segment timing {job.request_id} {job.index} {event} {time.monotonic():.6f}")
 
+    def _on_goal(self, goal: ExecuteSegment.Goal) -> GoalResponse:
+        """Every goal is accepted; verdicts (UNKNOWN_SKILL, BUSY) come as its result, with a message."""
+        if self.log_timing:
+            self.get_logger().info(f"segment timing {goal.request_id} {goal.index} received {time.monotonic():.6f}")
+        return GoalResponse.ACCEPT
+
     def _on_accepted(self, handle) -> None:
         goal: ExecuteSegment.Goal = handle.request
         job = _Job(handle, goal.request_id, int(goal.index), [skill_from_msg(s) for s in goal.skills],
                    float(goal.expected_duration))
-        self._timing(job, "received")
         unknown = sorted({c.name for c in job.calls if c.name not in self.skills})
         if unknown:
             job.verdict = R(success=False, error_code=R.UNKNOWN_SKILL,
