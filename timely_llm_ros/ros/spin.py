@@ -16,6 +16,7 @@ Destroying entities while another thread still waits on them is what aborted pro
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -27,6 +28,16 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+GIL_SWITCH_INTERVAL_S = 0.001
+
+
+def set_gil_switch_interval() -> float:
+    """A thread that computes (the engine's step loop, a skill) keeps the GIL for Python's switch interval
+    (5 ms) before a waiting callback thread gets it, and handing a segment on takes several hand-offs: nodes
+    that relay time-critical messages switch every 1 ms instead (TIMELY_GIL_SWITCH_INTERVAL_S overrides)."""
+    interval = float(os.environ.get("TIMELY_GIL_SWITCH_INTERVAL_S", GIL_SWITCH_INTERVAL_S))
+    sys.setswitchinterval(interval)
+    return interval
 
 
 class StopFlag:
@@ -99,6 +110,7 @@ def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], i
     """
     stop = StopFlag()
     stop.install()
+    set_gil_switch_interval()
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     context = rclpy.get_default_context()
     node = executor = spinner = None

@@ -11,6 +11,7 @@ import rclpy
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
+from ..spin import set_gil_switch_interval
 from .base import SkillExecutorNode
 
 Nodes = Union[SkillExecutorNode, Sequence[SkillExecutorNode]]
@@ -23,6 +24,7 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
     stop = threading.Event()
     # Our own handlers (not rclpy's): on a signal the nodes still have to send the results of open segments.
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    set_gil_switch_interval()
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     nodes: list[SkillExecutorNode] = []
     executor = None
