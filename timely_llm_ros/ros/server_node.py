@@ -16,13 +16,10 @@ most ``max_queued`` goals are open at once, a goal beyond that ends at once with
 """
 from __future__ import annotations
 
-import math
 import sys
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
@@ -38,11 +35,11 @@ from ..core.errors import ErrorCode, RequestError
 from ..core.policies import make_policy
 from ..core.request import RequestState
 from ..core.runtime import SchedulerThread
-from ..core.scheduler import (PlanScheduler, RequestFinished, RequestOutcome, SchedulerConfig, SegmentReady,
-                              StateChanged, measure_outcome)
+from ..core.scheduler import PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady, StateChanged
 from ..core.validation import GoalLimits, validate_goal
-from .conversions import error_result, goal_fields, outcome_to_result, segment_to_msg
+from .conversions import error_result, goal_fields, outcome_to_result
 from .parameters import ServerParams, declare_server_params, engine_options
+from .plan_session import GoalSession, bare_outcome, goal_request_id, plan_feedback
 from .segment_dispatcher import SegmentDispatcher
 from .spin import spin_node
 from .state_message import diagnostics_msg, scheduler_state_msg
@@ -52,31 +49,6 @@ _FINAL = {RequestState.DONE, RequestState.CANCELLED, RequestState.DROPPED, Reque
 # Goal/result/cancel requests of a burst wait in these queues while the executor threads catch up (the
 # default depth of 10 drops requests of a burst of goals before the server ever sees them).
 _DEEP = QoSProfile(depth=4096, reliability=ReliabilityPolicy.RELIABLE)
-
-
-@dataclass
-class _GoalSession:
-    """One accepted goal: what its execute callback waits on."""
-
-    req_id: str
-    agent_id: str
-    dry_run: bool
-    goal_handle: object
-    done: threading.Event = field(default_factory=threading.Event)
-    outcome: RequestOutcome | None = None
-    submitted: bool = False
-    segments_generated: int = 0
-    state: str = ""                    # last state sent as feedback
-
-    def end(self, outcome: RequestOutcome) -> None:
-        if self.outcome is None:
-            self.outcome = outcome
-        self.done.set()
-
-
-def goal_request_id(goal_handle) -> str:
-    """The server's request id: the first 12 hex digits of the action goal id."""
-    return uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid)).hex[:12]
 
 
 class PlanServerNode(LifecycleNode):
@@ -95,7 +67,7 @@ class PlanServerNode(LifecycleNode):
         self.limits = GoalLimits()
         self._active = False
         self._closing = False
-        self._sessions: dict[str, _GoalSession] = {}
+        self._sessions: dict[str, GoalSession] = {}
         self._sessions_lock = threading.Lock()
         self._counts = {"total": 0, "done": 0, "dropped": 0, "failed": 0, "overloaded": 0}
         self._last_state = 0.0
@@ -230,14 +202,14 @@ class PlanServerNode(LifecycleNode):
             if s.submitted and self.loop is not None:
                 self.loop.post(lambda sch, r=s.req_id: sch.cancel(r, ErrorCode.SERVER_SHUTDOWN, msg))
             else:
-                s.end(_bare_outcome(s, ErrorCode.SERVER_SHUTDOWN, msg))
+                s.end(bare_outcome(s, ErrorCode.SERVER_SHUTDOWN, msg))
         deadline = time.monotonic() + timeout_s
         while self._sessions and time.monotonic() < deadline:
             time.sleep(0.02)
         with self._sessions_lock:
             left = list(self._sessions.values())
         for s in left:  # the scheduler thread did not answer in time: end them here
-            s.end(_bare_outcome(s, ErrorCode.SERVER_SHUTDOWN, msg))
+            s.end(bare_outcome(s, ErrorCode.SERVER_SHUTDOWN, msg))
         while self._sessions and time.monotonic() < deadline + 2.0:
             time.sleep(0.02)
 
@@ -295,7 +267,7 @@ class PlanServerNode(LifecycleNode):
                     self.dispatcher.cancel_request(req_id)
                 self.loop.post(lambda s: s.cancel(req_id))
             else:
-                session.end(_bare_outcome(session, ErrorCode.CANCELLED, "cancelled by the client"))
+                session.end(bare_outcome(session, ErrorCode.CANCELLED, "cancelled by the client"))
         return CancelResponse.ACCEPT
 
     def _execute(self, goal_handle) -> Plan.Result:
@@ -314,7 +286,7 @@ class PlanServerNode(LifecycleNode):
         except RequestError as err:
             log.warning(f"[{req_id}] rejected goal from {goal.agent_id!r}: {err.code.name}: {err.message}")
             return self._abort(goal_handle, req_id, err.code, err.message)
-        session = _GoalSession(req_id, req.agent_id, bool(goal.dry_run), goal_handle)
+        session = GoalSession(req_id, req.agent_id, bool(goal.dry_run), goal_handle)
         with self._sessions_lock:
             full = len(self._sessions) >= self.params.max_queued
             if full:
@@ -331,7 +303,7 @@ class PlanServerNode(LifecycleNode):
         finally:
             self._drop_session(req_id)
 
-    def _serve(self, goal_handle, session: _GoalSession, req) -> Plan.Result:
+    def _serve(self, goal_handle, session: GoalSession, req) -> Plan.Result:
         log = self.get_logger()
         if not session.dry_run and not self._discover(session):
             if session.outcome is None:
@@ -339,7 +311,7 @@ class PlanServerNode(LifecycleNode):
                        f"{self.params.executor_discovery_timeout_s:.1f} s); start the robot's executor node or "
                        "set dry_run")
                 log.warning(f"[{session.req_id}] {msg}")
-                session.end(_bare_outcome(session, ErrorCode.EXECUTOR_UNAVAILABLE, msg))
+                session.end(bare_outcome(session, ErrorCode.EXECUTOR_UNAVAILABLE, msg))
         loop = self.loop
         if session.outcome is None and loop is not None:
             session.submitted = True
@@ -347,7 +319,7 @@ class PlanServerNode(LifecycleNode):
             log.info(f"[{session.req_id}] {req.agent_id} ({req.robot_type}, {req.urgency or 'custom TUF'}): "
                      f"{req.task!r}")
         elif session.outcome is None:
-            session.end(_bare_outcome(session, ErrorCode.SERVER_SHUTDOWN, "server shutting down"))
+            session.end(bare_outcome(session, ErrorCode.SERVER_SHUTDOWN, "server shutting down"))
         session.done.wait()
         outcome = session.outcome
         self._log_outcome(session, outcome)
@@ -360,7 +332,7 @@ class PlanServerNode(LifecycleNode):
             goal_handle.abort()
         return result
 
-    def _discover(self, session: _GoalSession) -> bool:
+    def _discover(self, session: GoalSession) -> bool:
         """True once the agent's executor is discoverable (known agents at once); no ActionClient is made for
         an agent whose executor never shows up in the ROS graph."""
         dispatcher = self.dispatcher
@@ -387,18 +359,18 @@ class PlanServerNode(LifecycleNode):
         return error_result(req_id, code, message)
 
     # ------------------------------------------------------------------ scheduler thread side
-    def _submit(self, scheduler: PlanScheduler, req, session: _GoalSession) -> None:
+    def _submit(self, scheduler: PlanScheduler, req, session: GoalSession) -> None:
         if session.outcome is not None:  # cancelled or shut down before it reached the scheduler
             return
         try:
             events = scheduler.submit(req)
         except RequestError as err:
             self.get_logger().warning(f"[{req.req_id}] not accepted: {err.code.name}: {err.message}")
-            session.end(_bare_outcome(session, err.code, err.message))
+            session.end(bare_outcome(session, err.code, err.message))
             return
         # a new generation starts out queued, so the scheduler reports no change to "queued": say it here
         session.state = RequestState.QUEUED.value
-        self._publish(session, self._feedback(session, session.state))
+        self._publish(session, plan_feedback(self.scheduler, session, session.state))
         self._on_events(events)
 
     def _on_events(self, events) -> None:
@@ -409,7 +381,7 @@ class PlanServerNode(LifecycleNode):
                 continue
             if isinstance(ev, SegmentReady):
                 session.segments_generated += 1
-                self._publish(session, self._feedback(session, RequestState.EXECUTING.value, ev.segment))
+                self._publish(session, plan_feedback(self.scheduler, session, RequestState.EXECUTING.value, ev.segment))
                 if self.params.log_timing:
                     self.get_logger().info(f"segment timing {ev.req_id} {ev.segment.index} published "
                                            f"{time.monotonic():.6f}")
@@ -421,7 +393,7 @@ class PlanServerNode(LifecycleNode):
                     self.dispatcher.send(ev.req_id, session.agent_id, ev.segment)
             elif isinstance(ev, StateChanged) and ev.state not in _FINAL:
                 session.state = ev.state.value
-                self._publish(session, self._feedback(session, ev.state.value))
+                self._publish(session, plan_feedback(self.scheduler, session, ev.state.value))
             elif isinstance(ev, RequestFinished):
                 if self.dispatcher is not None:
                     self.dispatcher.cancel_request(ev.req_id)
@@ -431,27 +403,12 @@ class PlanServerNode(LifecycleNode):
                 session.end(ev.outcome)
 
     @staticmethod
-    def _publish(session: _GoalSession, feedback: Plan.Feedback) -> None:
+    def _publish(session: GoalSession, feedback: Plan.Feedback) -> None:
         try:
             if session.goal_handle.is_active:
                 session.goal_handle.publish_feedback(feedback)
         except Exception:  # the goal ended meanwhile; feedback is best effort
             pass
-
-    def _feedback(self, session: _GoalSession, state: str, segment=None) -> Plan.Feedback:
-        fb = Plan.Feedback(request_id=session.req_id, state=state, new_segment=segment is not None,
-                           segments_generated=session.segments_generated)
-        if segment is not None:
-            fb.segment = segment_to_msg(segment)
-        gen = next((g for g in self.scheduler.generations() if g.req_id == session.req_id), None)
-        if gen is not None:
-            done = [s for s in gen.segments if s.exec_finished is not None]
-            fb.segments_executed = len(done)
-            if done:
-                fb.utility_so_far = float(measure_outcome(gen, gen.state, ErrorCode.NONE, "", 0.0).total_utility)
-            remaining = sum(s.est_exec_s for s in gen.segments if s.exec_finished is None)
-            fb.estimated_time_remaining = float(remaining)
-        return fb
 
     def _on_idle(self) -> None:
         """Each scheduler-loop iteration: executor timeouts, and the latched state topic."""
@@ -471,7 +428,7 @@ class PlanServerNode(LifecycleNode):
         with self._sessions_lock:
             self._sessions.pop(req_id, None)
 
-    def _log_outcome(self, session: _GoalSession, outcome) -> None:
+    def _log_outcome(self, session: GoalSession, outcome) -> None:
         log = self.get_logger()
         if outcome.ok:
             log.info(f"[{session.req_id}] {session.agent_id} done: {len(outcome.segments)} segments, "
@@ -484,17 +441,6 @@ class PlanServerNode(LifecycleNode):
     def _on_set_parameters(self, params):
         from .parameters import check_runtime_update
         return check_runtime_update(self, params)
-
-
-def _bare_outcome(session: _GoalSession, code: ErrorCode, message: str) -> RequestOutcome:
-    """The outcome of a goal that never reached the scheduler (or whose scheduler is gone)."""
-    from ..core.request import PlanRequest
-    from ..core.tuf import TimeUtility
-    state = RequestState.CANCELLED if code == ErrorCode.CANCELLED else RequestState.FAILED
-    req = PlanRequest(req_id=session.req_id, agent_id=session.agent_id, robot_type="", task="",
-                      tuf=TimeUtility(1.0, -1.0, 1.0), arrival=math.nan)
-    return RequestOutcome(req=req, state=state, error_code=code, message=message, plan_text="", segments=[],
-                          tokens=0, finished_at=time.monotonic())
 
 
 def warm_up(engine, prompt: str, tokens: int = 4) -> None:
