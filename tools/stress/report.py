@@ -23,7 +23,8 @@ class Row:
     deliver_p50_ms: float = math.nan
     deliver_p99_ms: float = math.nan
     in_server_p99_ms: float = math.nan
-    seg_wait_p99_s: float = math.nan
+    seg_wait_p99_s: float = math.nan        # a plan's later segments: start of k minus end of k-1
+    first_wait_p99_s: float = math.nan      # segment 0: start minus the goal's sending (queueing + generation)
     codes: Counter = field(default_factory=Counter)
     unexpected_kinds: Counter = field(default_factory=Counter)
 
@@ -45,7 +46,7 @@ def score(phase: str, records: list, timing: dict) -> Row:
     monotonic clock on the box). Delivery: the server publishes a segment's Plan feedback -> the executor's
     ExecuteSegment goal callback has it; in server: published -> the goal request handed to the middleware."""
     row = Row(phase, goals=len(records))
-    deliver, in_server, waits = [], [], []
+    deliver, in_server, waits, first_waits = [], [], [], []
     for r in records:
         if r.accepted is None:
             row.no_response += 1
@@ -58,19 +59,21 @@ def score(phase: str, records: list, timing: dict) -> Row:
             if r.code not in r.expect:
                 row.unexpected += 1
                 row.unexpected_kinds[f"{r.kind}->{CODE_NAMES.get(r.code, r.code)}"] += 1
-        prev_end = None
         for index in sorted(r.segment_fb):
             ev = timing.get((r.request_id, index), {})
             if "received" in ev and "published" in ev:
                 deliver.append(ev["received"] - ev["published"])
             if "sent" in ev and "published" in ev:
                 in_server.append(ev["sent"] - ev["published"])
-            if "started" in ev:
-                waits.append(ev["started"] - (prev_end if prev_end is not None else r.sent))
-            prev_end = ev.get("ended")
+            prev_end = timing.get((r.request_id, index - 1), {}).get("ended")
+            if "started" in ev and index == 0:
+                first_waits.append(ev["started"] - r.sent)
+            elif "started" in ev and prev_end is not None:
+                waits.append(ev["started"] - prev_end)
     row.deliver_p50_ms, row.deliver_p99_ms = 1000 * pct(deliver, 50), 1000 * pct(deliver, 99)
     row.in_server_p99_ms = 1000 * pct(in_server, 99)
     row.seg_wait_p99_s = pct(waits, 99)
+    row.first_wait_p99_s = pct(first_waits, 99)
     return row
 
 
@@ -80,12 +83,13 @@ def _codes(c: Counter) -> str:
 
 def table(rows: list[Row]) -> str:
     head = ("| phase | goals | no response | rejected | no result | unexpected code | server crash | left running "
-            "| RSS before->after (MiB) | delivery p50/p99 (ms) (in server p99) | segment wait p99 (s) | result |")
+            "| RSS before->after (MiB) | delivery p50/p99 (ms) (in server p99) | wait p99 (s): segment 0 / later | result |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         lines.append(f"| {r.phase} | {r.goals} | {r.no_response} | {r.rejected} | {r.no_result} | {r.unexpected} "
                      f"| {r.crashes} | {r.left_running} | {r.rss_before:.0f}->{r.rss_after:.0f} "
-                     f"| {r.deliver_p50_ms:.1f}/{r.deliver_p99_ms:.1f} ({r.in_server_p99_ms:.1f}) | {r.seg_wait_p99_s:.2f} "
+                     f"| {r.deliver_p50_ms:.1f}/{r.deliver_p99_ms:.1f} ({r.in_server_p99_ms:.1f}) "
+                     f"| {r.first_wait_p99_s:.2f} / {r.seg_wait_p99_s:.2f} "
                      f"| {'ok' if r.ok else 'FAIL'} |")
     lines.append("")
     lines.append("error codes by phase:")
