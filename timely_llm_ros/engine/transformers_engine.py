@@ -85,6 +85,10 @@ class TransformersEngine(GenerationTable, Engine):
         self._last_active: list[_Generation | None] = []
         self._suspend_counter = itertools.count(1)
         self.park_rows = True      # leavers stay in spare store rows (False: cloned out; ablation)
+        self.decode_gaps = True    # decode over the rows the batch occupies, gaps included (False: compact)
+        self.gap_rent_steps = 2    # a gap is compacted away after this many decode steps (ski rental)
+        self.gap_row_steps = 0     # gap rows decoded so far (load-independent cost of decode_gaps)
+        self._gap_rent = 0
 
     # ----- tokenizer -----
     def encode(self, text: str) -> list[int]:
@@ -307,18 +311,24 @@ class TransformersEngine(GenerationTable, Engine):
             self._emit(gen, token, result)
 
     def _decode(self, gens: list[_Generation], result: StepResult) -> None:
-        changed = self._arrange(gens)
-        store, rows = self._store, self._slots[:len(gens)]
-        mask = store.begin_decode([g.kv_len for g in rows], changed)
-        ids = torch.tensor([[g.output[-1]] for g in rows], dtype=torch.long, device=self.device)
+        changed, order = self._arrange(gens)
+        store = self._store
+        mask = store.begin_decode([None if g is None else g.kv_len for g in order], changed)
+        ids = torch.tensor([[0 if g is None else g.output[-1]] for g in order], dtype=torch.long, device=self.device)
         positions = store.positions()
-        if any(g.pos_offset for g in rows):   # evicted prompt KV: later tokens keep their original positions
-            positions = positions + torch.tensor([[g.pos_offset] for g in rows], dtype=torch.long, device=self.device)
+        if any(g is not None and g.pos_offset for g in order):   # evicted prompt KV: original positions kept
+            positions = positions + torch.tensor([[0 if g is None else g.pos_offset] for g in order],
+                                                 dtype=torch.long, device=self.device)
         out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
                          past_key_values=store, use_cache=True)
         store.end_decode()
-        tokens = choose_tokens(out.logits[:, -1], self.sampling, [g.generator for g in rows])
-        for gen, token in zip(rows, tokens):
+        logits = out.logits[:, -1]
+        live = order
+        if store.gaps:
+            logits, live = logits[store.row_index], [g for g in order if g is not None]
+            self.gap_row_steps += store.gaps
+        tokens = choose_tokens(logits, self.sampling, [g.generator for g in live])
+        for gen, token in zip(live, tokens):
             gen.kv_len += 1
             self._emit(gen, token, result)
 
@@ -369,14 +379,47 @@ class TransformersEngine(GenerationTable, Engine):
         return keep
 
     # ----- slot store -----
-    def _arrange(self, gens: list[_Generation]) -> bool:
+    def _arrange(self, gens: list[_Generation]) -> tuple[bool, list[_Generation | None]]:
+        """Place these generations in store rows for one decode; returns whether the decode rows changed since
+        the previous decode, and the generation of each row of the decode range (None: a gap row).
+
+        With ``decode_gaps`` (default) nobody moves: a generation that left stays in its row, and the decode runs
+        over rows [0, R) that cover every wanted row, parked or empty rows inside being gaps (a dummy token each,
+        no KV write). A generation without a row (cloned out or offloaded) is written into the lowest free row,
+        which fills gaps first. Gaps cost decode rows, so once the gap row-steps paid since the range was last
+        compact exceed ``gap_rent_steps`` per current gap, the rows are compacted as below (ski rental: a move
+        reads and writes a row's KV, a gap step reads it once in attention, so two gap steps cost about one move).
+        """
+        if self.park_rows and self.decode_gaps:
+            order, moved = self._place_in_gaps(gens)
+            gaps = len(order) - len(gens)
+            self._gap_rent = self._gap_rent + gaps if gaps else 0
+            if self._gap_rent <= self.gap_rent_steps * gaps or not gaps:
+                changed = moved or order != self._last_active
+                self._last_active = order
+                return changed, order
+            self._gap_rent = 0
+        return self._compact(gens)
+
+    def _place_in_gaps(self, gens: list[_Generation]) -> tuple[list[_Generation | None], bool]:
+        """Give rowless generations the lowest free rows; the decode range is [0, highest wanted row]."""
+        store = self._store_for(rows=0, capacity=max(g.kv_len for g in gens) + 1, gens=gens)
+        moved = False
+        for gen in gens:
+            if gen.row is None:
+                store.write_row(self._claim_slot(gen), gen.kv)
+                gen.kv, moved = None, True
+        wanted = set(gens)
+        top = max(g.row for g in gens) + 1
+        return [g if g in wanted else None for g in self._slots[:top]], moved
+
+    def _compact(self, gens: list[_Generation]) -> tuple[bool, list[_Generation | None]]:
         """Make rows [0, B) hold exactly these generations, copying only rows that leave or join.
 
         A generation leaving the batch stays resident ("parked") in a store row >= B: it is moved there
         only if it sat in [0, B), and rejoins with one row move. Moving between rows of the store is ~3-5x
         cheaper than cloning the row into a fresh tensor (no allocation, no page faults). With
-        ``park_rows`` off (ablation) leaving rows are cloned out as before. Returns whether the active rows
-        changed since the previous decode.
+        ``park_rows`` off (ablation) leaving rows are cloned out as before.
         """
         batch, wanted = len(gens), set(gens)
         parked = [g for g in self._slots if g is not None and g not in wanted]
@@ -412,7 +455,7 @@ class TransformersEngine(GenerationTable, Engine):
         active = slots[:batch]
         changed = moved or active != self._last_active
         self._last_active = active
-        return changed
+        return changed, active
 
     def _store_for(self, rows: int, capacity: int, gens: list[_Generation]) -> SlotKV:
         """The slot store, created or grown to hold ``rows`` rows of ``capacity`` columns."""
