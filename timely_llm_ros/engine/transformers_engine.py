@@ -6,6 +6,8 @@ memory. A step decodes all already-prefilled generations in ONE forward over row
 store, then prefills new generations one by one straight into free rows (no copy when they join the
 batch next step). Rows are independent (left-aligned, each appends at its own column), so the batch
 changing costs only copies of the rows that leave or join, never a re-pack of the whole batch.
+With ``decode_gaps`` the decode instead runs over the rows the batch occupies, leavers left in place as
+gap rows (no copies, a wasted decode row each); off by default, see ``_arrange``.
 Invariant: a prefilled generation's KV holds prompt + output[:-1]; output[-1] is the next input.
 """
 from __future__ import annotations
@@ -85,10 +87,16 @@ class TransformersEngine(GenerationTable, Engine):
         self._last_active: list[_Generation | None] = []
         self._suspend_counter = itertools.count(1)
         self.park_rows = True      # leavers stay in spare store rows (False: cloned out; ablation)
-        self.decode_gaps = True    # decode over the rows the batch occupies, gaps included (False: compact)
-        self.gap_rent_steps = 2    # a gap is compacted away after this many decode steps (ski rental)
+        # keep the slot store when the last generation is released: its memory pages stay mapped, so the next
+        # busy period's first writes and row moves do not page-fault (a fresh row costs ~4x a warm one on CPU)
+        self.keep_idle_store = False
+        # decode over the rows the batch occupies, gaps included, instead of compacting them to [0, B): no row
+        # copies, but every gap row costs decode compute. Off: on the embedded planner (CPU) a gap row adds
+        # ~0.5 ms to a step while a row move costs ~0.2 ms (benchmarks/segmentation_overhead.py)
+        self.decode_gaps = False
+        self.gap_rent_steps = 2    # rows are compacted once a gap outlives this many decode steps (ski rental)
         self.gap_row_steps = 0     # gap rows decoded so far (load-independent cost of decode_gaps)
-        self._gap_rent = 0
+        self._gap_age: dict[int, int] = {}   # decode steps each gap row of the range has been a gap
 
     # ----- tokenizer -----
     def encode(self, text: str) -> list[int]:
@@ -138,8 +146,8 @@ class TransformersEngine(GenerationTable, Engine):
             self._free_row(gen)
         gen.kv = None
         del self._gens[gen_id]
-        if not self._gens:          # idle: give the store back (a busy engine keeps it, sized for its peak)
-            self._store, self._slots, self._last_active = None, [], []
+        if not self._gens and not self.keep_idle_store:   # idle: give the store back (a busy engine keeps
+            self._store, self._slots, self._last_active = None, [], []   # it, sized for its peak)
         self._mark_released(gen_id)
 
     def close(self) -> None:
@@ -383,22 +391,29 @@ class TransformersEngine(GenerationTable, Engine):
         """Place these generations in store rows for one decode; returns whether the decode rows changed since
         the previous decode, and the generation of each row of the decode range (None: a gap row).
 
-        With ``decode_gaps`` (default) nobody moves: a generation that left stays in its row, and the decode runs
+        With ``decode_gaps`` nobody moves: a generation that left stays in its row, and the decode runs
         over rows [0, R) that cover every wanted row, parked or empty rows inside being gaps (a dummy token each,
         no KV write). A generation without a row (cloned out or offloaded) is written into the lowest free row,
-        which fills gaps first. Gaps cost decode rows, so once the gap row-steps paid since the range was last
-        compact exceed ``gap_rent_steps`` per current gap, the rows are compacted as below (ski rental: a move
-        reads and writes a row's KV, a gap step reads it once in attention, so two gap steps cost about one move).
+        which fills gaps first. Gaps cost decode rows, so once a row has been a gap for more than
+        ``gap_rent_steps`` decodes the rows are compacted as below (ski rental: a move reads and writes a row's
+        KV, a gap step reads it once in attention, so two gap steps cost about one move where attention's memory
+        traffic dominates; where per-row compute dominates, as on CPU, gaps cost more and stay off).
+        Without ``decode_gaps`` (default) the rows are compacted at every membership change (``_compact``).
         """
+        batch = len(gens)
+        if (self._store is not None and max(g.kv_len for g in gens) < self._store.capacity
+                and all(g.row is not None and g.row < batch and self._slots[g.row] is g for g in gens)):
+            order = self._slots[:batch]             # rows [0, B) already hold exactly these: nothing to place
+            changed, self._last_active, self._gap_age = order != self._last_active, order, {}
+            return changed, order
         if self.park_rows and self.decode_gaps:
             order, moved = self._place_in_gaps(gens)
-            gaps = len(order) - len(gens)
-            self._gap_rent = self._gap_rent + gaps if gaps else 0
-            if self._gap_rent <= self.gap_rent_steps * gaps or not gaps:
+            self._gap_age = {r: self._gap_age.get(r, 0) + 1 for r, g in enumerate(order) if g is None}
+            if max(self._gap_age.values(), default=0) <= self.gap_rent_steps:
                 changed = moved or order != self._last_active
                 self._last_active = order
                 return changed, order
-            self._gap_rent = 0
+        self._gap_age = {}
         return self._compact(gens)
 
     def _place_in_gaps(self, gens: list[_Generation]) -> tuple[list[_Generation | None], bool]:
