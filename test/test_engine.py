@@ -219,7 +219,6 @@ def test_generations_of_different_lengths_and_arrivals_each_equal_their_solo_out
     engine = make(tiny, batch_prefill=batch_prefill)
     rng = random.Random(11)
     done: set[str] = set()
-    outputs: dict[str, list[int]] = {}
     for it in range(400):
         for g, t in arrival.items():
             if t == it:
