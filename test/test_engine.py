@@ -430,3 +430,15 @@ def test_chunked_prefill_stays_within_the_step_budget_mixes_with_decodes_and_is_
     while not engine._gens["again"].finished:
         engine.step(["again"])
     assert engine.prefix_cache.hits == 1 and engine.output_ids("again") == solo_greedy(tiny, again, 8)
+
+
+def test_an_idle_engine_keeps_its_store_only_when_asked(tiny):
+    for keep in (False, True):
+        engine = make(tiny)
+        engine.keep_idle_store = keep
+        engine.add("a", prompt(70, 12), 8)
+        run_to_end(engine, "a")
+        engine.release("a")
+        assert (engine._store is not None) == keep
+        engine.add("b", prompt(71, 15), 20)             # the kept store (rows of a released plan) serves anew
+        assert run_to_end(engine, "b") == solo_greedy(tiny, prompt(71, 15), 20)
