@@ -1,33 +1,48 @@
-"""Segmentation overhead: stop checking (detokenize + segmenter) + suspend + resume as a share of
-generation time (target <= 2%), and the row copies that leaving and rejoining the batch cost.
+"""Segmentation overhead by the paper's definition: detokenize + segmenter + KV save/restore (suspend,
+resume, and the KV row copies a batch change costs), as a share of generation time (target <= 2%).
 
-    .venv/bin/python benchmarks/segmentation_overhead.py [--traces 1 2 6 9 10 11] [--pause 2]
-    .venv/bin/python benchmarks/segmentation_overhead.py --device cuda --random-config llama3-8b
+    .venv/bin/python benchmarks/segmentation_overhead.py --reps 5 --threads 1 [--traces 1 2 6] [--pause 2]
 
 The plans of the TimelyLLM traces (core.workload.lrtrace) are replayed through the engine (forced_ids:
-real forward passes, fixed content) as one batch. After every token, the whole output is detokenized and
-the new text fed to the skill set's incremental segmenter (core.skills: the real StatementSegmenter, as the
-scheduler does). When a segment becomes executable the generation is suspended, sits out ``--pause`` steps
-(its robot executes) and is resumed, leaving and rejoining the batch (its KV row parked in a spare store row
-and moved back; repeated, interleaved, with the engine's park_rows off: the row cloned out and written back).
-Generation time = the engine's step times; overhead = detokenize + segmenter + suspend() + resume(),
-also shown with the engine's row copies when the batch changes (already inside the step times).
-Medians over --reps runs.
+real forward passes, fixed content) as one batch. After every token the output is detokenized and the new
+text fed to the skill set's incremental segmenter (core.skills StatementSegmenter), as the scheduler's
+_absorb does. When a segment becomes executable the generation is suspended, sits out ``--pause`` steps
+(its robot executes) and is resumed; a finished generation is released. Three row modes of the engine, reps
+interleaved: compact with parked rows (default), gaps (leavers stay in place as gap rows of the decode
+range: no copies, a wasted decode row each), compact with rows cloned out (the old path).
+Generation time = the engine's step times (row copies and gap rows included). The overhead shown counts
+the row copies (timed inside the steps), and then also the gap rows' decode compute: gap row-steps times
+the measured extra step time of one gap row (same live rows with and without gaps, interleaved steps).
+Load-independent counts: row copies and KV tokens copied, gap row-steps. mean [min-max] over --reps.
+Times are this thread's CPU time with --threads 1 on CPU (other jobs on a shared box not counted), wall
+time otherwise.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import torch  # noqa: E402
+
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.workload.lrtrace import get_trace  # noqa: E402
 from timely_llm_ros.engine import benchkit as bk  # noqa: E402
 from timely_llm_ros.engine.kv_cache import SlotKV  # noqa: E402
 from timely_llm_ros.engine.transformers_engine import TransformersEngine  # noqa: E402
+
+
+def clock() -> float:
+    """CPU seconds of this thread when torch runs on it alone (time other jobs take from the shared CPU is
+    not counted; on a busy box wall time swings 5-20x), else wall seconds (cuda steps are synchronised)."""
+    return time.thread_time() if CPU_THREAD else time.perf_counter()
+
+
+CPU_THREAD = False
 
 
 def plan_ids(engine: TransformersEngine, plan: str) -> list[int]:
@@ -48,20 +63,21 @@ def run_once(engine: TransformersEngine, traces: list[int], pause: int) -> dict[
         gid = f"t{tid}"
         engine.add(gid, engine.encode(skills.build_prompt(tr.task, tr.context)), 10**4,
                    forced_ids=plan_ids(engine, tr.plan))
-        tracks[gid] = {"seg": skills.segmenter(), "text": "", "segments": 0}
+        tracks[gid] = {"seg": skills.segmenter(), "text": "", "ids": [], "segments": 0}
     arrange_s = [0.0]
     inner = engine._arrange
 
     def timed_arrange(gens):                      # the row copies a membership change costs
         bk.sync(dev)
-        t0 = time.perf_counter()
+        t0 = clock()
         changed = inner(gens)
         bk.sync(dev)
-        arrange_s[0] += time.perf_counter() - t0
+        arrange_s[0] += clock() - t0
         return changed
 
     engine._arrange = timed_arrange
     copied = [0, 0]                               # row copies, KV tokens copied (load-independent)
+    copy_s = [0.0]                                # time in the copies themselves
     store_cls, evict = SlotKV, engine._evict
 
     def counting(name, tokens):
@@ -70,7 +86,9 @@ def run_once(engine: TransformersEngine, traces: list[int], pause: int) -> dict[
         def wrapped(self, *a):
             copied[0] += 1
             copied[1] += tokens(*a)
-            return inner_fn(self, *a)
+            t0 = clock()
+            inner_fn(self, *a)
+            copy_s[0] += clock() - t0
         return inner_fn, wrapped
 
     saved = {}
@@ -81,39 +99,51 @@ def run_once(engine: TransformersEngine, traces: list[int], pause: int) -> dict[
     def counted_evict(gen, to_host):
         copied[0] += 1
         copied[1] += gen.kv_len
-        return evict(gen, to_host)
+        t0 = clock()
+        evict(gen, to_host)
+        copy_s[0] += clock() - t0
 
     engine._evict = counted_evict
+    gap_rows0 = engine.gap_row_steps
     running, paused, done = list(tracks), {}, set()
     gen_s = stop_s = susp_s = 0.0
+    steps = 0
     while running or paused:
         for gid in [g for g, left in paused.items() if left == 0]:
-            t0 = time.perf_counter()
+            t0 = clock()
             engine.resume(gid)
-            susp_s += time.perf_counter() - t0
+            susp_s += clock() - t0
             del paused[gid]
             running.append(gid)
         paused = {g: left - 1 for g, left in paused.items()}
         if not running:
             continue
+        t0 = clock()
         res = engine.step(running)
-        gen_s += res.elapsed_s
+        bk.sync(dev)
+        gen_s += clock() - t0
+        steps += 1
         for gid in list(running):
-            t0 = time.perf_counter()
+            t0 = clock()
             track = tracks[gid]
-            text = engine.decode(engine.output_ids(gid))
-            segments = track["seg"].feed(text[len(track["text"]):])
-            track["text"] = text
+            track["ids"].append(res.tokens[gid])   # as the scheduler's _absorb: its own id list, whole decode
+            text = engine.decode(track["ids"])
+            segments = []
+            if not text.endswith("\ufffd"):
+                segments = track["seg"].feed(text[len(track["text"]):])
+                track["text"] = text
             track["segments"] += len(segments)
-            stop_s += time.perf_counter() - t0
-            if gid in res.finished:
+            stop_s += clock() - t0
+            if gid in res.finished:             # released at once, as the scheduler does
                 running.remove(gid)
                 done.add(gid)
                 track["seg"].finish()
+                track["tokens"] = len(track["ids"])
+                engine.release(gid)                # (not segmentation: an unsegmented run releases too)
             elif segments:
-                t0 = time.perf_counter()
+                t0 = clock()
                 engine.suspend(gid)
-                susp_s += time.perf_counter() - t0
+                susp_s += clock() - t0
                 running.remove(gid)
                 paused[gid] = pause
     engine._arrange = inner
@@ -121,50 +151,122 @@ def run_once(engine: TransformersEngine, traces: list[int], pause: int) -> dict[
     for name, fn in saved.items():
         setattr(store_cls, name, fn)
     segments = sum(t["segments"] for t in tracks.values())
-    tokens = sum(len(engine.output_ids(g)) for g in tracks)
-    for gid in tracks:
-        engine.release(gid)
-    return {"gen": gen_s, "stop": stop_s, "suspend": susp_s, "arrange": arrange_s[0],
-            "segments": segments, "tokens": tokens, "copies": copied[0], "copied_tokens": copied[1]}
+    tokens = sum(t["tokens"] for t in tracks.values())
+    return {"gen": gen_s, "stop": stop_s, "suspend": susp_s, "arrange": arrange_s[0], "copy": copy_s[0],
+            "segments": segments, "tokens": tokens, "copies": copied[0], "copied_tokens": copied[1],
+            "gap_rows": engine.gap_row_steps - gap_rows0, "steps": steps,
+            "prefills": len(tracks)}
+
+
+def gap_row_cost(loaded, traces: list[int], gaps: int = 2, steps: int = 40) -> float:
+    """Measured extra step time of one gap row: the same live rows (the prompts of ``traces``; 5 when 7)
+    decoded with ``gaps`` parked rows inside
+    the range (one engine) and compact (another engine that never had them), steps interleaved; median of
+    the per-step differences, per gap row."""
+    skill_sets = load_skill_sets()
+    prompts = [skill_sets[get_trace(t).robot_type].build_prompt(get_trace(t).task, get_trace(t).context)
+               for t in traces]
+    with_gaps, compact = TransformersEngine(loaded), TransformersEngine(loaded)
+    with_gaps.park_rows, with_gaps.decode_gaps, with_gaps.gap_rent_steps = True, True, 10**9
+    parked = {f"p{i}" for i in range(1, 2 * gaps, 2)}          # every other row from the second on
+    for i, text in enumerate(prompts):
+        for engine in (with_gaps, compact):
+            if engine is compact and f"p{i}" in parked:
+                continue
+            engine.add(f"p{i}", engine.encode(text), 10**4, forced_ids=bk.endless(loaded))
+    live = [f"p{i}" for i in range(len(prompts)) if f"p{i}" not in parked]
+    with_gaps.step([f"p{i}" for i in range(len(prompts))])
+    compact.step(live)
+    for gid in parked:
+        with_gaps.suspend(gid)
+    diffs = []
+    for k in range(steps + 2):
+        t0 = clock()
+        with_gaps.step(live)
+        t1 = clock()
+        compact.step(live)
+        a, b = t1 - t0, clock() - t1
+        assert with_gaps._store.gaps == gaps
+        if k >= 2:
+            diffs.append((a - b) / gaps)
+    return max(bk.median(diffs), 0.0)
+
+
+TRACES = [1, 2, 3, 6, 9, 10, 11]
+STORES = {"warm": "warm KV store (kept between runs, as in a busy server)",
+          "fresh": "fresh KV store each run (an idle engine gives its store back; first touches page-fault)"}
+VARIANTS = {   # name: (park_rows, decode_gaps)
+    "compact, parked rows (default)": (True, False),
+    "gaps, rows stay put": (True, True),
+    "compact, cloned out": (False, False),
+}
+
+
+def spread(xs: list[float], fmt: str = "{:.2%}") -> str:
+    """mean [min-max]."""
+    return f"{fmt.format(statistics.mean(xs))} [{fmt.format(min(xs))}-{fmt.format(max(xs))}]"
+
+
+def report(name: str, rs: list[dict[str, float]], gap_cost: float) -> dict[str, list[float]]:
+    """Print one variant's figures (mean [min-max] over reps); return its per-rep overhead shares."""
+    r0 = rs[0]
+    live_rows = r0["tokens"] - r0["prefills"]      # decoded rows (a prefill emits each first token)
+    share = {k: [r[k] / r["gen"] for r in rs] for k in ("stop", "suspend", "arrange")}
+    total = [(r["stop"] + r["suspend"] + r["arrange"]) / r["gen"] for r in rs]
+    bound = [t + r["gap_rows"] * gap_cost / r["gen"] for t, r in zip(total, rs)]
+    wall = [(r["gen"] + r["stop"] + r["suspend"]) / r["tokens"] for r in rs]
+    print(f"[{name}] {r0['tokens']:.0f} tokens, {r0['segments']:.0f} segments, {r0['steps']:.0f} steps per run")
+    print(f"  generation (engine steps)        {spread([r['gen'] * 1e3 for r in rs], '{:.0f}')} ms")
+    print(f"  detokenize + segmenter           {spread(share['stop'])}")
+    print(f"  suspend() + resume()             {spread(share['suspend'])}")
+    copy = [r["copy"] / r["gen"] for r in rs]
+    print(f"  row placement (inside the steps) {spread(share['arrange'])}   of which the copies {spread(copy)}")
+    print(f"  row copies / KV tokens copied    {r0['copies']:.0f} / {r0['copied_tokens']:.0f}   (load-independent)")
+    print(f"  gap rows decoded / live rows     {r0['gap_rows']:.0f} / {live_rows:.0f}   (load-independent)")
+    print(f"  OVERHEAD with the KV copies      {spread(total)}   (target <= 2%)")
+    print(f"  ... + gap rows' decode compute   {spread(bound)}   (gap rows x measured cost of one)")
+    print(f"  time per token (all in)          {spread([w * 1e3 for w in wall], '{:.3f}')} ms")
+    return {"total": total, "bound": bound}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     bk.add_model_args(parser)
     parser.set_defaults(reps=5)
-    parser.add_argument("--traces", type=int, nargs="+", default=[1, 2, 3, 6, 9, 10, 11])
+    parser.add_argument("--traces", type=int, nargs="+", default=TRACES)
     parser.add_argument("--pause", type=int, default=2, help="steps a suspended generation sits out")
+    parser.add_argument("--store", choices=["warm", "fresh", "both"], default="both",
+                        help="warm: the engine keeps its KV store between runs (a busy server); fresh: each run "
+                             "starts from an idle engine, whose new store page-faults on first touch")
     args = parser.parse_args()
     loaded = bk.load_from_args(args)
-    print(bk.describe(loaded))
-    engine = TransformersEngine(loaded)
-    variants = {"parked in store rows": True, "cloned out (before)": False}
-    runs = {v: [] for v in variants}
+    global CPU_THREAD
+    CPU_THREAD = loaded.device.type == "cpu" and torch.get_num_threads() == 1
+    print(bk.describe(loaded), "| clock:", "thread CPU time" if CPU_THREAD else "wall")
+    print(f"traces {args.traces}, pause {args.pause} steps; segmenter: core.skills StatementSegmenter; "
+          f"mean [min-max] over {args.reps} interleaved reps (after one warm-up)")
+    stores = {"warm": True, "fresh": False} if args.store == "both" else {args.store: args.store == "warm"}
+    engines = {}
+    for store, keep in stores.items():
+        engines[store] = TransformersEngine(loaded)
+        engines[store].keep_idle_store = keep
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {(st, v): [] for st in stores for v in VARIANTS}
     for rep in range(args.reps + 1):              # interleaved, first rep is warm-up
-        for name, park in variants.items():
-            engine.park_rows = park
-            r = run_once(engine, args.traces, args.pause)
-            if rep:
-                runs[name].append(r)
-    totals = {}
-    for name, rs in runs.items():
-        med = {k: bk.median([r[k] for r in rs]) for k in rs[0]}
-        overhead = med["stop"] + med["suspend"]
-        print(f"[{name}] traces {args.traces}: {med['tokens']:.0f} tokens, {med['segments']:.0f} segments per run; "
-              f"segmenter: core.skills StatementSegmenter; medians of {args.reps} runs")
-        print(f"  generation (engine steps)        {bk.ms(med['gen'])}")
-        print(f"  detokenize + segmenter           {bk.ms(med['stop'])}  {med['stop'] / med['gen']:6.2%}")
-        print(f"  suspend() + resume()             {bk.ms(med['suspend'])}  {med['suspend'] / med['gen']:6.2%}")
-        print(f"  row copies on leave/rejoin       {bk.ms(med['arrange'])}  {med['arrange'] / med['gen']:6.2%}"
-              "  (inside the step times)")
-        print(f"  row copies / KV tokens copied    {med['copies']:.0f} / {med['copied_tokens']:.0f}"
-              "  (the same on any load)")
-        print(f"  segmentation overhead            {bk.ms(overhead)}  {overhead / med['gen']:6.2%}  (target <= 2%)")
-        totals[name] = (overhead + med["arrange"]) / med["gen"]
-        print(f"  ... with the row copies          {bk.ms(overhead + med['arrange'])}  {totals[name]:6.2%}")
-    a, b = totals.values()
-    ca, cb = (bk.median([r["copied_tokens"] for r in rs]) for rs in runs.values())
-    print(f"with copies, parked / cloned: {a / b:.2f}x time share, {ca / cb:.2f}x KV tokens copied")
+        for store, engine in engines.items():
+            for name, (park, gaps) in VARIANTS.items():
+                engine.park_rows, engine.decode_gaps = park, gaps
+                r = run_once(engine, args.traces, args.pause)
+                if rep:
+                    runs[store, name].append(r)
+    gap_cost = gap_row_cost(loaded, TRACES)
+    print(f"one gap row adds {gap_cost * 1e3:.3f} ms to a decode step (median of 40 interleaved step pairs)")
+    for store in stores:
+        print(f"=== {STORES[store]}")
+        shares = {name: report(name, runs[store, name], gap_cost) for name in VARIANTS}
+        base = shares["compact, cloned out"]["bound"]
+        for name in list(VARIANTS)[:2]:
+            ratio = [a / b for a, b in zip(shares[name]["bound"], base)]
+            print(f"{name} / cloned out, overhead with copies and gap compute: {spread(ratio, '{:.2f}x')}")
 
 
 if __name__ == "__main__":

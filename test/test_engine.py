@@ -65,30 +65,109 @@ def test_suspend_resume_at_arbitrary_points_is_token_exact(tiny):
     assert engine.output_ids("g") == solo_greedy(tiny, ids, 40)
 
 
+ROW_MODES = {"gaps": (True, True), "compact": (True, False), "cloned": (False, False)}   # park_rows, decode_gaps
+
+
+def make_mode(tiny, mode: str, **kw) -> TransformersEngine:
+    engine = make(tiny, **kw)
+    engine.park_rows, engine.decode_gaps = ROW_MODES[mode]
+    return engine
+
+
 def test_a_leaver_stays_parked_in_the_store_and_rejoins_token_exact(tiny):
     ids = [prompt(10 + i, 11 + 4 * i) for i in range(4)]
     outs = {}
-    for park in (True, False):
-        engine = make(tiny)
-        engine.park_rows = park
+    for mode in ROW_MODES:
+        engine = make_mode(tiny, mode)
         for i, p in enumerate(ids):
             engine.add(f"g{i}", p, 24)
         engine.step([f"g{i}" for i in range(4)])
         for rnd in range(5):                   # a middle row leaves for two steps, then rejoins
             leaver = f"g{1 + rnd % 2}"
+            row = engine._gens[leaver].row
             engine.suspend(leaver)
             others = [f"g{i}" for i in range(4) if f"g{i}" != leaver]
             engine.step(others)
             gen = engine._gens[leaver]
-            # parked: its KV is still in a store row outside the active range, not in a copy of its own
-            assert (gen.kv is None and gen.row is not None and gen.row >= 3) if park else gen.row is None
+            if mode == "gaps":                 # kept in place, a gap inside the decode range
+                assert gen.kv is None and gen.row == row and engine._store.gaps == 1
+            elif mode == "compact":            # parked in a store row outside the active range
+                assert gen.kv is None and gen.row is not None and gen.row >= 3
+            else:
+                assert gen.row is None and gen.kv is not None
             engine.step(others)
             engine.resume(leaver)
             engine.step([f"g{i}" for i in range(4)])
-        outs[park] = [engine.output_ids(f"g{i}") for i in range(4)]
-    assert outs[True] == outs[False]
-    for i in (1, 2):
-        assert outs[True][i] == solo_greedy(tiny, ids[i], 24)[:len(outs[True][i])]
+        outs[mode] = [engine.output_ids(f"g{i}") for i in range(4)]
+    assert outs["gaps"] == outs["compact"] == outs["cloned"]
+    for i in range(4):
+        assert outs["gaps"][i] == solo_greedy(tiny, ids[i], 24)[:len(outs["gaps"][i])]
+
+
+@pytest.mark.parametrize("mode", list(ROW_MODES))
+def test_random_churn_of_a_multi_row_batch_is_token_exact_in_every_row_mode(tiny, mode):
+    """Generations leave and rejoin at random, finish and are released while others arrive (gaps open, persist
+    past the rent and get compacted, are filled by newcomers and by rejoiners; a newcomer takes a released
+    generation's row); every generation still equals its solo greedy output."""
+    rng = random.Random(11)
+    specs = {f"g{i}": (prompt(40 + i, rng.randrange(3, 40)), rng.randrange(10, 45)) for i in range(7)}
+    engine = make_mode(tiny, mode)
+    arrivals = {gid: 3 * i for i, gid in enumerate(specs)}
+    out_of_batch: dict[str, int] = {}
+    done: set[str] = set()
+    outputs: dict[str, list[int]] = {}
+    for t in range(400):
+        for gid, at in arrivals.items():
+            if at == t:
+                engine.add(gid, *specs[gid])
+        for gid in [g for g, left in out_of_batch.items() if left == 0]:
+            engine.resume(gid)
+            del out_of_batch[gid]
+        out_of_batch = {g: left - 1 for g, left in out_of_batch.items()}
+        running = [g for g, at in arrivals.items() if at <= t and g not in done and g not in out_of_batch]
+        if not running:
+            if len(done) == len(specs):
+                break
+            continue
+        res = engine.step(running)
+        done |= res.finished
+        for gid in res.finished:              # released at once, as the scheduler does: newcomers reuse the row
+            outputs[gid] = engine.output_ids(gid)
+            engine.release(gid)
+        for gid in running:
+            if gid not in res.finished and rng.random() < 0.25:
+                engine.suspend(gid)
+                out_of_batch[gid] = rng.choice([0, 1, 2, 5])
+    assert done == set(specs)
+    for gid, (ids, max_new) in specs.items():
+        assert outputs[gid] == solo_greedy(tiny, ids, max_new), gid
+    if mode == "gaps":
+        assert engine.gap_row_steps > 0
+
+
+def test_gap_rows_keep_their_kv_and_cost_no_copies(tiny):
+    """With decode_gaps a parked generation inside the decode range is neither moved nor written; a gap that
+    outlives gap_rent_steps is compacted away."""
+    engine = make_mode(tiny, "gaps")
+    for i in range(3):
+        engine.add(f"g{i}", prompt(60 + i, 9 + 5 * i), 60)
+    engine.step(["g0", "g1", "g2"])
+    engine.step(["g0", "g1", "g2"])
+    parked = engine._gens["g1"]
+    engine.suspend("g1")
+    before = engine._store.read_row(parked.row, engine._store.capacity).clone()
+    for _ in range(engine.gap_rent_steps):
+        engine.step(["g0", "g2"])
+        assert engine._store.active == 3 and engine._store.gaps == 1
+    assert torch.equal(engine._store.read_row(parked.row, engine._store.capacity), before)
+    assert engine.gap_row_steps == engine.gap_rent_steps
+    engine.step(["g0", "g2"])                 # the rent is paid: rows compacted, g1 parked out of the range
+    assert engine._store.active == 2 and engine._store.gaps == 0 and parked.row >= 2
+    engine.resume("g1")
+    while not all(engine._gens[g].finished for g in ("g0", "g1", "g2")):
+        engine.step([g for g in ("g0", "g1", "g2") if not engine._gens[g].finished])
+    for i in range(3):
+        assert engine.output_ids(f"g{i}") == solo_greedy(tiny, prompt(60 + i, 9 + 5 * i), 60)
 
 
 def test_resume_never_prefills_again(tiny):
@@ -351,3 +430,15 @@ def test_chunked_prefill_stays_within_the_step_budget_mixes_with_decodes_and_is_
     while not engine._gens["again"].finished:
         engine.step(["again"])
     assert engine.prefix_cache.hits == 1 and engine.output_ids("again") == solo_greedy(tiny, again, 8)
+
+
+def test_an_idle_engine_keeps_its_store_only_when_asked(tiny):
+    for keep in (False, True):
+        engine = make(tiny)
+        engine.keep_idle_store = keep
+        engine.add("a", prompt(70, 12), 8)
+        run_to_end(engine, "a")
+        engine.release("a")
+        assert (engine._store is not None) == keep
+        engine.add("b", prompt(71, 15), 20)             # the kept store (rows of a released plan) serves anew
+        assert run_to_end(engine, "b") == solo_greedy(tiny, prompt(71, 15), 20)

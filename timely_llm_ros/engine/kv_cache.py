@@ -4,7 +4,9 @@ Buffer ``[layers, 2, rows, kv_heads, capacity, head_dim]``. A generation residen
 keeps its ``n`` tokens left-aligned in columns ``[0, n)`` and appends at column ``n``; rows are
 independent, so a generation joins or leaves the batch by copying only its own row. A decode
 step runs over rows ``[0, active)``: each row writes its new key/value at its own column (one
-indexed write per layer) and attention reads a view masked to each row's length.
+indexed write per layer) and attention reads a view masked to each row's length. Rows of that range
+may be gaps (a parked generation, or an empty row): they ride along in the forward with a dummy
+token, attend to one column, write nothing and do not advance, so their KV stays untouched.
 """
 from __future__ import annotations
 
@@ -79,9 +81,13 @@ class _SlotLayer(CacheLayerMixin):
                 keys[s.prefill_index, :, :q] = key_states
                 values[s.prefill_index, :, :q] = value_states
             return key_states, value_states
-        rows, cols = s.row_index, s.lengths_t                          # one new token per active row
-        keys[rows, :, cols] = key_states[:, :, 0]
-        values[rows, :, cols] = value_states[:, :, 0]
+        rows, cols = s.row_index, s.write_cols                         # one new token per live row
+        if s.gaps:                                                     # gap rows write nothing
+            keys[rows, :, cols] = key_states[rows, :, 0]
+            values[rows, :, cols] = value_states[rows, :, 0]
+        else:
+            keys[rows, :, cols] = key_states[:, :, 0]
+            values[rows, :, cols] = value_states[:, :, 0]
         end = s.max_length + 1
         return keys[:s.active, :, :end], values[:s.active, :, :end]
 
@@ -110,7 +116,10 @@ class SlotKV(Cache):
         self.lengths: list[int] = []           # tokens of the active rows (host copy)
         self.max_length = 0
         self.lengths_t = torch.zeros(0, dtype=torch.long, device=self.device)
-        self.row_index = torch.zeros(0, dtype=torch.long, device=self.device)
+        self.row_index = torch.zeros(0, dtype=torch.long, device=self.device)   # live rows of the range
+        self.write_cols = self.lengths_t       # column each live row appends at
+        self.gaps = 0                          # rows of the decode range that are not live
+        self._live: set[int] = set()
         self._cols = torch.arange(capacity, device=self.device)
         super().__init__(layers=[_SlotLayer(self, i) for i in range(shape.layers)])
 
@@ -169,15 +178,21 @@ class SlotKV(Cache):
     def end_prefill(self) -> None:
         self.prefill_rows, self.prefill_offset = None, 0
 
-    def begin_decode(self, lengths: Sequence[int], changed: bool) -> torch.Tensor:
-        """The next forward appends one token to each of rows [0, len(lengths)); returns the 4D mask."""
+    def begin_decode(self, lengths: Sequence[int | None], changed: bool) -> torch.Tensor:
+        """The next forward appends one token to each live row of [0, len(lengths)); ``None`` marks a gap
+        row (it attends to column 0 only and keeps its KV). Returns the 4D mask."""
         self.prefill_rows = None
         if changed:
-            self.active = len(lengths)
-            self.lengths_t = torch.tensor(lengths, dtype=torch.long, device=self.device)
-            self.row_index = torch.arange(self.active, device=self.device)
-        self.lengths = list(lengths)
-        self.max_length = max(lengths)
+            live = [r for r, n in enumerate(lengths) if n is not None]
+            self._live = set(live)
+            self.active, self.gaps = len(lengths), len(lengths) - len(live)
+            self.lengths_t = torch.tensor([0 if n is None else n for n in lengths], dtype=torch.long,
+                                          device=self.device)
+            self.row_index = torch.tensor(live, dtype=torch.long, device=self.device) if self.gaps else \
+                torch.arange(self.active, device=self.device)
+        self.lengths = [0 if n is None else n for n in lengths]
+        self.max_length = max(self.lengths)
+        self.write_cols = self.lengths_t[self.row_index] if self.gaps else self.lengths_t
         cols = self._cols[:self.max_length + 1]
         return (cols[None, :] <= self.lengths_t[:, None])[:, None, None, :]
 
@@ -186,7 +201,11 @@ class SlotKV(Cache):
         return self.lengths_t[:, None]
 
     def end_decode(self) -> None:
-        """Commit the appended column of every active row."""
-        self.lengths_t += 1
-        self.lengths = [n + 1 for n in self.lengths]
+        """Commit the appended column of every live row (gap rows keep their length)."""
+        if self.gaps:
+            self.lengths_t[self.row_index] += 1
+            self.lengths = [n + 1 if r in self._live else n for r, n in enumerate(self.lengths)]
+        else:
+            self.lengths_t += 1
+            self.lengths = [n + 1 for n in self.lengths]
         self.max_length += 1

@@ -6,6 +6,8 @@ memory. A step decodes all already-prefilled generations in ONE forward over row
 store, then prefills new generations one by one straight into free rows (no copy when they join the
 batch next step). Rows are independent (left-aligned, each appends at its own column), so the batch
 changing costs only copies of the rows that leave or join, never a re-pack of the whole batch.
+With ``decode_gaps`` the decode instead runs over the rows the batch occupies, leavers left in place as
+gap rows (no copies, a wasted decode row each); off by default, see ``_arrange``.
 Invariant: a prefilled generation's KV holds prompt + output[:-1]; output[-1] is the next input.
 """
 from __future__ import annotations
@@ -85,6 +87,16 @@ class TransformersEngine(GenerationTable, Engine):
         self._last_active: list[_Generation | None] = []
         self._suspend_counter = itertools.count(1)
         self.park_rows = True      # leavers stay in spare store rows (False: cloned out; ablation)
+        # keep the slot store when the last generation is released: its memory pages stay mapped, so the next
+        # busy period's first writes and row moves do not page-fault (a fresh row costs ~4x a warm one on CPU)
+        self.keep_idle_store = False
+        # decode over the rows the batch occupies, gaps included, instead of compacting them to [0, B): no row
+        # copies, but every gap row costs decode compute. Off: on the embedded planner (CPU) a gap row adds
+        # ~0.5 ms to a step while a row move costs ~0.2 ms (benchmarks/segmentation_overhead.py)
+        self.decode_gaps = False
+        self.gap_rent_steps = 2    # rows are compacted once a gap outlives this many decode steps (ski rental)
+        self.gap_row_steps = 0     # gap rows decoded so far (load-independent cost of decode_gaps)
+        self._gap_age: dict[int, int] = {}   # decode steps each gap row of the range has been a gap
 
     # ----- tokenizer -----
     def encode(self, text: str) -> list[int]:
@@ -108,7 +120,8 @@ class TransformersEngine(GenerationTable, Engine):
             gen_id, list(prompt_ids), int(max_new_tokens), forced,
             generator_for(gen_id, self.sampling, self.device))
 
-    @torch.inference_mode()
+    # suspend/resume enter inference mode only when they move tensors: entering it costs ~4 us, and they run
+    # at every segment boundary (part of the segmentation overhead)
     def suspend(self, gen_id: str) -> None:
         gen = self._get(gen_id, "suspend")
         if gen.suspended:
@@ -116,13 +129,13 @@ class TransformersEngine(GenerationTable, Engine):
         gen.suspended, gen.suspended_seq = True, next(self._suspend_counter)
         self._enforce_budget()
 
-    @torch.inference_mode()
     def resume(self, gen_id: str) -> None:
         gen = self._get(gen_id, "resume")
         if not gen.suspended:
             return
         if gen.kv is not None and gen.offloaded:
-            gen.kv, gen.offloaded = gen.kv.to(self.device, non_blocking=True), False
+            with torch.inference_mode():
+                gen.kv, gen.offloaded = gen.kv.to(self.device, non_blocking=True), False
         gen.suspended = False
         self._enforce_budget()
 
@@ -134,8 +147,8 @@ class TransformersEngine(GenerationTable, Engine):
             self._free_row(gen)
         gen.kv = None
         del self._gens[gen_id]
-        if not self._gens:          # idle: give the store back (a busy engine keeps it, sized for its peak)
-            self._store, self._slots, self._last_active = None, [], []
+        if not self._gens and not self.keep_idle_store:   # idle: give the store back (a busy engine keeps
+            self._store, self._slots, self._last_active = None, [], []   # it, sized for its peak)
         self._mark_released(gen_id)
 
     def close(self) -> None:
@@ -307,18 +320,24 @@ class TransformersEngine(GenerationTable, Engine):
             self._emit(gen, token, result)
 
     def _decode(self, gens: list[_Generation], result: StepResult) -> None:
-        changed = self._arrange(gens)
-        store, rows = self._store, self._slots[:len(gens)]
-        mask = store.begin_decode([g.kv_len for g in rows], changed)
-        ids = torch.tensor([[g.output[-1]] for g in rows], dtype=torch.long, device=self.device)
+        changed, order = self._arrange(gens)
+        store = self._store
+        mask = store.begin_decode([None if g is None else g.kv_len for g in order], changed)
+        ids = torch.tensor([[0 if g is None else g.output[-1]] for g in order], dtype=torch.long, device=self.device)
         positions = store.positions()
-        if any(g.pos_offset for g in rows):   # evicted prompt KV: later tokens keep their original positions
-            positions = positions + torch.tensor([[g.pos_offset] for g in rows], dtype=torch.long, device=self.device)
+        if any(g is not None and g.pos_offset for g in order):   # evicted prompt KV: original positions kept
+            positions = positions + torch.tensor([[0 if g is None else g.pos_offset] for g in order],
+                                                 dtype=torch.long, device=self.device)
         out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
                          past_key_values=store, use_cache=True)
         store.end_decode()
-        tokens = choose_tokens(out.logits[:, -1], self.sampling, [g.generator for g in rows])
-        for gen, token in zip(rows, tokens):
+        logits = out.logits[:, -1]
+        live = order
+        if store.gaps:
+            logits, live = logits[store.row_index], [g for g in order if g is not None]
+            self.gap_row_steps += store.gaps
+        tokens = choose_tokens(logits, self.sampling, [g.generator for g in live])
+        for gen, token in zip(live, tokens):
             gen.kv_len += 1
             self._emit(gen, token, result)
 
@@ -369,14 +388,54 @@ class TransformersEngine(GenerationTable, Engine):
         return keep
 
     # ----- slot store -----
-    def _arrange(self, gens: list[_Generation]) -> bool:
+    def _arrange(self, gens: list[_Generation]) -> tuple[bool, list[_Generation | None]]:
+        """Place these generations in store rows for one decode; returns whether the decode rows changed since
+        the previous decode, and the generation of each row of the decode range (None: a gap row).
+
+        With ``decode_gaps`` nobody moves: a generation that left stays in its row, and the decode runs
+        over rows [0, R) that cover every wanted row, parked or empty rows inside being gaps (a dummy token each,
+        no KV write). A generation without a row (cloned out or offloaded) is written into the lowest free row,
+        which fills gaps first. Gaps cost decode rows, so once a row has been a gap for more than
+        ``gap_rent_steps`` decodes the rows are compacted as below (ski rental: a move reads and writes a row's
+        KV, a gap step reads it once in attention, so two gap steps cost about one move where attention's memory
+        traffic dominates; where per-row compute dominates, as on CPU, gaps cost more and stay off).
+        Without ``decode_gaps`` (default) the rows are compacted at every membership change (``_compact``).
+        """
+        batch = len(gens)
+        if (self._store is not None and max(g.kv_len for g in gens) < self._store.capacity
+                and all(g.row is not None and g.row < batch and self._slots[g.row] is g for g in gens)):
+            order = self._slots[:batch]             # rows [0, B) already hold exactly these: nothing to place
+            changed, self._last_active, self._gap_age = order != self._last_active, order, {}
+            return changed, order
+        if self.park_rows and self.decode_gaps:
+            order, moved = self._place_in_gaps(gens)
+            self._gap_age = {r: self._gap_age.get(r, 0) + 1 for r, g in enumerate(order) if g is None}
+            if max(self._gap_age.values(), default=0) <= self.gap_rent_steps:
+                changed = moved or order != self._last_active
+                self._last_active = order
+                return changed, order
+        self._gap_age = {}
+        return self._compact(gens)
+
+    def _place_in_gaps(self, gens: list[_Generation]) -> tuple[list[_Generation | None], bool]:
+        """Give rowless generations the lowest free rows; the decode range is [0, highest wanted row]."""
+        store = self._store_for(rows=0, capacity=max(g.kv_len for g in gens) + 1, gens=gens)
+        moved = False
+        for gen in gens:
+            if gen.row is None:
+                store.write_row(self._claim_slot(gen), gen.kv)
+                gen.kv, moved = None, True
+        wanted = set(gens)
+        top = max(g.row for g in gens) + 1
+        return [g if g in wanted else None for g in self._slots[:top]], moved
+
+    def _compact(self, gens: list[_Generation]) -> tuple[bool, list[_Generation | None]]:
         """Make rows [0, B) hold exactly these generations, copying only rows that leave or join.
 
         A generation leaving the batch stays resident ("parked") in a store row >= B: it is moved there
         only if it sat in [0, B), and rejoins with one row move. Moving between rows of the store is ~3-5x
         cheaper than cloning the row into a fresh tensor (no allocation, no page faults). With
-        ``park_rows`` off (ablation) leaving rows are cloned out as before. Returns whether the active rows
-        changed since the previous decode.
+        ``park_rows`` off (ablation) leaving rows are cloned out as before.
         """
         batch, wanted = len(gens), set(gens)
         parked = [g for g in self._slots if g is not None and g not in wanted]
@@ -412,7 +471,7 @@ class TransformersEngine(GenerationTable, Engine):
         active = slots[:batch]
         changed = moved or active != self._last_active
         self._last_active = active
-        return changed
+        return changed, active
 
     def _store_for(self, rows: int, capacity: int, gens: list[_Generation]) -> SlotKV:
         """The slot store, created or grown to hold ``rows`` rows of ``capacity`` columns."""
@@ -481,11 +540,12 @@ class TransformersEngine(GenerationTable, Engine):
             return
         victims = sorted((g for g in self._gens.values() if g.suspended and g.prefilled and not g.offloaded),
                          key=lambda g: g.suspended_seq)
-        for gen in victims:
-            if used <= self.kv_budget_bytes:
-                break
-            self._offload(gen)
-            used -= gen.kv_len * self.kv_shape.bytes_per_token
+        with torch.inference_mode():
+            for gen in victims:
+                if used <= self.kv_budget_bytes:
+                    break
+                self._offload(gen)
+                used -= gen.kv_len * self.kv_shape.bytes_per_token
 
     def _offload(self, gen: _Generation) -> None:
         if gen.row is not None:
