@@ -14,6 +14,7 @@ help:
 	@echo "make test   set up if needed, run the whole test suite"
 	@echo "make bench  run the benchmarks (simulated policies, engine micro-benchmarks)"
 	@echo "make model  retrain the embedded default planner model (not needed: it is committed)"
+	@echo "make colcon-test  colcon build + colcon test of the package against .venv (colcon in build/colcon_venv)"
 	@echo "make stress reliability suite on loopback (STRESS_SOAK_S=60 for a short soak; docs/stress.md)"
 
 setup:
@@ -45,3 +46,10 @@ STRESS_SOAK_S ?= 600
 .PHONY: stress
 stress: setup
 	$(PY) tools/stress/run.py --soak-s $(STRESS_SOAK_S)
+
+# `colcon test` without a ROS install (tools/colcon_test.sh): colcon from PyPI into build/colcon_venv, the workspace in
+# build/colcon_ws, the venv's ROS 2 wheels as the underlay. Prints `colcon test-result --all --verbose`, fails on any
+# failed test. A subset: `make colcon-test PYTEST_ADDOPTS="-k lint"`.
+.PHONY: colcon-test
+colcon-test: setup
+	@VENV=$(VENV) tools/colcon_test.sh
