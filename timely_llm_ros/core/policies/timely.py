@@ -139,10 +139,11 @@ class TimelyPolicy(Policy):
 
     def segment_tokens(self, gen: Generation) -> int:
         """Tokens of one segment of gen's robot type that admission assumes, never above the configured maximum.
-        Option segment_estimate "mean" (default with admission "utility"): the expected length, the mean of the last 32 segments of that
-        type seen, before any is seen the profiled segment time G over the batch-1 token time (G is the mean
-        time of a segment, so this is its mean token count); "max" (default with admission "deadline"): the
-        longest of the last 32 seen (a worst case, the earlier rule), the maximum before any. online_segment_tokens False: the maximum."""
+        Option segment_estimate "mean" (default with admission "utility"): the expected length, the mean of the
+        last 32 segments of that type seen, before any is seen the profiled segment time G over the batch-1 token
+        time (G is the mean time of a segment, so this is its mean token count); "max" (default with admission
+        "deadline"): the longest of the last 32 seen (a worst case, the earlier rule), the maximum before any.
+        online_segment_tokens False: always the maximum."""
         rt = gen.req.robot_type
         cap = self.max_segment_tokens.get(rt, self.max_segment_tokens.get("*", 20))
         if not self.online_segment_tokens:
