@@ -39,8 +39,8 @@ from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.workload import generate, load_spec, load_workload  # noqa: E402
 from timely_llm_ros.core.workload.generator import Workload, burst  # noqa: E402
 
-DEFAULT_POLICIES = ("timely,timely-fixed,timely-nodrop,timely-open-loop,timely-nopreempt,timely-chunked,edf,edf-admit,"
-                    "fcfs,fcfs-admit,vllm-stream,vllm")
+DEFAULT_POLICIES = ("timely,timely-fixed,timely-nodrop,timely-open-loop,timely-nopreempt,timely-chunked,timely-maxseg,"
+                    "timely-reloads-free,edf,edf-admit,fcfs,fcfs-admit,vllm-stream,vllm")
 BOUND_POLICIES = ("timely", "edf-admit", "edf", "vllm-stream")
 
 
@@ -86,6 +86,8 @@ register_variant("timely-nopreempt", "timely", {"preempt": False})
 register_variant("timely-paper-admit", "timely", {"prefill_aware": False, "preempt": False})
 register_variant("timely-deadline-admit", "timely", {"admission": "deadline"})
 register_variant("timely-chunked", "timely", {}, {"step_token_budget": 256})
+register_variant("timely-maxseg", "timely", {"segment_estimate": "max"})      # worst-case segment in the utility test
+register_variant("timely-reloads-free", "timely", {"step_reloads": False})   # KV reloads outside the per-step cap
 
 
 # ----------------------------------------------------------------------------------------------- building runs

@@ -26,11 +26,15 @@ def main(argv=None) -> int:
     p.add_argument("--workload", default="burst")
     p.add_argument("--window", type=float, default=0.6, help="seconds after the first urgent arrival to log")
     p.add_argument("--latency", default="llama3-8b-rtx4090")
+    p.add_argument("--alone", action="store_true", help="replay the urgent requests alone (the bound's workload)")
     args = p.parse_args(argv)
     lat, preset = load_latency_model(args.latency), cp.PRESETS[args.workload]
     wl = preset.make(args.seed)
+    full = wl
+    if args.alone:
+        wl = cp.class_alone(wl, "urgent")
     t0 = min(t.arrival for t in wl.tasks if t.urgency == "urgent")
-    _, bound = cp.bound_for(wl, lat, preset.sim, args.seed)
+    _, bound = cp.bound_for(full, lat, preset.sim, args.seed)
     steps, picks = [], []
     step, select = sim_engine.SimEngine.step, TimelyPolicy.select
 
@@ -62,7 +66,7 @@ def main(argv=None) -> int:
               f"({bound.get(o.req.req_id, float('nan')):+.2f}) {(o.message or '')[:60]}")
     print("engine steps (start after the first urgent arrival, duration, batch size, urgent members):")
     for start, batch, dt, prefilled in steps:
-        if 0 - 0.05 <= start <= args.window:
+        if -0.3 <= start <= args.window:
             urg = [g for g in batch if g in ids]
             print(f"  +{start:.3f} {dt * 1e3:6.1f} ms batch {len(batch):2d} prefills {prefilled} urgent {' '.join(urg)}")
     print("\n".join(picks))

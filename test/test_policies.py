@@ -102,9 +102,15 @@ def test_admission_holds_back_relaxed_requests_while_an_urgent_one_is_tight():
     # deadline rule: an equally urgent newcomer waits too, its prefill would push u past its deadline
     batch = timely.select([normal, gen("u2", tuf=URGENT)], [urgent], ctx(0.05))
     assert [g.req_id for g in batch] == ["u"]
-    # utility rule (default): u2 joins, since u loses less than u2 would lose by waiting for u's segment
-    utility = make_policy("timely", max_batch=16)
+    # utility rule with the worst-case segment: u2 joins, since u loses less than u2 would lose by waiting for
+    # u's segment; n (1 s of slack) waits
+    utility = make_policy("timely", max_batch=16, options={"segment_estimate": "max"})
     assert [g.req_id for g in utility.select([normal, gen("u2", tuf=URGENT)], [urgent], ctx(0.05))] == ["u", "u2"]
+    # utility rule (default, expected segment of 5 tokens): u is ready at about 0.05 + 4 x 24 ms + 8 ms < its
+    # 0.2 s ERT with both newcomers, so nobody loses anything and n joins too
+    utility = make_policy("timely", max_batch=16)
+    assert [g.req_id for g in utility.select([normal, gen("u2", tuf=URGENT)], [urgent], ctx(0.05))] == \
+        ["u", "u2", "n"]
     # the old rule let it in as "pressing" (the crowd that turned into one long step)
     assert make_policy("timely", options={"prefill_aware": False}).select(
         [gen("u2", tuf=URGENT)], [urgent], ctx(0.05))[-1].req_id == "u2"
@@ -170,9 +176,44 @@ def test_timely_takes_segment_sizes_from_skill_sets():
     from timely_llm_ros.core.skills import load_skill_sets
 
     skill_sets = load_skill_sets()
-    timely = make_policy("timely", options=options_from_skill_sets(skill_sets))
-    assert timely.segment_tokens(gen("a", robot="arm")) == skill_sets["arm"].max_segment_tokens
-    assert timely.segment_tokens(gen("d", robot="drone")) == skill_sets["drone"].max_segment_tokens
+    worst = make_policy("timely", options={**options_from_skill_sets(skill_sets), "segment_estimate": "max"})
+    assert worst.segment_tokens(gen("a", robot="arm")) == skill_sets["arm"].max_segment_tokens
+    assert worst.segment_tokens(gen("d", robot="drone")) == skill_sets["drone"].max_segment_tokens
+    worst.observe_segment_tokens("drone", 4)
+    worst.observe_segment_tokens("drone", 7)
+    assert worst.segment_tokens(gen("d", robot="drone")) == 7          # longest seen
+
+
+def test_utility_admission_assumes_the_expected_segment_length():
+    """Default (utility test): before any segment is seen, G / t_1 tokens (the profiled mean segment time over
+    the batch-1 token time: drone 0.09 / 0.022 -> 5, arm 0.16 / 0.022 -> 8), then the mean of the last 32
+    seen, never above the skill set's maximum; the deadline test keeps the worst case."""
+    timely = make_policy("timely")
+    assert timely.segment_tokens(gen("d", robot="drone")) == 5
+    assert timely.segment_tokens(gen("a", robot="arm")) == 8
+    for n in (4, 7, 4):
+        timely.observe_segment_tokens("drone", n)
+    assert timely.segment_tokens(gen("d", robot="drone")) == 5          # ceil(15 / 3)
+    timely.observe_segment_tokens("arm", 400)
+    assert timely.segment_tokens(gen("a", robot="arm")) == 20           # capped at the maximum
+    assert make_policy("timely", options={"admission": "deadline"}).segment_tokens(gen("d")) == 10
+
+
+def test_expected_segment_length_protects_a_late_urgent_first_segment_from_a_slack_newcomer():
+    """An urgent first segment 0.3 s old has 1 token: with the worst case (10 tokens) it would be ready at
+    0.3 + 9 x 22 ms + 8 ms = 0.506 s, past the point where TUF_0 reaches 0, so the old rule saw nothing to lose
+    and let a normal newcomer (1 s of slack) share its steps; with the expected 5 tokens it is ready at 0.396 s
+    (TUF_0 0.69), the newcomer's prefill would cost it utility while the newcomer loses nothing by waiting,
+    so the newcomer waits."""
+    def running_urgent():
+        u = gen("u", tuf=URGENT, prefilled=True)
+        u.output_ids = [5]
+        return u
+
+    new = make_policy("timely", max_batch=16)
+    old = make_policy("timely", max_batch=16, options={"segment_estimate": "max"})
+    assert [g.req_id for g in old.select([gen("n", arrival=0.3)], [running_urgent()], ctx(0.3))] == ["u", "n"]
+    assert [g.req_id for g in new.select([gen("n", arrival=0.3)], [running_urgent()], ctx(0.3))] == ["u"]
 
 
 # ---- Eq. 4 pinned: exact values, both floors, and a case where PUD and EDF disagree ----------------------------
@@ -204,3 +245,19 @@ def test_pud_and_edf_disagree_and_timely_follows_pud():
     assert timely.priority(normal, now) == pytest.approx(1.0 / (0.09 * 0.15))
     assert [g.req_id for g in edf.select([normal, urgent], [], ctx(now))] == ["n"]
     assert [g.req_id for g in timely.select([normal, urgent], [], ctx(now))] == ["u"]
+
+
+def test_a_step_carries_at_most_step_prefill_s_of_kv_reloads():
+    """A KV reload is as unpreemptible as a prefill: two generations coming back from host memory (60 ms of reload
+    each) do not both join one step when step_prefill_s is 0.1 s; the first one always may (work 0 so far).
+    Without the rule (step_reloads False) both join and the step carries 120 ms of reloads."""
+    def back(rid):
+        g = gen(rid, prefilled=True, segments=1, exec_end=10.0)
+        g.reload_s = 0.06
+        return g
+
+    new = make_policy("timely", max_batch=16)
+    old = make_policy("timely", max_batch=16, options={"step_reloads": False})
+    assert [g.req_id for g in new.select([back("a"), back("b")], [gen("r", prefilled=True)], ctx(0.0))] == ["r", "a"]
+    assert [g.req_id for g in old.select([back("a"), back("b")], [gen("r", prefilled=True)], ctx(0.0))] == \
+        ["r", "a", "b"]

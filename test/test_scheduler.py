@@ -313,3 +313,46 @@ def test_a_long_running_scheduler_keeps_no_per_request_state_beyond_its_outcome_
     assert per_request == {}, f"{policy} still holds state of finished requests: {sorted(per_request)}"
     lengths = getattr(pol, "_lengths", None)
     assert lengths is None or not lengths._n
+
+
+def test_kv_reloads_are_paid_once_and_never_evict_a_member_of_the_same_batch():
+    """Budget for two 101-token KVs (1 byte/token), reload 1,000 bytes/s (0.101 s per generation). a, b, c
+    prefill in turn, so c's arrival pushes a (least recently suspended) to host. The batch [a, b] must resume b
+    (resident) before a: resuming a first would evict b to make room and reload it in the same step. The step
+    costs one reload (a) plus the decode; the scheduler's decode measurement leaves the reload out, and a
+    running generation carries no reload cost into the next pick (admission would count it again)."""
+    from timely_llm_ros.core.policies.base import Policy
+
+    class Scripted(Policy):
+        name = "scripted-test"
+
+        def __init__(self, script):
+            super().__init__(8)
+            self.script, self.seen = list(script), []
+
+        def priority(self, gen, now):
+            return 0.0
+
+        def select(self, waiting, running, ctx):
+            self.seen.append({g.req_id: g.reload_s for g in running})
+            by_id = {g.req_id: g for g in [*waiting, *running]}
+            return [by_id[r] for r in self.script.pop(0)]
+
+    lat = LatencyModel(prefill_a=0.0, prefill_b=1e-4, prefill_c=0.01, decode_base=0.02, decode_per_seq=0.001,
+                       decode_per_kv_token=0.0, kv_bytes_per_token=1.0, kv_budget_bytes=250.0,
+                       reload_bytes_per_s=1000.0)
+    clock = VirtualClock()
+    engine = SimEngine(lat, clock)
+    policy = Scripted([["a"], ["b"], ["c"], ["a", "b"], ["a", "b"]])
+    sched = PlanScheduler(engine, policy, load_skill_sets(), load_exec_models(), clock)
+    for rid in "abc":
+        engine.set_prompt_tokens(rid, 100)
+        sched.submit(request(rid, ARM_PLAN * 3, robot="arm"))
+    for _ in range(3):
+        sched.step()
+    assert engine.reload_s("a") == pytest.approx(0.101) and engine.reload_s("b") == 0.0
+    sched.step()                                         # [a, b]: one reload, then a decode of two
+    assert sched.last_step_time == pytest.approx(0.101 + 0.022)
+    assert sched.decode_step_s == pytest.approx(0.022) and sched.decode_batch == 2
+    sched.step()
+    assert policy.seen[-1] == {"a": 0.0, "b": 0.0}

@@ -238,6 +238,9 @@ class PlanScheduler:
         if callable(reload):
             for gen in self._waiting.values():
                 gen.reload_s = reload(gen.req_id) if gen.prefilled else 0.0
+        for gen in self._running.values():
+            gen.reload_s = 0.0   # resident: its reload was paid when it rejoined (a stale figure made admission
+                                 # count it again in every later step and push urgent members out)
         mem = self.engine.memory()
         ctx = SchedulingContext(now=now, kv_free_bytes=max(0.0, mem.kv_budget_bytes - mem.kv_device_bytes),
                                 kv_bytes_per_token=mem.kv_bytes_per_token, step_time_s=self.last_step_time,
@@ -275,6 +278,10 @@ class PlanScheduler:
         prefill token (EMA of what a step took beyond that decode time, per prompt token it prefilled)."""
         tokens = 0
         decodes = 0
+        # KV reloads of generations that rejoined are paid in this step but are no decode or prefill cost:
+        # counting them made a step of resumed arms read as a 2x slower decode, and admission then judged
+        # urgent first segments hopeless
+        elapsed = max(result.elapsed_s - sum(g.reload_s for g in batch), 0.0)
         for gen in batch:
             if gen.prefilled:
                 decodes += 1
@@ -285,13 +292,13 @@ class PlanScheduler:
             tokens += max(before - after, 0)
         if tokens == 0:
             if decodes:
-                self.decode_step_s, self.decode_batch = result.elapsed_s, decodes
+                self.decode_step_s, self.decode_batch = elapsed, decodes
             return
         decode_part = 0.0
         if decodes and self.decode_step_s is not None:
             decode_part = self.decode_step_s * decodes / max(self.decode_batch, 1) if decodes < self.decode_batch \
                 else self.decode_step_s
-        per_token = max(result.elapsed_s - decode_part, 0.0) / tokens
+        per_token = max(elapsed - decode_part, 0.0) / tokens
         self.prefill_token_s = per_token if self.prefill_token_s is None else \
             0.7 * self.prefill_token_s + 0.3 * per_token
 
@@ -306,7 +313,9 @@ class PlanScheduler:
                 gen.enqueued_at = now
                 self._waiting[req_id] = gen
                 self._set_state(gen, RequestState.SUSPENDED if gen.prefilled else RequestState.QUEUED)
-        for gen in batch:
+        # resident members resume first: resuming one from host memory makes the engine evict the least recently
+        # suspended KV, which must not be a member of this very batch (it would be reloaded in the same step)
+        for gen in sorted(batch, key=lambda g: g.reload_s > 0.0):
             if gen.req_id in self._running:
                 continue
             del self._waiting[gen.req_id]

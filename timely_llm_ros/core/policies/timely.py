@@ -29,11 +29,15 @@ Options: segment_gen_time_s {robot_type: s}, online_gen_time (G tracks measured 
 adaptive (latency-guided admission on top of max_batch; False = fixed cap only), prefill_aware (False: the paper's
 decode-only WCET), preempt, admit_when_late, step_prefill_s (prefill work a step may carry, at least one prompt or
 chunk: 0.1 s = half the urgent class's 0.2 s ERT, so an arrival that waits one whole step keeps half its ERT),
-admit_per_step (prefills joining per step; 0 = no count limit), utility_floor, drop.
+admit_per_step (prefills joining per step; 0 = no count limit), step_reloads (KV reloads of generations coming back from
+host memory count in that per-step work too; default on), segment_estimate ("mean": admission assumes the expected
+segment length, the default with the utility test; "max": the worst case, the default with the deadline test),
+utility_floor, drop.
 """
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from typing import Any, Mapping, Sequence
 
@@ -95,6 +99,7 @@ class TimelyPolicy(Policy):
         self.admit_pressing = bool(o.get("admit_pressing", False))
         self.admission = str(o.get("admission", "utility"))
         self.remaining_g = bool(o.get("remaining_g", True))
+        self.step_reloads = bool(o.get("step_reloads", True))
         feedback = str(o.get("feedback", "closed"))
         if feedback not in ("closed", "open"):
             raise ValueError(f"timely: feedback must be 'closed' or 'open', got {feedback!r}")
@@ -104,7 +109,10 @@ class TimelyPolicy(Policy):
         self._fixed_prefill = "prefill_token_s" in o
         self.prefill_step_s = float(o.get("prefill_step_s", 0.0141 if self._fixed_prefill else 0.0))
         self._seg_tokens: dict[str, deque] = {}
-        self._seg_max: dict[str, int] = {}
+        # the utility test weighs predicted utilities: expected segment lengths; the deadline test is a WCET bound
+        self.segment_estimate = str(o.get("segment_estimate", "mean" if self.admission == "utility" else "max"))
+        if self.segment_estimate not in ("mean", "max"):
+            raise ValueError(f"timely: segment_estimate must be 'mean' or 'max', got {self.segment_estimate!r}")
         self.late_delay_s = float(o.get("late_delay_s", 0.01))  # delay a join may add to a late member
         self.decode_seq_ratio = float(o.get("decode_seq_ratio", 0.07))
         self.prefill_token_s = float(o.get("prefill_token_s", 1.6e-4))  # measured one (c amortised) used if unset
@@ -130,18 +138,26 @@ class TimelyPolicy(Policy):
         return self.gen_time_s.get(robot_type, self.gen_time_s.get("*", 0.1))
 
     def segment_tokens(self, gen: Generation) -> int:
-        """Tokens of one segment of gen's robot type that admission's WCET assumes: the configured maximum, or
-        with online_segment_tokens the longest of the last 32 segments of that type seen (never above the max)."""
+        """Tokens of one segment of gen's robot type that admission assumes, never above the configured maximum.
+        Option segment_estimate "mean" (default with admission "utility"): the expected length, the mean of the
+        last 32 segments of that type seen, before any is seen the profiled segment time G over the batch-1 token
+        time (G is the mean time of a segment, so this is its mean token count); "max" (default with admission
+        "deadline"): the longest of the last 32 seen (a worst case, the earlier rule), the maximum before any.
+        online_segment_tokens False: always the maximum."""
         rt = gen.req.robot_type
         cap = self.max_segment_tokens.get(rt, self.max_segment_tokens.get("*", 20))
-        seen = self._seg_max.get(rt) if self.online_segment_tokens else None
-        return min(cap, seen) if seen else cap
+        if not self.online_segment_tokens:
+            return cap
+        recent = self._seg_tokens.get(rt)
+        if self.segment_estimate == "max":
+            return min(cap, max(recent)) if recent else cap
+        g = self._configured_gen_time.get(rt, self._configured_gen_time.get("*", 0.1))
+        mean = sum(recent) / len(recent) if recent else g / self.token_time_s
+        return max(1, min(cap, math.ceil(mean)))
 
     def observe_segment_tokens(self, robot_type: str, tokens: int) -> None:
         if tokens > 0:
-            recent = self._seg_tokens.setdefault(robot_type, deque(maxlen=32))
-            recent.append(tokens)
-            self._seg_max[robot_type] = max(recent)
+            self._seg_tokens.setdefault(robot_type, deque(maxlen=32)).append(tokens)
 
     def utility_if_started(self, gen: Generation, now: float, gen_time_s: float | None = None) -> float:
         """TUF_0 / TUF_1 of the current segment if its generation starts now (unclamped)."""
@@ -242,17 +258,20 @@ class TimelyPolicy(Policy):
                 if batch and not self._admissible(batch, gen, now, cost):
                     continue
             n, left = 0, room
+            # the step's prefill and KV-reload work stays short whoever asks (a crowd sharing one deadline, or
+            # arms coming back from host memory together), so that a request arriving meanwhile waits at most
+            # one short step; a KV reload is as unpreemptible as a prefill (option step_reloads)
+            extra = gen.reload_s if (self.step_reloads and not running_now) else 0.0
             if not gen.prefilled:
                 n, left = _this_step(prefill_tokens_left(gen), room)
-                extra = n * cost.prefill_token_s
-                # the step's prefill work stays short whoever asks (a crowd sharing one deadline included),
-                # so that a request arriving meanwhile waits at most one short step
-                if not kept and (
-                        (n == 0 and prefill_tokens_left(gen) > 0)
-                        or (work > 0 and work + extra > self.step_prefill_s)
-                        or (0 < self.admit_per_step <= prefills)):
-                    continue
-                work, prefills = work + extra, prefills + 1
+                extra += n * cost.prefill_token_s
+            if not kept and (
+                    (not gen.prefilled and n == 0 and prefill_tokens_left(gen) > 0)
+                    or (extra > 0.0 and work > 0 and work + extra > self.step_prefill_s)
+                    or (not gen.prefilled and 0 < self.admit_per_step <= prefills)):
+                continue
+            work += extra
+            prefills += 0 if gen.prefilled else 1
             if not running_now:
                 kv_free -= kv_need_bytes(gen, ctx.kv_bytes_per_token)
             room = left
