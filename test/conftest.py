@@ -3,6 +3,26 @@ import os
 import random
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("ROS_DOMAIN_ID", str(random.Random(os.getpid()).randint(1, 100)))
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 os.environ.setdefault("ROS_LOG_DIR", str(Path(__file__).resolve().parent.parent / "build" / "ros_log"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config) -> None:
+    """tmp_path folders under the checkout's build/ (ignored), not /tmp/pytest-of-<user>: two sessions on one
+    machine (two clones, make test beside colcon test) then never clean up each other's folders."""
+    if not config.option.basetemp:
+        config.option.basetemp = str(Path(__file__).resolve().parent.parent / "build" / "pytest_tmp")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Remove this session's tmp_path folders (pytest.ini puts them under build/pytest_tmp) when it ends."""
+    import shutil
+
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    basetemp = getattr(factory, "_basetemp", None) if factory is not None else None
+    if basetemp is not None:
+        shutil.rmtree(basetemp, ignore_errors=True)
