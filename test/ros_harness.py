@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Iterator
 
 import rclpy
-from rclpy.action import ActionClient
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import QoSProfile
 
 from timely_llm_ros.action import Plan
+from timely_llm_ros.ros.action_client import ActionClient
 from timely_llm_ros.ros.goal_sender import GoalSender
 
 REPO = Path(__file__).resolve().parent.parent
@@ -147,7 +147,7 @@ class PlanClient(SpinningActionClient):
 
     def send_async(self, **fields) -> "GoalRun":
         """Send without waiting for the goal response (bursts); GoalRun.accepted() waits for it."""
-        run = GoalRun()
+        run = GoalRun(self.client)
         run.handle_future = self.sender.send(self.client, Plan.Goal(**fields),
                                              feedback_callback=lambda m: run.feedback.append(m.feedback))
         return run
@@ -156,7 +156,8 @@ class PlanClient(SpinningActionClient):
 class GoalRun:
     """A goal in flight: its feedback as it arrives, and its result."""
 
-    def __init__(self) -> None:
+    def __init__(self, client: ActionClient) -> None:
+        self.client = client
         self.feedback: list = []
         self.handle = None
         self.handle_future = None
@@ -165,7 +166,7 @@ class GoalRun:
     def accepted(self, timeout: float) -> None:
         self.handle = wait(self.handle_future, timeout)
         assert self.handle is not None and self.handle.accepted, "goal was not accepted"
-        self.result_future = self.handle.get_result_async()
+        self.result_future = self.client.result_async(self.handle)
 
     def result(self, timeout: float = 120.0):
         wrapped = wait(self.result_future, timeout)

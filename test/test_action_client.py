@@ -87,3 +87,62 @@ def test_a_goal_sent_while_the_executor_spins_gets_its_response(cls, answered):
         server.destroy()
         node.destroy_node()
         rclpy.shutdown(context=context)
+
+
+@pytest.mark.parametrize("recovering", [False, True])
+def test_a_result_the_server_sent_to_nobody_is_asked_for_again(recovering):
+    """A server that has not matched a new client's result reader yet drops its answer (DDS discovery is per
+    participant). Here the server drops its first result answer on purpose: rclpy's get_result_async then waits
+    forever; result_async asks again once the goal's (latched) status says it ended, and gets the result."""
+    from rclpy.action import ActionServer
+    from rclpy.executors import MultiThreadedExecutor
+
+    class DroppingServer(ActionServer):
+        dropped = 0
+
+        def _send_result_response(self, request_header, future) -> None:
+            if DroppingServer.dropped == 0:
+                DroppingServer.dropped += 1
+                return
+            super()._send_result_response(request_header, future)
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = Node("action_client_result", context=context)
+
+    def execute(handle):
+        handle.succeed()
+        return ExecuteSegment.Result(success=True, execution_time=0.5)
+
+    server = DroppingServer(node, ExecuteSegment, "lossy/execute_segment", execute_callback=execute)
+    client = ActionClient(node, ExecuteSegment, "lossy/execute_segment")
+    executor = MultiThreadedExecutor(num_threads=2, context=context)
+    executor.add_node(node)
+    spin = threading.Thread(target=executor.spin, daemon=True)
+    spin.start()
+    try:
+        assert client.wait_for_server(timeout_sec=10.0)
+        handle = _wait(client.send_goal_async(ExecuteSegment.Goal(request_id="r", index=0)), 5.0)
+        assert handle is not None and handle.accepted
+        future = client.result_async(handle) if recovering else handle.get_result_async()
+        answer = _wait(future, 4.0)
+        assert DroppingServer.dropped == 1
+        if recovering:
+            assert answer is not None and answer.result.execution_time == 0.5
+            assert client.results_asked_again >= 1
+        else:
+            assert answer is None
+    finally:
+        executor.shutdown(timeout_sec=5.0)
+        spin.join(5.0)
+        client.destroy()
+        server.destroy()
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+
+
+def _wait(future, timeout: float):
+    end = time.monotonic() + timeout
+    while not future.done() and time.monotonic() < end:
+        time.sleep(0.01)
+    return future.result() if future.done() else None

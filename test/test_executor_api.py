@@ -47,9 +47,8 @@ class _Client(SpinningActionClient):
         assert handle is not None and handle.accepted
         return handle
 
-    @staticmethod
-    def result(handle, timeout: float = 30.0):
-        wrapped = wait(handle.get_result_async(), timeout)
+    def result(self, handle, timeout: float = 30.0):
+        wrapped = wait(self.client.result_async(handle), timeout)
         assert wrapped is not None, "no result"
         return wrapped.status, wrapped.result
 
@@ -153,7 +152,7 @@ def test_simulated_executor_faults_and_clean_exit_on_signal(sig):
         outcomes = []
         for i in range(30):  # each segment either fails or hangs
             handle = client.send(_segment(f"f{i}", 0, ("mf", 50)))
-            wrapped = wait(handle.get_result_async(), 2.0)
+            wrapped = wait(client.client.result_async(handle), 2.0)
             if wrapped is None:
                 break
             outcomes.append(wrapped.result.error_code)

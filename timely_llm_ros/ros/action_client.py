@@ -1,28 +1,55 @@
-"""rclpy's ActionClient with two thread-safety fixes, so goals can be sent from any thread."""
+"""rclpy's ActionClient with thread-safety fixes and lost-result recovery, so goals can be sent from any thread
+and a result the server sent before it had matched this client still arrives."""
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import dataclass
 from typing import Callable
 
+from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient as _RclpyActionClient
 from rclpy.task import Future
 
+RESULT_SETTLE_S = 0.5   # a goal that ended this long ago without a result being received: ask again
+_ENDED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatus.STATUS_ABORTED)
+
+
+@dataclass(eq=False)
+class _Awaited:
+    """A result being waited for: the goal, the caller's future, when we last asked and first saw it ended."""
+
+    handle: object
+    future: Future
+    asked: float
+    ended_seen: float | None = None
+
 
 class ActionClient(_RclpyActionClient):
-    """Fixes two windows in rclpy (Kilted) in which another thread spinning the node breaks the client:
+    """Fixes three ways in which rclpy (Kilted) can leave a caller waiting forever:
 
     - construction: rclpy registers the client with its node (add_waitable) before it creates the lock that
       get_num_entities takes, so the executor can meet it half-built ('ActionClient' object has no attribute
       '_lock'). A lock made first closes that window; rclpy replaces it before anything is sent.
     - send_goal_async: rclpy registers the goal's pending future a second time after releasing its lock, so a
-      goal response taken by the executor in between completes a future nobody holds (the goal is accepted but
-      its sender never learns it). Here the request is sent and its future and feedback callback registered in
-      one locked step; a response can only be taken (under the same lock) after that.
+      goal response taken by the executor in between completes a future nobody holds. Here the request is sent
+      and its future and feedback callback registered in one locked step.
+    - results: DDS discovery runs per participant, so a server may answer a result request before it has
+      matched this client's result reader, and the middleware drops the answer. ``result_async(handle)`` asks
+      again once the goal's status (a latched topic) says it ended and no result came within RESULT_SETTLE_S;
+      the server keeps results of ended goals, so the repeated request is answered at once.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, node, action_type, action_name, recovery_timer: bool = True, **kwargs) -> None:
+        """recovery_timer: check for lost results on a timer of its own (False: the owner calls ask_again()
+        about every RESULT_SETTLE_S, e.g. one loop for many clients)."""
         self._lock = threading.Lock()
-        super().__init__(*args, **kwargs)
+        super().__init__(node, action_type, action_name, **kwargs)
+        self._awaited: dict[bytes, _Awaited] = {}
+        self._awaited_lock = threading.Lock()
+        self.results_asked_again = 0
+        self._recovery = node.create_timer(RESULT_SETTLE_S, self.ask_again,
+                                           callback_group=kwargs.get("callback_group")) if recovery_timer else None
 
     def send_goal_async(self, goal, feedback_callback: Callable | None = None, goal_uuid=None) -> Future:
         """Send a goal from any thread; the future completes with the ClientGoalHandle."""
@@ -43,3 +70,47 @@ class ActionClient(_RclpyActionClient):
             future.add_done_callback(self._remove_pending_goal_request)
             self.add_future(future)
         return future
+
+    def result_async(self, handle) -> Future:
+        """Like handle.get_result_async(), and asked again if the answer was lost (see the class docstring)."""
+        awaited = _Awaited(handle, Future(), time.monotonic())
+        with self._awaited_lock:
+            self._awaited[bytes(handle.goal_id.uuid)] = awaited
+        self._ask(awaited)
+        return awaited.future
+
+    def _ask(self, awaited: _Awaited) -> None:
+        awaited.handle.get_result_async().add_done_callback(lambda f: self._answered(awaited, f))
+
+    def _answered(self, awaited: _Awaited, answer: Future) -> None:
+        with self._awaited_lock:   # the first answer wins; a repeated request may be answered too
+            if self._awaited.get(bytes(awaited.handle.goal_id.uuid)) is not awaited:
+                return
+            del self._awaited[bytes(awaited.handle.goal_id.uuid)]
+        exc = answer.exception()
+        if exc is not None:
+            awaited.future.set_exception(exc)
+        else:
+            awaited.future.set_result(answer.result())
+
+    def ask_again(self) -> None:
+        """Ask again for the results of goals that ended RESULT_SETTLE_S ago without one arriving (any thread)."""
+        now = time.monotonic()
+        with self._awaited_lock:
+            awaited = list(self._awaited.values())
+        for a in awaited:
+            if a.handle.status not in _ENDED:
+                continue
+            if a.ended_seen is None:
+                a.ended_seen = now
+            elif now - max(a.ended_seen, a.asked) >= RESULT_SETTLE_S:
+                a.asked = now
+                self.results_asked_again += 1
+                self._ask(a)
+
+    def destroy(self) -> None:
+        with self._awaited_lock:
+            self._awaited.clear()
+        if self._recovery is not None:
+            self._node.destroy_timer(self._recovery)
+        super().destroy()

@@ -71,7 +71,7 @@ class SegmentDispatcher:
             client = self._clients.get(agent)
             if client is None:
                 client = ActionClient(self._node, ExecuteSegment, f"{agent}/execute_segment",
-                                      callback_group=self._group)
+                                      recovery_timer=False, callback_group=self._group)
                 self._clients[agent] = client
             return client
 
@@ -202,6 +202,9 @@ class SegmentDispatcher:
                 agents = {v.agent for v in self._inflight.values()}
                 clients = {a: self._clients.get(a) for a in agents}
             gone = {a for a, c in clients.items() if c is None or not c.server_is_ready()}
+            for client in clients.values():
+                if client is not None:
+                    client.ask_again()   # results an executor sent before it had matched us
         expired = []
         with self._lock:
             for k, v in list(self._inflight.items()):
@@ -261,7 +264,7 @@ class SegmentDispatcher:
         if first_of_request and not inflight.started:
             # provisional start (an executor that sends no feedback); the first feedback overrides it
             self._post(lambda s: s.on_execution_started(req_id, index, now))
-        handle.get_result_async().add_done_callback(lambda f: self._on_result(key, f))
+        self.client(inflight.agent).result_async(handle).add_done_callback(lambda f: self._on_result(key, f))
 
     def _on_result(self, key: tuple[str, int], future) -> None:
         now = time.monotonic()

@@ -117,7 +117,7 @@ class FleetWorkloadNode(Node):
     def await_result(self, handle, timeout: float):
         """The wrapped result of an accepted goal; after a stop and its grace period, cancel it and wait a
         little for the CANCELLED result. None if none came."""
-        future = handle.get_result_async()
+        future = self.client.result_async(handle)
         end = time.monotonic() + timeout
         cancelled_at = None
         while not future.done():
@@ -275,7 +275,7 @@ class ReplayRun:
             if handle is not None and handle.accepted:
                 with self._lock:
                     self._handles.append(handle)
-                handle.get_result_async().add_done_callback(lambda f: self._on_result(f, rec, row))
+                self.node.client.result_async(handle).add_done_callback(lambda f: self._on_result(f, rec, row))
                 return
             with self._lock:
                 row.status, row.message = "no result", "goal not accepted by the plan server"

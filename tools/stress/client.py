@@ -7,13 +7,13 @@ import time
 from dataclasses import dataclass, field
 
 import rclpy
-from rclpy.action import ActionClient
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile
 
 from timely_llm_ros.action import Plan
 from timely_llm_ros.msg import SchedulerState
+from timely_llm_ros.ros.action_client import ActionClient
 from timely_llm_ros.ros.goal_sender import GoalSender
 
 
@@ -107,7 +107,7 @@ class StressClient:
             return
         rec.handle, rec.accepted = handle, bool(handle.accepted)
         if handle.accepted:
-            handle.get_result_async().add_done_callback(lambda f: self._on_result(rec, f))
+            self.client.result_async(handle).add_done_callback(lambda f: self._on_result(rec, f))
 
     def _on_result(self, rec: GoalRecord, fut) -> None:
         try:
