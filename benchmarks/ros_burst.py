@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""The urgent-burst shape through the real ROS server on the embedded planner, next to the simulator.
+
+    python benchmarks/ros_burst.py [--seeds 1,2,3,4,5] [--policies timely,edf-admit,edf,vllm-stream,fcfs]
+        [--time-scale 1.0] [--max-batch 16] [--out out/ros_burst]
+
+Per (seed, policy), real processes over DDS on loopback: a fresh server node (`policy:=...`, one torch thread,
+`max_batch`, every agent expected), one simulated executor host for all agents, and the replay client
+(`workload_node` with `workload_file:=` the seed's workload YAML and `results_csv:=`); all three get SIGINT at the
+end and must exit 0. Workload: `engine_workload.py --shape burst` (core.workload.generator.burst at the embedded
+planner's scale: burst at 1 s, corpus phrasing for the drone traces, the model writes every plan).
+
+The same workloads go through the discrete-event simulator twice:
+  sim-embedded: a latency profile of the embedded planner measured on this machine (engine/profiler.py, written to
+      build/latency/embedded_planner.yaml when missing), each trace's plan being the one the model writes for it
+      alone (greedy, so the server writes the same text unless batching changes a logit), prompts of the real length,
+      and the policy options the server gives (online G);
+  sim-4090: the README's burst preset (burst(seed) on the Llama-3-8B/RTX 4090 profile, compare_policies options).
+Urgent- and normal-class utility (mean over requests; a goal without a result counts 0 and is reported) is printed as
+mean [min-max] over seeds with each column's policy ranking and Kendall's tau against the ROS ranking.
+Outputs in --out: runs.csv (one row per seed, policy, source), summary.md, and per run the client's outcome CSV.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import replace
+from pathlib import Path
+from statistics import mean
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import engine_workload as ew  # noqa: E402
+from report import write_csv  # noqa: E402
+
+from timely_llm_ros.core.workload import Workload, save_workload  # noqa: E402
+from tools.stress.procs import Child  # noqa: E402
+
+DEFAULT_POLICIES = "timely,edf-admit,edf,vllm-stream,fcfs"
+PROFILE = REPO / "build" / "latency" / "embedded_planner.yaml"
+SOURCES = ("ros", "sim-embedded", "sim-4090")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", default="1,2,3,4,5")
+    p.add_argument("--policies", default=DEFAULT_POLICIES)
+    p.add_argument("--time-scale", type=float, default=1.0, help="robot execution times (executors and simulator)")
+    p.add_argument("--max-batch", type=int, default=16)
+    p.add_argument("--profile", default=str(PROFILE), help="latency YAML of the embedded planner (made if missing)")
+    p.add_argument("--run-timeout", type=float, default=180.0, help="seconds one replay may take")
+    p.add_argument("--out", default="out/ros_burst")
+    return p.parse_args(argv)
+
+
+def burst_workload(seed: int) -> Workload:
+    """The burst shape exactly as engine_workload.py --shape burst makes it (model-written plans)."""
+    return ew.make_workload(ew.parse_args(["--shape", "burst", "--seed", str(seed)]))
+
+
+def agents_of(workload: Workload) -> list[tuple[str, str]]:
+    return sorted({(t.agent_id, t.robot_type) for t in workload.tasks})
+
+
+# ------------------------------------------------------------------------------------------------ ROS replay
+def ros_run(policy: str, seed: int, workload_yaml: Path, csv_out: Path, agents: list[tuple[str, str]],
+            args) -> tuple[list[dict], dict[str, int | None]]:
+    """One replay through fresh server + executor host + client processes; (client rows, exit codes)."""
+    names = [a for a, _ in agents]
+    server = Child("server", "timely_llm_ros.ros.server_node",
+                   ["--ros-args", "-r", "__node:=timely_server", "-p", f"policy:={policy}", "-p", "num_threads:=1",
+                    "-p", f"max_batch:={args.max_batch}", "-p", f"expected_agents:=[{','.join(names)}]"],
+                   "timely_server ready")
+    host = Child("executors", "timely_llm_ros.ros.executor.host",
+                 ["--agents", ",".join(f"{a}:{t}" for a, t in agents), "--ros-args", "-p",
+                  f"time_scale:={args.time_scale}", "-p", f"seed:={seed}"], "executor ready")
+    host.ready_needed = len(agents)
+    server.tail = deque(maxlen=100_000)   # the whole log, saved next to the outcomes (evidence for odd runs)
+    codes: dict[str, int | None] = {}
+    client = None
+    try:
+        server.wait_ready(120)
+        host.wait_ready(120)
+        if not server.wait_for("all expected executors discovered", 20):
+            time.sleep(2.0)
+        client = Child("client", "timely_llm_ros.ros.workload_node",
+                       ["--ros-args", "-p", f"workload_file:={workload_yaml}", "-p", f"results_csv:={csv_out}"],
+                       "replaying")
+        try:
+            client.proc.wait(args.run_timeout)
+        except subprocess.TimeoutExpired:
+            print(f"  client still running after {args.run_timeout:.0f} s: SIGINT", flush=True)
+    finally:
+        for name, child in (("client", client), ("server", server), ("executors", host)):
+            if child is not None:
+                codes[name] = child.stop(30)
+                if codes[name] != 0:
+                    print(f"  {name} exited {codes[name]}:\n    " + "\n    ".join(list(child.tail)[-15:]),
+                          flush=True)
+    csv_out.with_suffix(".server.log").write_text("\n".join(server.tail) + "\n")
+    rows = list(csv.DictReader(csv_out.open())) if csv_out.exists() else []
+    return rows, codes
+
+
+def ros_utilities(rows: list[dict], workload: Workload) -> dict[str, float]:
+    """Mean utility per urgency class; a goal without a row or a result counts 0."""
+    out: dict[str, float] = {}
+    for cls in ("urgent", "normal"):
+        n = sum(t.urgency == cls for t in workload.tasks)
+        got = [float(r["utility"]) for r in rows if r["urgency"] == cls and r["status"] != "no result"]
+        out[cls] = sum(got) / n if n else float("nan")
+        out[f"{cls}_served"] = sum(r["status"] == "ok" for r in rows if r["urgency"] == cls) / max(n, 1)
+    out["no_result"] = sum(t.urgency in ("urgent", "normal") for t in workload.tasks) - sum(
+        r["status"] != "no result" for r in rows)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- simulator
+def ensure_profile(path: Path) -> Path:
+    if not path.exists():
+        print(f"profiling the embedded planner into {path} (one torch thread)", flush=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "timely_llm_ros.engine.profiler", "--out", str(path), "--threads", "1",
+                        "--prefill-lengths", "16", "32", "64", "128", "256", "--batches", "1", "2", "4", "8", "16",
+                        "--contexts", "64", "128", "256"], check=True, cwd=REPO)
+    return path
+
+
+def model_plans(workload: Workload) -> dict[int, dict]:
+    """Each trace's plan as the embedded planner writes it alone (second, warm pass), with its prompt length."""
+    from timely_llm_ros.core.skills import load_skill_sets
+    loaded = ew.load_model(ew.parse_args([]))
+    return ew.probe_plans(loaded, load_skill_sets(), workload, forced=False)
+
+
+def sim_utilities(outcomes, workload: Workload) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for cls in ("urgent", "normal"):
+        n = sum(t.urgency == cls for t in workload.tasks)
+        out[cls] = sum(o.utility for o in outcomes if o.req.urgency == cls) / n if n else float("nan")
+        out[f"{cls}_served"] = sum(o.state.value == "done" and int(o.error_code) == 0 for o in outcomes
+                                   if o.req.urgency == cls) / max(n, 1)
+    out["no_result"] = len(workload.tasks) - len(outcomes)
+    return out
+
+
+def sim_embedded(policy: str, seed: int, workload: Workload, plans: dict[int, dict], latency, args):
+    from timely_llm_ros.core.policies import make_policy
+    from timely_llm_ros.core.policies.timely import options_from_skill_sets
+    from timely_llm_ros.core.sim.simulator import Simulator
+    from timely_llm_ros.core.skills import load_skill_sets
+
+    skill_sets = load_skill_sets()
+    w = replace(workload, tasks=[replace(t, plan=plans[t.trace_id]["plan"],
+                                         prompt_tokens=plans[t.trace_id]["prompt_tokens"]) for t in workload.tasks])
+    options = {**options_from_skill_sets(skill_sets), "network_delay_s": ew.NETWORK_DELAY_S, "online_gen_time": True}
+    pol = make_policy(policy, max_batch=args.max_batch, options=options)
+    result = Simulator(pol, latency, skill_sets=skill_sets, seed=seed, time_scale=args.time_scale,
+                       network_delay_s=ew.NETWORK_DELAY_S).run(w)
+    return sim_utilities(result.outcomes, w)
+
+
+def sim_4090(policy: str, seed: int, args):
+    import compare_policies as cp
+    from timely_llm_ros.core.sim.latency_model import load_latency_model
+    from timely_llm_ros.core.workload.generator import burst
+
+    w = burst(seed)
+    result = cp.run_one(policy, args.max_batch, w, load_latency_model(REPO / "config/latency/llama3-8b-rtx4090.yaml"),
+                        {}, seed)
+    return sim_utilities(result.outcomes, w)
+
+
+# ----------------------------------------------------------------------------------------------- comparison
+def kendall_tau(a: list[str], b: list[str]) -> float:
+    """Kendall's tau between two rankings of the same items (best first)."""
+    pa, pb = {x: i for i, x in enumerate(a)}, {x: i for i, x in enumerate(b)}
+    items = list(pa)
+    conc = disc = 0
+    for i in range(len(items)):
+        for j in range(i + 1, len(items)):
+            s = (pa[items[i]] - pa[items[j]]) * (pb[items[i]] - pb[items[j]])
+            conc += s > 0
+            disc += s < 0
+    pairs = len(items) * (len(items) - 1) / 2
+    return (conc - disc) / pairs if pairs else float("nan")
+
+
+def span(vals: list[float]) -> str:
+    return f"{mean(vals):.2f} [{min(vals):.2f}, {max(vals):.2f}]"
+
+
+def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
+    lines = []
+    ranking: dict[str, list[str]] = {}
+    for src in SOURCES:
+        means = {p: mean(r["urgent"] for r in rows if r["source"] == src and r["policy"] == p) for p in policies}
+        ranking[src] = sorted(policies, key=lambda p: -means[p])
+    lines.append(f"Urgent-class utility (max 2) and normal (max 1), mean [min, max] over seeds "
+                 f"{','.join(map(str, seeds))}:\n")
+    lines.append("| policy | " + " | ".join(f"{s} urgent" for s in SOURCES) + " | ros normal | sim-embedded normal |"
+                 " ros urgent served |")
+    lines.append("|---|" + "---|" * (len(SOURCES) + 3))
+    for p in policies:
+        get = lambda src, k: [r[k] for r in rows if r["source"] == src and r["policy"] == p]  # noqa: E731
+        cells = [span(get(s, "urgent")) for s in SOURCES]
+        cells += [span(get("ros", "normal")), span(get("sim-embedded", "normal")), span(get("ros", "urgent_served"))]
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for src in SOURCES:
+        tau = kendall_tau(ranking["ros"], ranking[src])
+        same = "same order" if ranking[src] == ranking["ros"] else "different order"
+        lines.append(f"- {src}: {' > '.join(ranking[src])} (Kendall tau vs ros {tau:+.2f}, {same})")
+    per_seed = []
+    for seed in seeds:
+        for src in SOURCES[1:]:
+            r = {p: next(x["urgent"] for x in rows if x["source"] == "ros" and x["policy"] == p and x["seed"] == seed)
+                 for p in policies}
+            s = {p: next(x["urgent"] for x in rows if x["source"] == src and x["policy"] == p and x["seed"] == seed)
+                 for p in policies}
+            per_seed.append((seed, src, kendall_tau(sorted(policies, key=lambda p: -r[p]),
+                                                    sorted(policies, key=lambda p: -s[p]))))
+    for src in SOURCES[1:]:
+        taus = [t for _, s, t in per_seed if s == src]
+        lines.append(f"- per-seed Kendall tau ros vs {src}: " + ", ".join(f"{t:+.2f}" for t in taus))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    out = REPO / args.out if not Path(args.out).is_absolute() else Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    if "ROS_DOMAIN_ID" not in os.environ:
+        print("note: ROS_DOMAIN_ID is not set (domain 0)", flush=True)
+    from timely_llm_ros.core.sim.latency_model import load_latency_model
+    latency = load_latency_model(ensure_profile(Path(args.profile)))
+    print(f"embedded-planner profile {args.profile}: prefill c={latency.prefill_c * 1e3:.1f} ms, "
+          f"decode base={latency.decode_base * 1e3:.1f} ms", flush=True)
+    workloads = {seed: burst_workload(seed) for seed in seeds}
+    plans = model_plans(next(iter(workloads.values())))
+    for tid, p in sorted(plans.items()):
+        print(f"  trace {tid}: prompt {p['prompt_tokens']} tok, plan {p['tokens']} tok, "
+              f"{'parses' if p['valid'] else 'DOES NOT PARSE'}: {p['plan'][:60]}", flush=True)
+    rows: list[dict] = []
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ros_burst_", dir=REPO / "build") as tmp:
+        for seed in seeds:
+            w = workloads[seed]
+            path = Path(tmp) / f"burst_{seed}.yaml"
+            save_workload(w, path)
+            n_urg = sum(t.urgency == "urgent" for t in w.tasks)
+            print(f"seed {seed}: {len(w.tasks)} goals ({n_urg} urgent drones, {len(w.tasks) - n_urg} arms)", flush=True)
+            for policy in policies:
+                t0 = time.monotonic()
+                csv_out = out / f"outcomes_{policy}_s{seed}.csv"
+                ros_rows, codes = ros_run(policy, seed, path, csv_out, agents_of(w), args)
+                entries = [("ros", ros_utilities(ros_rows, w)),
+                           ("sim-embedded", sim_embedded(policy, seed, w, plans, latency, args)),
+                           ("sim-4090", sim_4090(policy, seed, args))]
+                for src, m in entries:
+                    rows.append({"seed": seed, "policy": policy, "source": src, **m,
+                                 "exit_codes": ",".join(f"{k}={v}" for k, v in codes.items()) if src == "ros" else ""})
+                print(f"  {policy:12s} " + "  ".join(f"{s} urgent {m['urgent']:+.2f} normal {m['normal']:+.2f}"
+                                                       for s, m in entries)
+                      + f"  exits {codes}  ({time.monotonic() - t0:.0f} s, total {time.monotonic() - t_start:.0f} s)",
+                      flush=True)
+    write_csv(out / "runs.csv", rows, list(rows[0]))
+    md = summary_md(rows, policies, seeds)
+    (out / "summary.md").write_text(md)
+    print(md)
+    print(f"wrote {out / 'runs.csv'}, {out / 'summary.md'} in {time.monotonic() - t_start:.0f} s")
+    bad = [r for r in rows if r["source"] == "ros" and any(not c.endswith("=0") for c in r["exit_codes"].split(","))]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
