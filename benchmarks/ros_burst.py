@@ -53,10 +53,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", default="1,2,3,4,5")
     p.add_argument("--policies", default=DEFAULT_POLICIES)
-    p.add_argument("--time-scale", type=float, default=1.0, help="robot execution times (executors and simulator)")
+    p.add_argument("--time-scale", type=float, default=0.2,
+                   help="multiplies robot execution times (executors and simulator; 0.2 as in the replay demo)")
     p.add_argument("--max-batch", type=int, default=16)
     p.add_argument("--profile", default=str(PROFILE), help="latency YAML of the embedded planner (made if missing)")
-    p.add_argument("--run-timeout", type=float, default=180.0, help="seconds one replay may take")
+    p.add_argument("--result-timeout", type=float, default=40.0,
+                   help="the client's result_timeout_s: a goal without a result this long after the last goal is sent "
+                        "counts 'no result' (0 utility)")
     p.add_argument("--out", default="out/ros_burst")
     return p.parse_args(argv)
 
@@ -71,43 +74,96 @@ def agents_of(workload: Workload) -> list[tuple[str, str]]:
 
 
 # ------------------------------------------------------------------------------------------------ ROS replay
-def ros_run(policy: str, seed: int, workload_yaml: Path, csv_out: Path, agents: list[tuple[str, str]],
-            args) -> tuple[list[dict], dict[str, int | None]]:
-    """One replay through fresh server + executor host + client processes; (client rows, exit codes)."""
-    names = [a for a, _ in agents]
-    server = Child("server", "timely_llm_ros.ros.server_node",
-                   ["--ros-args", "-r", "__node:=timely_server", "-p", f"policy:={policy}", "-p", "num_threads:=1",
-                    "-p", f"max_batch:={args.max_batch}", "-p", f"expected_agents:=[{','.join(names)}]"],
-                   "timely_server ready")
-    host = Child("executors", "timely_llm_ros.ros.executor.host",
-                 ["--agents", ",".join(f"{a}:{t}" for a, t in agents), "--ros-args", "-p",
-                  f"time_scale:={args.time_scale}", "-p", f"seed:={seed}"], "executor ready")
-    host.ready_needed = len(agents)
-    server.tail = deque(maxlen=100_000)   # the whole log, saved next to the outcomes (evidence for odd runs)
-    codes: dict[str, int | None] = {}
-    client = None
-    try:
-        server.wait_ready(120)
-        host.wait_ready(120)
-        if not server.wait_for("all expected executors discovered", 20):
-            time.sleep(2.0)
-        client = Child("client", "timely_llm_ros.ros.workload_node",
-                       ["--ros-args", "-p", f"workload_file:={workload_yaml}", "-p", f"results_csv:={csv_out}"],
-                       "replaying")
+class RosSession:
+    """One server and one executor host for a seed's agents; replays run against it, the policy switched between
+    them through the runtime-settable `policy` parameter (the engine loads once: ~40 s on the loaded 2-core box)."""
+
+    def __init__(self, agents: list[tuple[str, str]], seed: int, first_policy: str, args) -> None:
+        names = [a for a, _ in agents]
+        self.args = args
+        self.server = Child("server", "timely_llm_ros.ros.server_node",
+                            ["--ros-args", "-r", "__node:=timely_server", "-p", f"policy:={first_policy}",
+                             "-p", "num_threads:=1", "-p", f"max_batch:={args.max_batch}",
+                             "-p", f"expected_agents:=[{','.join(names)}]"], "timely_server ready")
+        self.server.tail = deque(maxlen=100_000)   # the whole log, saved with the outcomes (evidence)
+        self.host = Child("executors", "timely_llm_ros.ros.executor.host",
+                          ["--agents", ",".join(f"{a}:{t}" for a, t in agents), "--ros-args", "-p",
+                           f"time_scale:={args.time_scale}", "-p", f"seed:={seed}"], "executor ready")
+        self.host.ready_needed = len(agents)
+        self._node = None
         try:
-            client.proc.wait(args.run_timeout)
+            self.server.wait_ready(180)
+            self.host.wait_ready(180)
+        except Exception:
+            self.close()
+            raise
+        if not self.server.wait_for("all expected executors discovered", 30):
+            time.sleep(2.0)
+        import rclpy
+        from rcl_interfaces.srv import SetParameters
+        self._rclpy = rclpy
+        self._ctx = rclpy.context.Context()
+        rclpy.init(context=self._ctx)
+        self._node = rclpy.create_node("ros_burst_params", context=self._ctx)
+        self._params = self._node.create_client(SetParameters, "/timely_server/set_parameters")
+
+    def set_policy(self, policy: str) -> None:
+        from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+        from rcl_interfaces.srv import SetParameters
+        from rclpy.executors import SingleThreadedExecutor
+
+        if not self._params.wait_for_service(timeout_sec=20):
+            raise RuntimeError("no /timely_server/set_parameters service")
+        req = SetParameters.Request(parameters=[Parameter(name="policy", value=ParameterValue(
+            type=ParameterType.PARAMETER_STRING, string_value=policy))])
+        future = self._params.call_async(req)
+        ex = SingleThreadedExecutor(context=self._ctx)
+        ex.add_node(self._node)
+        ex.spin_until_future_complete(future, timeout_sec=20)
+        ex.remove_node(self._node)
+        ex.shutdown()
+        res = future.result()
+        if res is None or not res.results[0].successful:
+            raise RuntimeError(f"setting policy:={policy} failed: {res}")
+        self.server.wait_for(f"policy={policy}", 0.5)
+
+    def replay(self, workload_yaml: Path, csv_out: Path) -> tuple[list[dict], int | None]:
+        """Run the replay client to its end; (its outcome rows, its exit code)."""
+        mark = len(self.server.tail)
+        client = Child("client", "timely_llm_ros.ros.workload_node",
+                       ["--ros-args", "-p", f"workload_file:={workload_yaml}", "-p", f"results_csv:={csv_out}",
+                        "-p", f"result_timeout_s:={self.args.result_timeout}"], "replaying")
+        try:
+            client.proc.wait(self.args.result_timeout + 120)
         except subprocess.TimeoutExpired:
-            print(f"  client still running after {args.run_timeout:.0f} s: SIGINT", flush=True)
-    finally:
-        for name, child in (("client", client), ("server", server), ("executors", host)):
-            if child is not None:
-                codes[name] = child.stop(30)
-                if codes[name] != 0:
-                    print(f"  {name} exited {codes[name]}:\n    " + "\n    ".join(list(child.tail)[-15:]),
-                          flush=True)
-    csv_out.with_suffix(".server.log").write_text("\n".join(server.tail) + "\n")
-    rows = list(csv.DictReader(csv_out.open())) if csv_out.exists() else []
-    return rows, codes
+            print("  client still running: SIGINT", flush=True)
+        code = client.stop(30)
+        if code != 0:
+            print(f"  client exited {code}:\n    " + "\n    ".join(
+                [ln for ln in client.tail if "no result" in ln][:5] + list(client.tail)[-3:]), flush=True)
+        csv_out.with_suffix(".server.log").write_text("\n".join(list(self.server.tail)[mark:]) + "\n")
+        rows = list(csv.DictReader(csv_out.open())) if csv_out.exists() else []
+        return rows, code
+
+    def close(self) -> dict[str, int | None]:
+        """SIGINT to server and executor host; their exit codes."""
+        if self._node is not None:
+            self._node.destroy_node()
+            self._rclpy.shutdown(context=self._ctx)
+        codes = {"server": self.server.stop(30), "executors": self.host.stop(30)}
+        for name, child in (("server", self.server), ("executors", self.host)):
+            if codes[name] != 0:
+                print(f"  {name} exited {codes[name]}:\n    " + "\n    ".join(list(child.tail)[-15:]), flush=True)
+        return codes
+
+
+def warmup_workload(w: Workload) -> Workload:
+    """Two arm and two drone goals of the seed's workload, 0.5 s apart: the server's first engine steps are cold
+    (engine_workload.py warms its engine the same way, by generating each plan alone first)."""
+    arms = [t for t in w.tasks if t.robot_type == "arm"][:2]
+    drones = [t for t in w.tasks if t.robot_type == "drone"][:2]
+    tasks = [replace(t, arrival=0.5 * i, task_id=f"warmup-{i}") for i, t in enumerate(arms + drones)]
+    return replace(w, tasks=tasks)
 
 
 def ros_utilities(rows: list[dict], workload: Workload) -> dict[str, float]:
@@ -262,20 +318,33 @@ def main(argv=None) -> int:
             save_workload(w, path)
             n_urg = sum(t.urgency == "urgent" for t in w.tasks)
             print(f"seed {seed}: {len(w.tasks)} goals ({n_urg} urgent drones, {len(w.tasks) - n_urg} arms)", flush=True)
-            for policy in policies:
-                t0 = time.monotonic()
-                csv_out = out / f"outcomes_{policy}_s{seed}.csv"
-                ros_rows, codes = ros_run(policy, seed, path, csv_out, agents_of(w), args)
-                entries = [("ros", ros_utilities(ros_rows, w)),
-                           ("sim-embedded", sim_embedded(policy, seed, w, plans, latency, args)),
-                           ("sim-4090", sim_4090(policy, seed, args))]
-                for src, m in entries:
-                    rows.append({"seed": seed, "policy": policy, "source": src, **m,
-                                 "exit_codes": ",".join(f"{k}={v}" for k, v in codes.items()) if src == "ros" else ""})
-                print(f"  {policy:12s} " + "  ".join(f"{s} urgent {m['urgent']:+.2f} normal {m['normal']:+.2f}"
-                                                       for s, m in entries)
-                      + f"  exits {codes}  ({time.monotonic() - t0:.0f} s, total {time.monotonic() - t_start:.0f} s)",
-                      flush=True)
+            save_workload(warmup_workload(w), Path(tmp) / "warmup.yaml")
+            order = policies[(seed - 1) % len(policies):] + policies[:(seed - 1) % len(policies)]  # spread order effects
+            seed_rows: list[dict] = []
+            session = RosSession(agents_of(w), seed, order[0], args)
+            try:
+                session.replay(Path(tmp) / "warmup.yaml", Path(tmp) / "warmup.csv")
+                for policy in order:
+                    t0 = time.monotonic()
+                    session.set_policy(policy)
+                    ros_rows, code = session.replay(path, out / f"outcomes_{policy}_s{seed}.csv")
+                    entries = [("ros", ros_utilities(ros_rows, w)),
+                               ("sim-embedded", sim_embedded(policy, seed, w, plans, latency, args)),
+                               ("sim-4090", sim_4090(policy, seed, args))]
+                    for src, m in entries:
+                        seed_rows.append({"seed": seed, "policy": policy, "source": src, **m,
+                                          "exit_codes": f"client={code}" if src == "ros" else ""})
+                    print(f"  {policy:12s} " + "  ".join(f"{s} urgent {m['urgent']:+.2f} normal {m['normal']:+.2f}"
+                                                           for s, m in entries)
+                          + f"  client exit {code} ({time.monotonic() - t0:.0f} s, total "
+                            f"{time.monotonic() - t_start:.0f} s)", flush=True)
+            finally:
+                codes = session.close()
+            print(f"  server exit {codes['server']}, executor host exit {codes['executors']}", flush=True)
+            for r in seed_rows:
+                if r["source"] == "ros":
+                    r["exit_codes"] += f",server={codes['server']},executors={codes['executors']}"
+            rows += seed_rows
     write_csv(out / "runs.csv", rows, list(rows[0]))
     md = summary_md(rows, policies, seeds)
     (out / "summary.md").write_text(md)
