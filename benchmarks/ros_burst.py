@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the client's result_timeout_s: a goal without a result this long after the last goal is sent "
                         "counts 'no result' (0 utility)")
     p.add_argument("--out", default="out/ros_burst")
+    p.add_argument("--resummarize", action="store_true",
+                   help="no runs: recompute the ROS rows of --out/runs.csv from the outcome CSVs and server logs")
     return p.parse_args(argv)
 
 
@@ -166,14 +169,34 @@ def warmup_workload(w: Workload) -> Workload:
     return replace(w, tasks=tasks)
 
 
-def ros_utilities(rows: list[dict], workload: Workload) -> dict[str, float]:
-    """Mean utility per urgency class; a goal without a row or a result counts 0."""
-    out: dict[str, float] = {}
+_DONE = re.compile(r"\] (\S+) done: .*utility (-?[0-9.]+)")
+
+
+def recover_lost(rows: list[dict], server_log: Path) -> int:
+    """A goal the client got no result for, although the server logged it done, takes the utility the server
+    logged (each agent has one goal per replay). Returns how many were recovered."""
+    lost = [r for r in rows if r["status"] == "no result"]
+    if not lost or not server_log.exists():
+        return 0
+    done = {m.group(1): float(m.group(2)) for m in map(_DONE.search, server_log.read_text().splitlines()) if m}
+    n = 0
+    for r in lost:
+        if r["agent"] in done:
+            r["status"], r["utility"], r["message"] = "ok (server log)", done[r["agent"]], "result lost on the way"
+            n += 1
+    return n
+
+
+def ros_utilities(rows: list[dict], workload: Workload, server_log: Path | None = None) -> dict[str, float]:
+    """Mean utility per urgency class; a goal without a result counts 0 unless the server logged it done."""
+    out: dict[str, float] = {"lost_results": sum(r["status"] == "no result" for r in rows)}
+    if server_log is not None:
+        recover_lost(rows, server_log)
     for cls in ("urgent", "normal"):
         n = sum(t.urgency == cls for t in workload.tasks)
         got = [float(r["utility"]) for r in rows if r["urgency"] == cls and r["status"] != "no result"]
         out[cls] = sum(got) / n if n else float("nan")
-        out[f"{cls}_served"] = sum(r["status"] == "ok" for r in rows if r["urgency"] == cls) / max(n, 1)
+        out[f"{cls}_served"] = sum(r["status"].startswith("ok") for r in rows if r["urgency"] == cls) / max(n, 1)
     out["no_result"] = sum(t.urgency in ("urgent", "normal") for t in workload.tasks) - sum(
         r["status"] != "no result" for r in rows)
     return out
@@ -290,12 +313,34 @@ def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def resummarize(out: Path, policies: list[str], seeds: list[int]) -> int:
+    rows = list(csv.DictReader((out / "runs.csv").open()))
+    for r in rows:
+        r["seed"] = int(r["seed"])
+        for k in ("urgent", "normal", "urgent_served", "normal_served", "no_result"):
+            r[k] = float(r[k])
+        if r["source"] == "ros":
+            csv_out = out / f"outcomes_{r['policy']}_s{r['seed']}.csv"
+            got = ros_utilities(list(csv.DictReader(csv_out.open())), burst_workload(r["seed"]),
+                                csv_out.with_suffix(".server.log"))
+            r.update({k: v for k, v in got.items() if k != "lost_results"})
+            r["lost_results"] = got["lost_results"]
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    write_csv(out / "runs.csv", rows, fields)
+    md = summary_md(rows, policies, seeds)
+    (out / "summary.md").write_text(md)
+    print(md)
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s]
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     out = REPO / args.out if not Path(args.out).is_absolute() else Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.resummarize:
+        return resummarize(out, policies, seeds)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     if "ROS_DOMAIN_ID" not in os.environ:
@@ -328,7 +373,8 @@ def main(argv=None) -> int:
                     t0 = time.monotonic()
                     session.set_policy(policy)
                     ros_rows, code = session.replay(path, out / f"outcomes_{policy}_s{seed}.csv")
-                    entries = [("ros", ros_utilities(ros_rows, w)),
+                    csv_out = out / f"outcomes_{policy}_s{seed}.csv"
+                    entries = [("ros", ros_utilities(ros_rows, w, csv_out.with_suffix(".server.log"))),
                                ("sim-embedded", sim_embedded(policy, seed, w, plans, latency, args)),
                                ("sim-4090", sim_4090(policy, seed, args))]
                     for src, m in entries:
@@ -345,7 +391,7 @@ def main(argv=None) -> int:
                 if r["source"] == "ros":
                     r["exit_codes"] += f",server={codes['server']},executors={codes['executors']}"
             rows += seed_rows
-    write_csv(out / "runs.csv", rows, list(rows[0]))
+    write_csv(out / "runs.csv", rows, list(dict.fromkeys(k for r in rows for k in r)))
     md = summary_md(rows, policies, seeds)
     (out / "summary.md").write_text(md)
     print(md)
