@@ -259,18 +259,26 @@ def sim_4090(policy: str, seed: int, args):
 
 
 # ----------------------------------------------------------------------------------------------- comparison
-def kendall_tau(a: list[str], b: list[str]) -> float:
-    """Kendall's tau between two rankings of the same items (best first)."""
-    pa, pb = {x: i for i, x in enumerate(a)}, {x: i for i, x in enumerate(b)}
-    items = list(pa)
-    conc = disc = 0
+def kendall_tau(a: dict[str, float], b: dict[str, float]) -> float:
+    """Kendall's tau-a between two scorings of the same policies: a pair tied in either counts as neither
+    concordant nor discordant (so a tie never passes for agreement)."""
+    items = list(a)
+    score = 0
     for i in range(len(items)):
         for j in range(i + 1, len(items)):
-            s = (pa[items[i]] - pa[items[j]]) * (pb[items[i]] - pb[items[j]])
-            conc += s > 0
-            disc += s < 0
+            x, y = a[items[i]] - a[items[j]], b[items[i]] - b[items[j]]
+            score += (x > 0) - (x < 0) if y > 0 else -((x > 0) - (x < 0)) if y < 0 else 0
     pairs = len(items) * (len(items) - 1) / 2
-    return (conc - disc) / pairs if pairs else float("nan")
+    return score / pairs if pairs else float("nan")
+
+
+def order_text(means: dict[str, float]) -> str:
+    """'a > b = c' (best first; '=' where two means are equal to 1e-9)."""
+    ranked = sorted(means, key=lambda p: -means[p])
+    out = ranked[0]
+    for prev, cur in zip(ranked, ranked[1:]):
+        out += (" = " if abs(means[prev] - means[cur]) < 1e-9 else " > ") + cur
+    return out
 
 
 def span(vals: list[float]) -> str:
@@ -279,10 +287,8 @@ def span(vals: list[float]) -> str:
 
 def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
     lines = []
-    ranking: dict[str, list[str]] = {}
-    for src in SOURCES:
-        means = {p: mean(r["urgent"] for r in rows if r["source"] == src and r["policy"] == p) for p in policies}
-        ranking[src] = sorted(policies, key=lambda p: -means[p])
+    means = {src: {p: mean(r["urgent"] for r in rows if r["source"] == src and r["policy"] == p) for p in policies}
+             for src in SOURCES}
     lines.append(f"Urgent-class utility (max 2) and normal (max 1), mean [min, max] over seeds "
                  f"{','.join(map(str, seeds))}:\n")
     lines.append("| policy | " + " | ".join(f"{s} urgent" for s in SOURCES) + " | ros normal | sim-embedded normal |"
@@ -295,20 +301,12 @@ def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
     lines.append("")
     for src in SOURCES:
-        tau = kendall_tau(ranking["ros"], ranking[src])
-        same = "same order" if ranking[src] == ranking["ros"] else "different order"
-        lines.append(f"- {src}: {' > '.join(ranking[src])} (Kendall tau vs ros {tau:+.2f}, {same})")
-    per_seed = []
-    for seed in seeds:
-        for src in SOURCES[1:]:
-            r = {p: next(x["urgent"] for x in rows if x["source"] == "ros" and x["policy"] == p and x["seed"] == seed)
-                 for p in policies}
-            s = {p: next(x["urgent"] for x in rows if x["source"] == src and x["policy"] == p and x["seed"] == seed)
-                 for p in policies}
-            per_seed.append((seed, src, kendall_tau(sorted(policies, key=lambda p: -r[p]),
-                                                    sorted(policies, key=lambda p: -s[p]))))
+        lines.append(f"- {src}: {order_text(means[src])} (Kendall tau vs ros {kendall_tau(means['ros'], means[src]):+.2f})")
     for src in SOURCES[1:]:
-        taus = [t for _, s, t in per_seed if s == src]
+        taus = []
+        for seed in seeds:
+            pick = lambda s_: {x["policy"]: x["urgent"] for x in rows if x["source"] == s_ and x["seed"] == seed}  # noqa
+            taus.append(kendall_tau(pick("ros"), pick(src)))
         lines.append(f"- per-seed Kendall tau ros vs {src}: " + ", ".join(f"{t:+.2f}" for t in taus))
     return "\n".join(lines) + "\n"
 
