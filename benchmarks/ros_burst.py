@@ -2,23 +2,23 @@
 """The urgent-burst shape through the real ROS server on the embedded planner, next to the simulator.
 
     python benchmarks/ros_burst.py [--seeds 1,2,3,4,5] [--policies timely,edf-admit,edf,vllm-stream,fcfs]
-        [--time-scale 1.0] [--max-batch 16] [--out out/ros_burst]
+        [--time-scale 0.2] [--max-batch 16] [--out out/ros_burst] [--resummarize]
 
-Per (seed, policy), real processes over DDS on loopback: a fresh server node (`policy:=...`, one torch thread,
-`max_batch`, every agent expected), one simulated executor host for all agents, and the replay client
-(`workload_node` with `workload_file:=` the seed's workload YAML and `results_csv:=`); all three get SIGINT at the
-end and must exit 0. Workload: `engine_workload.py --shape burst` (core.workload.generator.burst at the embedded
-planner's scale: burst at 1 s, corpus phrasing for the drone traces, the model writes every plan).
+Real processes over DDS on loopback, per seed: one server node (one torch thread, `max_batch`, every agent
+expected) and one simulated executor host for all agents; a 4-goal warm-up replay, then per policy (order rotated
+per seed) the runtime parameter `policy` is set and the replay client (`workload_node`, `workload_file:=` the seed's
+workload YAML, `results_csv:=`) sends the workload. Server and host get SIGINT at the end and must exit 0; the
+client must exit 0 (every goal answered). Workload: `engine_workload.py --shape burst` (core.workload.generator.burst
+at the embedded planner's scale: burst at 1 s, corpus phrasing for the drone traces, the model writes every plan).
 
 The same workloads go through the discrete-event simulator twice:
   sim-embedded: a latency profile of the embedded planner measured on this machine (engine/profiler.py, written to
-      build/latency/embedded_planner.yaml when missing), each trace's plan being the one the model writes for it
-      alone (greedy, so the server writes the same text unless batching changes a logit), prompts of the real length,
-      and the policy options the server gives (online G);
+      build/latency/embedded_planner.yaml when missing), each trace's plan as the model writes it alone (greedy),
+      prompts of the real length, and the policy options the server gives (online G);
   sim-4090: the README's burst preset (burst(seed) on the Llama-3-8B/RTX 4090 profile, compare_policies options).
-Urgent- and normal-class utility (mean over requests; a goal without a result counts 0 and is reported) is printed as
-mean [min-max] over seeds with each column's policy ranking and Kendall's tau against the ROS ranking.
-Outputs in --out: runs.csv (one row per seed, policy, source), summary.md, and per run the client's outcome CSV.
+Urgent- and normal-class utility (mean over the class's requests; dropped = 0) as mean [min-max] over seeds, each
+source's ordering and Kendall's tau against the ROS one. Outputs in --out: runs.csv (seed, policy, source),
+summary.md, and per ROS run the client's outcome CSV and the server's log.
 """
 from __future__ import annotations
 
@@ -285,6 +285,10 @@ def span(vals: list[float]) -> str:
     return f"{mean(vals):.2f} [{min(vals):.2f}, {max(vals):.2f}]"
 
 
+def urgent_of(rows: list[dict], source: str, seed: int) -> dict[str, float]:
+    return {r["policy"]: r["urgent"] for r in rows if r["source"] == source and r["seed"] == seed}
+
+
 def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
     lines = []
     means = {src: {p: mean(r["urgent"] for r in rows if r["source"] == src and r["policy"] == p) for p in policies}
@@ -301,12 +305,10 @@ def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
     lines.append("")
     for src in SOURCES:
-        lines.append(f"- {src}: {order_text(means[src])} (Kendall tau vs ros {kendall_tau(means['ros'], means[src]):+.2f})")
+        tau = kendall_tau(means["ros"], means[src])
+        lines.append(f"- {src}: {order_text(means[src])} (Kendall tau vs ros {tau:+.2f})")
     for src in SOURCES[1:]:
-        taus = []
-        for seed in seeds:
-            pick = lambda s_: {x["policy"]: x["urgent"] for x in rows if x["source"] == s_ and x["seed"] == seed}  # noqa
-            taus.append(kendall_tau(pick("ros"), pick(src)))
+        taus = [kendall_tau(urgent_of(rows, "ros", seed), urgent_of(rows, src, seed)) for seed in seeds]
         lines.append(f"- per-seed Kendall tau ros vs {src}: " + ", ".join(f"{t:+.2f}" for t in taus))
     return "\n".join(lines) + "\n"
 
@@ -362,7 +364,8 @@ def main(argv=None) -> int:
             n_urg = sum(t.urgency == "urgent" for t in w.tasks)
             print(f"seed {seed}: {len(w.tasks)} goals ({n_urg} urgent drones, {len(w.tasks) - n_urg} arms)", flush=True)
             save_workload(warmup_workload(w), Path(tmp) / "warmup.yaml")
-            order = policies[(seed - 1) % len(policies):] + policies[:(seed - 1) % len(policies)]  # spread order effects
+            k = (seed - 1) % len(policies)
+            order = policies[k:] + policies[:k]   # rotated per seed: spreads order effects
             seed_rows: list[dict] = []
             session = RosSession(agents_of(w), seed, order[0], args)
             try:
