@@ -1,0 +1,405 @@
+#!/usr/bin/env python3
+"""The urgent-burst shape through the real ROS server on the embedded planner, next to the simulator.
+
+    python benchmarks/ros_burst.py [--seeds 1,2,3,4,5] [--policies timely,edf-admit,edf,vllm-stream,fcfs]
+        [--time-scale 0.2] [--max-batch 16] [--out out/ros_burst] [--resummarize]
+
+Real processes over DDS on loopback, per seed: one server node (one torch thread, `max_batch`, every agent
+expected) and one simulated executor host for all agents; a 4-goal warm-up replay, then per policy (order rotated
+per seed) the runtime parameter `policy` is set and the replay client (`workload_node`, `workload_file:=` the seed's
+workload YAML, `results_csv:=`) sends the workload. Server and host get SIGINT at the end and must exit 0; the
+client must exit 0 (every goal answered). Workload: `engine_workload.py --shape burst` (core.workload.generator.burst
+at the embedded planner's scale: burst at 1 s, corpus phrasing for the drone traces, the model writes every plan).
+
+The same workloads go through the discrete-event simulator twice:
+  sim-embedded: a latency profile of the embedded planner measured on this machine (engine/profiler.py, written to
+      build/latency/embedded_planner.yaml when missing), each trace's plan as the model writes it alone (greedy),
+      prompts of the real length, and the policy options the server gives (online G);
+  sim-4090: the README's burst preset (burst(seed) on the Llama-3-8B/RTX 4090 profile, compare_policies options).
+Urgent- and normal-class utility (mean over the class's requests; dropped = 0) as mean [min-max] over seeds, each
+source's ordering and Kendall's tau against the ROS one. Outputs in --out: runs.csv (seed, policy, source),
+summary.md, and per ROS run the client's outcome CSV and the server's log.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import replace
+from pathlib import Path
+from statistics import mean
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import engine_workload as ew  # noqa: E402
+from report import write_csv  # noqa: E402
+
+from timely_llm_ros.core.workload import Workload, save_workload  # noqa: E402
+from tools.stress.procs import Child  # noqa: E402
+
+DEFAULT_POLICIES = "timely,edf-admit,edf,vllm-stream,fcfs"
+PROFILE = REPO / "build" / "latency" / "embedded_planner.yaml"
+SOURCES = ("ros", "sim-embedded", "sim-4090")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", default="1,2,3,4,5")
+    p.add_argument("--policies", default=DEFAULT_POLICIES)
+    p.add_argument("--time-scale", type=float, default=0.2,
+                   help="multiplies robot execution times (executors and simulator; 0.2 as in the replay demo)")
+    p.add_argument("--max-batch", type=int, default=16)
+    p.add_argument("--profile", default=str(PROFILE), help="latency YAML of the embedded planner (made if missing)")
+    p.add_argument("--result-timeout", type=float, default=40.0,
+                   help="the client's result_timeout_s: a goal without a result this long after the last goal is sent "
+                        "counts 'no result' (0 utility)")
+    p.add_argument("--out", default="out/ros_burst")
+    p.add_argument("--resummarize", action="store_true",
+                   help="no runs: recompute the ROS rows of --out/runs.csv from the outcome CSVs and server logs")
+    return p.parse_args(argv)
+
+
+def burst_workload(seed: int) -> Workload:
+    """The burst shape exactly as engine_workload.py --shape burst makes it (model-written plans)."""
+    return ew.make_workload(ew.parse_args(["--shape", "burst", "--seed", str(seed)]))
+
+
+def agents_of(workload: Workload) -> list[tuple[str, str]]:
+    return sorted({(t.agent_id, t.robot_type) for t in workload.tasks})
+
+
+# ------------------------------------------------------------------------------------------------ ROS replay
+class RosSession:
+    """One server and one executor host for a seed's agents; replays run against it, the policy switched between
+    them through the runtime-settable `policy` parameter (the engine loads once: ~40 s on the loaded 2-core box)."""
+
+    def __init__(self, agents: list[tuple[str, str]], seed: int, first_policy: str, args) -> None:
+        names = [a for a, _ in agents]
+        self.args = args
+        self.server = Child("server", "timely_llm_ros.ros.server_node",
+                            ["--ros-args", "-r", "__node:=timely_server", "-p", f"policy:={first_policy}",
+                             "-p", "num_threads:=1", "-p", f"max_batch:={args.max_batch}",
+                             "-p", f"expected_agents:=[{','.join(names)}]"], "timely_server ready")
+        self.server.tail = deque(maxlen=100_000)   # the whole log, saved with the outcomes (evidence)
+        self.host = Child("executors", "timely_llm_ros.ros.executor.host",
+                          ["--agents", ",".join(f"{a}:{t}" for a, t in agents), "--ros-args", "-p",
+                           f"time_scale:={args.time_scale}", "-p", f"seed:={seed}"], "executor ready")
+        self.host.ready_needed = len(agents)
+        self._node = None
+        try:
+            self.server.wait_ready(180)
+            self.host.wait_ready(180)
+        except Exception:
+            self.close()
+            raise
+        if not self.server.wait_for("all expected executors discovered", 30):
+            time.sleep(2.0)
+        import rclpy
+        from rcl_interfaces.srv import SetParameters
+        self._rclpy = rclpy
+        self._ctx = rclpy.context.Context()
+        rclpy.init(context=self._ctx)
+        self._node = rclpy.create_node("ros_burst_params", context=self._ctx)
+        self._params = self._node.create_client(SetParameters, "/timely_server/set_parameters")
+
+    def set_policy(self, policy: str) -> None:
+        from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+        from rcl_interfaces.srv import SetParameters
+        from rclpy.executors import SingleThreadedExecutor
+
+        if not self._params.wait_for_service(timeout_sec=20):
+            raise RuntimeError("no /timely_server/set_parameters service")
+        req = SetParameters.Request(parameters=[Parameter(name="policy", value=ParameterValue(
+            type=ParameterType.PARAMETER_STRING, string_value=policy))])
+        future = self._params.call_async(req)
+        ex = SingleThreadedExecutor(context=self._ctx)
+        ex.add_node(self._node)
+        ex.spin_until_future_complete(future, timeout_sec=20)
+        ex.remove_node(self._node)
+        ex.shutdown()
+        res = future.result()
+        if res is None or not res.results[0].successful:
+            raise RuntimeError(f"setting policy:={policy} failed: {res}")
+        self.server.wait_for(f"policy={policy}", 0.5)
+
+    def replay(self, workload_yaml: Path, csv_out: Path) -> tuple[list[dict], int | None]:
+        """Run the replay client to its end; (its outcome rows, its exit code)."""
+        mark = len(self.server.tail)
+        client = Child("client", "timely_llm_ros.ros.workload_node",
+                       ["--ros-args", "-p", f"workload_file:={workload_yaml}", "-p", f"results_csv:={csv_out}",
+                        "-p", f"result_timeout_s:={self.args.result_timeout}"], "replaying")
+        try:
+            client.proc.wait(self.args.result_timeout + 120)
+        except subprocess.TimeoutExpired:
+            print("  client still running: SIGINT", flush=True)
+        code = client.stop(30)
+        if code != 0:
+            print(f"  client exited {code}:\n    " + "\n    ".join(
+                [ln for ln in client.tail if "no result" in ln][:5] + list(client.tail)[-3:]), flush=True)
+        csv_out.with_suffix(".server.log").write_text("\n".join(list(self.server.tail)[mark:]) + "\n")
+        rows = list(csv.DictReader(csv_out.open())) if csv_out.exists() else []
+        return rows, code
+
+    def close(self) -> dict[str, int | None]:
+        """SIGINT to server and executor host; their exit codes."""
+        if self._node is not None:
+            self._node.destroy_node()
+            self._rclpy.shutdown(context=self._ctx)
+        codes = {"server": self.server.stop(30), "executors": self.host.stop(30)}
+        for name, child in (("server", self.server), ("executors", self.host)):
+            if codes[name] != 0:
+                print(f"  {name} exited {codes[name]}:\n    " + "\n    ".join(list(child.tail)[-15:]), flush=True)
+        return codes
+
+
+def warmup_workload(w: Workload) -> Workload:
+    """Two arm and two drone goals of the seed's workload, 0.5 s apart: the server's first engine steps are cold
+    (engine_workload.py warms its engine the same way, by generating each plan alone first)."""
+    arms = [t for t in w.tasks if t.robot_type == "arm"][:2]
+    drones = [t for t in w.tasks if t.robot_type == "drone"][:2]
+    tasks = [replace(t, arrival=0.5 * i, task_id=f"warmup-{i}") for i, t in enumerate(arms + drones)]
+    return replace(w, tasks=tasks)
+
+
+_DONE = re.compile(r"\] (\S+) done: .*utility (-?[0-9.]+)")
+
+
+def recover_lost(rows: list[dict], server_log: Path) -> int:
+    """A goal the client got no result for, although the server logged it done, takes the utility the server
+    logged (each agent has one goal per replay). Returns how many were recovered."""
+    lost = [r for r in rows if r["status"] == "no result"]
+    if not lost or not server_log.exists():
+        return 0
+    done = {m.group(1): float(m.group(2)) for m in map(_DONE.search, server_log.read_text().splitlines()) if m}
+    n = 0
+    for r in lost:
+        if r["agent"] in done:
+            r["status"], r["utility"], r["message"] = "ok (server log)", done[r["agent"]], "result lost on the way"
+            n += 1
+    return n
+
+
+def ros_utilities(rows: list[dict], workload: Workload, server_log: Path | None = None) -> dict[str, float]:
+    """Mean utility per urgency class; a goal without a result counts 0 unless the server logged it done."""
+    out: dict[str, float] = {"lost_results": sum(r["status"] == "no result" for r in rows)}
+    if server_log is not None:
+        recover_lost(rows, server_log)
+    for cls in ("urgent", "normal"):
+        n = sum(t.urgency == cls for t in workload.tasks)
+        got = [float(r["utility"]) for r in rows if r["urgency"] == cls and r["status"] != "no result"]
+        out[cls] = sum(got) / n if n else float("nan")
+        out[f"{cls}_served"] = sum(r["status"].startswith("ok") for r in rows if r["urgency"] == cls) / max(n, 1)
+    out["no_result"] = sum(t.urgency in ("urgent", "normal") for t in workload.tasks) - sum(
+        r["status"] != "no result" for r in rows)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- simulator
+def ensure_profile(path: Path) -> Path:
+    if not path.exists():
+        print(f"profiling the embedded planner into {path} (one torch thread)", flush=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "timely_llm_ros.engine.profiler", "--out", str(path), "--threads", "1",
+                        "--prefill-lengths", "16", "32", "64", "128", "256", "--batches", "1", "2", "4", "8", "16",
+                        "--contexts", "64", "128", "256"], check=True, cwd=REPO)
+    return path
+
+
+def model_plans(workload: Workload) -> dict[int, dict]:
+    """Each trace's plan as the embedded planner writes it alone (second, warm pass), with its prompt length."""
+    from timely_llm_ros.core.skills import load_skill_sets
+    loaded = ew.load_model(ew.parse_args([]))
+    return ew.probe_plans(loaded, load_skill_sets(), workload, forced=False)
+
+
+def sim_utilities(outcomes, workload: Workload) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for cls in ("urgent", "normal"):
+        n = sum(t.urgency == cls for t in workload.tasks)
+        out[cls] = sum(o.utility for o in outcomes if o.req.urgency == cls) / n if n else float("nan")
+        out[f"{cls}_served"] = sum(o.state.value == "done" and int(o.error_code) == 0 for o in outcomes
+                                   if o.req.urgency == cls) / max(n, 1)
+    out["no_result"] = len(workload.tasks) - len(outcomes)
+    return out
+
+
+def sim_embedded(policy: str, seed: int, workload: Workload, plans: dict[int, dict], latency, args):
+    from timely_llm_ros.core.policies import make_policy
+    from timely_llm_ros.core.policies.timely import options_from_skill_sets
+    from timely_llm_ros.core.sim.simulator import Simulator
+    from timely_llm_ros.core.skills import load_skill_sets
+
+    skill_sets = load_skill_sets()
+    w = replace(workload, tasks=[replace(t, plan=plans[t.trace_id]["plan"],
+                                         prompt_tokens=plans[t.trace_id]["prompt_tokens"]) for t in workload.tasks])
+    options = {**options_from_skill_sets(skill_sets), "network_delay_s": ew.NETWORK_DELAY_S, "online_gen_time": True}
+    pol = make_policy(policy, max_batch=args.max_batch, options=options)
+    result = Simulator(pol, latency, skill_sets=skill_sets, seed=seed, time_scale=args.time_scale,
+                       network_delay_s=ew.NETWORK_DELAY_S).run(w)
+    return sim_utilities(result.outcomes, w)
+
+
+def sim_4090(policy: str, seed: int, args):
+    import compare_policies as cp
+    from timely_llm_ros.core.sim.latency_model import load_latency_model
+    from timely_llm_ros.core.workload.generator import burst
+
+    w = burst(seed)
+    result = cp.run_one(policy, args.max_batch, w, load_latency_model(REPO / "config/latency/llama3-8b-rtx4090.yaml"),
+                        {}, seed)
+    return sim_utilities(result.outcomes, w)
+
+
+# ----------------------------------------------------------------------------------------------- comparison
+def kendall_tau(a: dict[str, float], b: dict[str, float]) -> float:
+    """Kendall's tau-a between two scorings of the same policies: a pair tied in either counts as neither
+    concordant nor discordant (so a tie never passes for agreement)."""
+    items = list(a)
+    score = 0
+    for i in range(len(items)):
+        for j in range(i + 1, len(items)):
+            x, y = a[items[i]] - a[items[j]], b[items[i]] - b[items[j]]
+            score += (x > 0) - (x < 0) if y > 0 else -((x > 0) - (x < 0)) if y < 0 else 0
+    pairs = len(items) * (len(items) - 1) / 2
+    return score / pairs if pairs else float("nan")
+
+
+def order_text(means: dict[str, float]) -> str:
+    """'a > b = c' (best first; '=' where two means are equal to 1e-9)."""
+    ranked = sorted(means, key=lambda p: -means[p])
+    out = ranked[0]
+    for prev, cur in zip(ranked, ranked[1:]):
+        out += (" = " if abs(means[prev] - means[cur]) < 1e-9 else " > ") + cur
+    return out
+
+
+def span(vals: list[float]) -> str:
+    return f"{mean(vals):.2f} [{min(vals):.2f}, {max(vals):.2f}]"
+
+
+def urgent_of(rows: list[dict], source: str, seed: int) -> dict[str, float]:
+    return {r["policy"]: r["urgent"] for r in rows if r["source"] == source and r["seed"] == seed}
+
+
+def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
+    lines = []
+    means = {src: {p: mean(r["urgent"] for r in rows if r["source"] == src and r["policy"] == p) for p in policies}
+             for src in SOURCES}
+    lines.append(f"Urgent-class utility (max 2) and normal (max 1), mean [min, max] over seeds "
+                 f"{','.join(map(str, seeds))}:\n")
+    lines.append("| policy | " + " | ".join(f"{s} urgent" for s in SOURCES) + " | ros normal | sim-embedded normal |"
+                 " ros urgent served |")
+    lines.append("|---|" + "---|" * (len(SOURCES) + 3))
+    for p in policies:
+        get = lambda src, k: [r[k] for r in rows if r["source"] == src and r["policy"] == p]  # noqa: E731
+        cells = [span(get(s, "urgent")) for s in SOURCES]
+        cells += [span(get("ros", "normal")), span(get("sim-embedded", "normal")), span(get("ros", "urgent_served"))]
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for src in SOURCES:
+        tau = kendall_tau(means["ros"], means[src])
+        lines.append(f"- {src}: {order_text(means[src])} (Kendall tau vs ros {tau:+.2f})")
+    for src in SOURCES[1:]:
+        taus = [kendall_tau(urgent_of(rows, "ros", seed), urgent_of(rows, src, seed)) for seed in seeds]
+        lines.append(f"- per-seed Kendall tau ros vs {src}: " + ", ".join(f"{t:+.2f}" for t in taus))
+    return "\n".join(lines) + "\n"
+
+
+def resummarize(out: Path, policies: list[str], seeds: list[int]) -> int:
+    rows = list(csv.DictReader((out / "runs.csv").open()))
+    for r in rows:
+        r["seed"] = int(r["seed"])
+        for k in ("urgent", "normal", "urgent_served", "normal_served", "no_result"):
+            r[k] = float(r[k])
+        if r["source"] == "ros":
+            csv_out = out / f"outcomes_{r['policy']}_s{r['seed']}.csv"
+            got = ros_utilities(list(csv.DictReader(csv_out.open())), burst_workload(r["seed"]),
+                                csv_out.with_suffix(".server.log"))
+            r.update({k: v for k, v in got.items() if k != "lost_results"})
+            r["lost_results"] = got["lost_results"]
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    write_csv(out / "runs.csv", rows, fields)
+    md = summary_md(rows, policies, seeds)
+    (out / "summary.md").write_text(md)
+    print(md)
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    out = REPO / args.out if not Path(args.out).is_absolute() else Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.resummarize:
+        return resummarize(out, policies, seeds)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    if "ROS_DOMAIN_ID" not in os.environ:
+        print("note: ROS_DOMAIN_ID is not set (domain 0)", flush=True)
+    from timely_llm_ros.core.sim.latency_model import load_latency_model
+    latency = load_latency_model(ensure_profile(Path(args.profile)))
+    print(f"embedded-planner profile {args.profile}: prefill c={latency.prefill_c * 1e3:.1f} ms, "
+          f"decode base={latency.decode_base * 1e3:.1f} ms", flush=True)
+    workloads = {seed: burst_workload(seed) for seed in seeds}
+    plans = model_plans(next(iter(workloads.values())))
+    for tid, p in sorted(plans.items()):
+        print(f"  trace {tid}: prompt {p['prompt_tokens']} tok, plan {p['tokens']} tok, "
+              f"{'parses' if p['valid'] else 'DOES NOT PARSE'}: {p['plan'][:60]}", flush=True)
+    rows: list[dict] = []
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ros_burst_", dir=REPO / "build") as tmp:
+        for seed in seeds:
+            w = workloads[seed]
+            path = Path(tmp) / f"burst_{seed}.yaml"
+            save_workload(w, path)
+            n_urg = sum(t.urgency == "urgent" for t in w.tasks)
+            print(f"seed {seed}: {len(w.tasks)} goals ({n_urg} urgent drones, {len(w.tasks) - n_urg} arms)", flush=True)
+            save_workload(warmup_workload(w), Path(tmp) / "warmup.yaml")
+            k = (seed - 1) % len(policies)
+            order = policies[k:] + policies[:k]   # rotated per seed: spreads order effects
+            seed_rows: list[dict] = []
+            session = RosSession(agents_of(w), seed, order[0], args)
+            try:
+                session.replay(Path(tmp) / "warmup.yaml", Path(tmp) / "warmup.csv")
+                for policy in order:
+                    t0 = time.monotonic()
+                    session.set_policy(policy)
+                    ros_rows, code = session.replay(path, out / f"outcomes_{policy}_s{seed}.csv")
+                    csv_out = out / f"outcomes_{policy}_s{seed}.csv"
+                    entries = [("ros", ros_utilities(ros_rows, w, csv_out.with_suffix(".server.log"))),
+                               ("sim-embedded", sim_embedded(policy, seed, w, plans, latency, args)),
+                               ("sim-4090", sim_4090(policy, seed, args))]
+                    for src, m in entries:
+                        seed_rows.append({"seed": seed, "policy": policy, "source": src, **m,
+                                          "exit_codes": f"client={code}" if src == "ros" else ""})
+                    print(f"  {policy:12s} " + "  ".join(f"{s} urgent {m['urgent']:+.2f} normal {m['normal']:+.2f}"
+                                                           for s, m in entries)
+                          + f"  client exit {code} ({time.monotonic() - t0:.0f} s, total "
+                            f"{time.monotonic() - t_start:.0f} s)", flush=True)
+            finally:
+                codes = session.close()
+            print(f"  server exit {codes['server']}, executor host exit {codes['executors']}", flush=True)
+            for r in seed_rows:
+                if r["source"] == "ros":
+                    r["exit_codes"] += f",server={codes['server']},executors={codes['executors']}"
+            rows += seed_rows
+    write_csv(out / "runs.csv", rows, list(dict.fromkeys(k for r in rows for k in r)))
+    md = summary_md(rows, policies, seeds)
+    (out / "summary.md").write_text(md)
+    print(md)
+    print(f"wrote {out / 'runs.csv'}, {out / 'summary.md'} in {time.monotonic() - t_start:.0f} s")
+    bad = [r for r in rows if r["source"] == "ros" and any(not c.endswith("=0") for c in r["exit_codes"].split(","))]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
