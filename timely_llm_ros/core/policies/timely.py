@@ -109,6 +109,7 @@ class TimelyPolicy(Policy):
         self._fixed_prefill = "prefill_token_s" in o
         self.prefill_step_s = float(o.get("prefill_step_s", 0.0141 if self._fixed_prefill else 0.0))
         self._seg_tokens: dict[str, deque] = {}
+        self._first_tokens: dict[str, deque] = {}
         # the utility test weighs predicted utilities: expected segment lengths; the deadline test is a WCET bound
         self.segment_estimate = str(o.get("segment_estimate", "mean" if self.admission == "utility" else "max"))
         if self.segment_estimate not in ("mean", "max"):
@@ -119,6 +120,7 @@ class TimelyPolicy(Policy):
         self.admit_when_late = bool(o.get("admit_when_late", True))
         self.admit_per_step = int(o.get("admit_per_step", 0))  # prefills joining per step (0: no count limit)
         self.step_prefill_s = float(o.get("step_prefill_s", 0.1))  # prefill work per step (at least one prompt)
+        self.crowd_plan = bool(o.get("crowd_plan", False))  # first-segment crowds: step size from a wave plan
         self.utility_floor = float(o.get("utility_floor", 0.05))
         self.drop = str(o.get("drop", "hopeless"))
         if self.drop not in ("hopeless", "never"):
@@ -155,9 +157,22 @@ class TimelyPolicy(Policy):
         mean = sum(recent) / len(recent) if recent else g / self.token_time_s
         return max(1, min(cap, math.ceil(mean)))
 
-    def observe_segment_tokens(self, robot_type: str, tokens: int) -> None:
+    def observe_segment_tokens(self, robot_type: str, tokens: int, first: bool = False, urgency: str = "") -> None:
         if tokens > 0:
             self._seg_tokens.setdefault(robot_type, deque(maxlen=32)).append(tokens)
+            if first:
+                self._first_tokens.setdefault((robot_type, urgency), deque(maxlen=32)).append(tokens)
+
+    def first_segment_tokens(self, gen: Generation) -> int:
+        """Expected token count of gen's first segment (the crowd plan's estimate): the mean of the last 32 first
+        segments of its robot type and urgency class (a plan's first step depends on both: an urgent first reaction is
+        short, a routine plan's opening step longer, and later segments differ again);
+        segment_tokens before any is seen. Never above the configured maximum."""
+        recent = self._first_tokens.get((gen.req.robot_type, gen.req.urgency))
+        if not recent:
+            return self.segment_tokens(gen)
+        cap = self.max_segment_tokens.get(gen.req.robot_type, self.max_segment_tokens.get("*", 20))
+        return max(1, min(cap, math.ceil(sum(recent) / len(recent))))
 
     def utility_if_started(self, gen: Generation, now: float, gen_time_s: float | None = None) -> float:
         """TUF_0 / TUF_1 of the current segment if its generation starts now (unclamped)."""
@@ -246,6 +261,11 @@ class TimelyPolicy(Policy):
         room = None if cost.step_token_budget is None else max(
             cost.step_token_budget - sum(1 for g in order if g.prefilled and id(g) in live), 0)
         work, prefills = 0.0, 0
+        cap, wave = self.step_prefill_s, set()
+        if self.crowd_plan:
+            wave = self._first_wave(ranked, len(running), now, cost)
+            cap = max(cap, sum(prefill_tokens_left(g) * cost.prefill_token_s + g.reload_s
+                               for g in ranked if id(g) in wave))
         for gen in order:
             running_now = id(gen) in live
             kept = running_now and not self.preempt
@@ -255,7 +275,8 @@ class TimelyPolicy(Policy):
                 need = kv_need_bytes(gen, ctx.kv_bytes_per_token)
                 if batch and need > kv_free:
                     continue
-                if batch and not self._admissible(batch, gen, now, cost):
+                if batch and not (self._spares_others(batch, gen, wave, now, cost) if id(gen) in wave
+                                  else self._admissible(batch, gen, now, cost)):
                     continue
             n, left = 0, room
             # the step's prefill and KV-reload work stays short whoever asks (a crowd sharing one deadline, or
@@ -267,7 +288,7 @@ class TimelyPolicy(Policy):
                 extra += n * cost.prefill_token_s
             if not kept and (
                     (not gen.prefilled and n == 0 and prefill_tokens_left(gen) > 0)
-                    or (extra > 0.0 and work > 0 and work + extra > self.step_prefill_s)
+                    or (extra > 0.0 and work > 0 and work + extra > cap)
                     or (not gen.prefilled and 0 < self.admit_per_step <= prefills)):
                 continue
             work += extra
@@ -279,6 +300,63 @@ class TimelyPolicy(Policy):
         # a chunked engine spends its prefill budget in batch order: the most urgent prompt first
         return [g for g in batch if g.prefilled] + sorted((g for g in batch if not g.prefilled),
                                                           key=lambda g: -prio[id(g)])
+
+    def _first_wave(self, ranked: Sequence[Generation], others: int, now: float, cost: StepCost) -> set[int]:
+        """Option crowd_plan: the ids of the waiting first segments (not yet prefilled, in rank order) that this
+        step should prefill together. The crowd is served in successive waves (a wave prefills its prompts in one
+        step, then decodes its segments; the next starts when it is done), dropping whoever the plan does not
+        reach; the crowd is the top-ranked waiting first segment's urgency class (at most 8). The plan maximises the crowd's summed predicted utility (ready_utility, the admission's cost
+        model), exactly over the wave sizes (O(n^2)). Empty unless the best first wave holds two or more."""
+        firsts = [g for g in ranked if g.k == 0 and not g.prefilled]
+        if len(firsts) < 2:
+            return set()
+        crowd = [g for g in firsts if g.req.tuf == firsts[0].req.tuf][:8]   # the top one's class, at most 8
+        if len(crowd) < 2:
+            return set()
+        n = len(crowd)
+        # the step that completes a prompt also yields its first token: m - 1 decode steps follow
+        tokens = [max(self.first_segment_tokens(g) - 1, 1) for g in crowd]
+
+        def wave_s(i: int, k: int) -> float:     # wave of crowd[i:i + k]: shared prefill, then k decodes in step
+            pre = batch_prefill_s(crowd[i:i + k], cost)
+            return max(wcet_in_s(g, t, pre, k + others, cost) for g, t in zip(crowd[i:i + k], tokens[i:i + k]))
+
+        memo: dict[tuple[int, float], tuple[float, int]] = {}
+
+        def value(i: int, t: float) -> tuple[float, int]:
+            key = (i, round(t, 6))
+            if i >= n:
+                return 0.0, 0
+            if key not in memo:
+                top = (0.0, 0)                   # serve nobody from i on (they are dropped)
+                for k in range(1, n - i + 1):
+                    end = t + wave_s(i, k)
+                    got = sum(self.ready_utility(g, now + end) for g in crowd[i:i + k])
+                    if got <= 0.0:
+                        break
+                    rest, _ = value(i + k, end)
+                    if got + rest > top[0] + 1e-9:
+                        top = (got + rest, k)
+                memo[key] = top
+            return memo[key]
+
+        _, k = value(0, 0.0)
+        return {id(g) for g in crowd[:k]} if k >= 2 else set()
+
+    def _spares_others(self, batch: list[Generation], gen: Generation, wave: set[int], now: float,
+                       cost: StepCost) -> bool:
+        """A planned wave member joins unless it makes a member outside the wave miss its segment deadline, or
+        delays an already late one by more than late_delay_s (the deadline rule, for those the plan ignores)."""
+        joined = [*batch, gen]
+        for m in batch:
+            if id(m) in wave:
+                continue
+            tokens = self.segment_tokens(m)
+            after = step_wcet_s(m, joined, tokens, cost)
+            slack = slack_s(m, now)
+            if (after >= slack) if slack > 0 else (after - step_wcet_s(m, [m], tokens, cost) > self.late_delay_s):
+                return False
+        return True
 
     def _admissible(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:
         """gen may join batch (all higher in priority) unless a member's prefill-aware WCET with gen reaches its
