@@ -285,9 +285,12 @@ def test_crowd_plan_lets_a_crowd_share_one_longer_step_when_that_earns_more_than
             sizes[name, n] = len(p.select(same, [], ctx(0.0)))
     assert [sizes["fixed", n] for n in (3, 4, 5, 6)] == [3, 3, 3, 3]
     assert [sizes["crowd", n] for n in (3, 4, 5, 6)] == [3, 3, 4, 4]
-    # a member outside the crowd (a running generation) is never made to miss its deadline by the longer step
-    running = [gen("r", tuf=URGENT, prefilled=True, arrival=-0.05)]
-    running[0].req.urgency = "urgent"
+    # the first wave shares its step with the members admitted before it, and their predicted utility counts:
+    # a running urgent segment (5 decode steps left, due at 0.15 s) is ready at 0.24 s (1.35) next to three
+    # prompts, at 0.28 s (1.09) next to four, so five at once now get 3 (+ 2), not 4 (+ 1)
+    running = gen("r", tuf=URGENT, prefilled=True, arrival=-0.05)
     five = [gen(f"t{i}", tuf=URGENT, prompt=284) for i in range(5)]
-    batch = crowd.select(five, running, ctx(0.0))
-    assert batch[0] is running[0] and len(batch) < 1 + 4
+    for g in [running, *five]:
+        g.req.urgency = "urgent"
+    batch = crowd.select(five, [running], ctx(0.0))
+    assert batch[0] is running and len(batch) == 1 + 3

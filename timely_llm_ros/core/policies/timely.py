@@ -261,12 +261,12 @@ class TimelyPolicy(Policy):
         room = None if cost.step_token_budget is None else max(
             cost.step_token_budget - sum(1 for g in order if g.prefilled and id(g) in live), 0)
         work, prefills = 0.0, 0
-        cap, wave = self.step_prefill_s, set()
-        if self.crowd_plan:
-            wave = self._first_wave(ranked, len(running), now, cost)
-            cap = max(cap, sum(prefill_tokens_left(g) * cost.prefill_token_s + g.reload_s
-                               for g in ranked if id(g) in wave))
+        cap, wave, crowd = self.step_prefill_s, None, self._crowd(ranked) if self.crowd_plan else []
         for gen in order:
+            if wave is None and crowd and gen is crowd[0]:   # the plan weighs the members admitted so far
+                wave = self._first_wave(batch, crowd, now, cost)
+                cap = max(cap, sum(prefill_tokens_left(g) * cost.prefill_token_s + g.reload_s
+                                   for g in crowd if id(g) in wave))
             running_now = id(gen) in live
             kept = running_now and not self.preempt
             if not kept:
@@ -275,8 +275,7 @@ class TimelyPolicy(Policy):
                 need = kv_need_bytes(gen, ctx.kv_bytes_per_token)
                 if batch and need > kv_free:
                     continue
-                if batch and not (self._spares_others(batch, gen, wave, now, cost) if id(gen) in wave
-                                  else self._admissible(batch, gen, now, cost)):
+                if batch and not (wave and id(gen) in wave) and not self._admissible(batch, gen, now, cost):
                     continue
             n, left = 0, room
             # the step's prefill and KV-reload work stays short whoever asks (a crowd sharing one deadline, or
@@ -301,62 +300,65 @@ class TimelyPolicy(Policy):
         return [g for g in batch if g.prefilled] + sorted((g for g in batch if not g.prefilled),
                                                           key=lambda g: -prio[id(g)])
 
-    def _first_wave(self, ranked: Sequence[Generation], others: int, now: float, cost: StepCost) -> set[int]:
-        """Option crowd_plan: the ids of the waiting first segments (not yet prefilled, in rank order) that this
-        step should prefill together. The crowd is served in successive waves (a wave prefills its prompts in one
-        step, then decodes its segments; the next starts when it is done), dropping whoever the plan does not
-        reach; the crowd is the top-ranked waiting first segment's urgency class (at most 8). The plan maximises the crowd's summed predicted utility (ready_utility, the admission's cost
-        model), exactly over the wave sizes (O(n^2)). Empty unless the best first wave holds two or more."""
+    def _crowd(self, ranked: Sequence[Generation]) -> list[Generation]:
+        """Option crowd_plan: the waiting first segments (not prefilled) of the top-ranked one's urgency class, in
+        rank order, at most 8; empty if fewer than two."""
         firsts = [g for g in ranked if g.k == 0 and not g.prefilled]
-        if len(firsts) < 2:
-            return set()
-        crowd = [g for g in firsts if g.req.tuf == firsts[0].req.tuf][:8]   # the top one's class, at most 8
-        if len(crowd) < 2:
-            return set()
+        crowd = [g for g in firsts if firsts and g.req.tuf == firsts[0].req.tuf][:8]
+        return crowd if len(crowd) >= 2 else []
+
+    def _first_wave(self, batch: Sequence[Generation], crowd: Sequence[Generation], now: float,
+                    cost: StepCost) -> set[int]:
+        """Option crowd_plan: ids of the crowd's members (rank order) this step should prefill, joining batch (the
+        members admitted so far, all ranked above). The crowd is served in successive waves: a wave prefills its
+        prompts in one step, then decodes its first segments (the step completing a prompt yields the first
+        token, first_segment_tokens - 1 decode steps follow), the next wave starts when it is done, and whoever
+        no wave reaches is dropped. The first wave shares its step with batch, whose members' predicted
+        utilities count with the delay it causes them (without a first wave, the crowd starts when their
+        current segments are done). The plan maximises the summed predicted utility (ready_utility, the
+        admission's cost model) exactly over the wave sizes. This replaces, for the planned members, the
+        pairwise utility test (which cannot see that the crowd waiting behind a candidate also loses when it
+        waits) and the fixed per-step prefill cap."""
         n = len(crowd)
-        # the step that completes a prompt also yields its first token: m - 1 decode steps follow
         tokens = [max(self.first_segment_tokens(g) - 1, 1) for g in crowd]
 
-        def wave_s(i: int, k: int) -> float:     # wave of crowd[i:i + k]: shared prefill, then k decodes in step
+        def wave_s(i: int, k: int) -> float:     # a later wave of crowd[i:i + k] on its own
             pre = batch_prefill_s(crowd[i:i + k], cost)
-            return max(wcet_in_s(g, t, pre, k + others, cost) for g, t in zip(crowd[i:i + k], tokens[i:i + k]))
+            return max(wcet_in_s(g, t, pre, k, cost) for g, t in zip(crowd[i:i + k], tokens[i:i + k]))
 
-        memo: dict[tuple[int, float], tuple[float, int]] = {}
+        memo: dict[tuple[int, float], float] = {}
 
-        def value(i: int, t: float) -> tuple[float, int]:
+        def value(i: int, t: float) -> float:    # best utility of crowd[i:] served in waves from now + t
             key = (i, round(t, 6))
             if i >= n:
-                return 0.0, 0
+                return 0.0
             if key not in memo:
-                top = (0.0, 0)                   # serve nobody from i on (they are dropped)
+                top = 0.0                        # serve nobody from i on (they are dropped)
                 for k in range(1, n - i + 1):
                     end = t + wave_s(i, k)
                     got = sum(self.ready_utility(g, now + end) for g in crowd[i:i + k])
                     if got <= 0.0:
                         break
-                    rest, _ = value(i + k, end)
-                    if got + rest > top[0] + 1e-9:
-                        top = (got + rest, k)
+                    top = max(top, got + value(i + k, end))
                 memo[key] = top
             return memo[key]
 
-        _, k = value(0, 0.0)
-        return {id(g) for g in crowd[:k]} if k >= 2 else set()
-
-    def _spares_others(self, batch: list[Generation], gen: Generation, wave: set[int], now: float,
-                       cost: StepCost) -> bool:
-        """A planned wave member joins unless it makes a member outside the wave miss its segment deadline, or
-        delays an already late one by more than late_delay_s (the deadline rule, for those the plan ignores)."""
-        joined = [*batch, gen]
-        for m in batch:
-            if id(m) in wave:
-                continue
-            tokens = self.segment_tokens(m)
-            after = step_wcet_s(m, joined, tokens, cost)
-            slack = slack_s(m, now)
-            if (after >= slack) if slack > 0 else (after - step_wcet_s(m, [m], tokens, cost) > self.late_delay_s):
-                return False
-        return True
+        pre_b, size_b = batch_prefill_s(batch, cost), len(batch)
+        own = [self.first_segment_tokens(m) if m.k == 0 else self.segment_tokens(m) for m in batch]
+        done = max((wcet_in_s(m, t, pre_b, size_b, cost) for m, t in zip(batch, own)), default=0.0)
+        best_k, best = 0, -1.0                  # with an empty batch the first wave starts now
+        if batch:                                # else the crowd waits for the batch's current segments
+            best = sum(self.ready_utility(m, now + wcet_in_s(m, t, pre_b, size_b, cost))
+                       for m, t in zip(batch, own)) + value(0, done)
+        for k in range(1, n + 1):
+            pre = batch_prefill_s([*batch, *crowd[:k]], cost)
+            end = max(wcet_in_s(g, t, pre, size_b + k, cost) for g, t in zip(crowd[:k], tokens[:k]))
+            got = sum(self.ready_utility(g, now + end) for g in crowd[:k])
+            got += sum(self.ready_utility(m, now + wcet_in_s(m, t, pre, size_b + k, cost)) for m, t in zip(batch, own))
+            total = got + value(k, end)
+            if total > best + 1e-9:
+                best_k, best = k, total
+        return {id(g) for g in crowd[:best_k]}
 
     def _admissible(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:
         """gen may join batch (all higher in priority) unless a member's prefill-aware WCET with gen reaches its
