@@ -88,7 +88,7 @@ register_variant("timely-deadline-admit", "timely", {"admission": "deadline"})
 register_variant("timely-chunked", "timely", {}, {"step_token_budget": 256})
 register_variant("timely-maxseg", "timely", {"segment_estimate": "max"})      # worst-case segment in the utility test
 register_variant("timely-reloads-free", "timely", {"step_reloads": False})   # KV reloads outside the per-step cap
-register_variant("timely-crowd", "timely", {"crowd_plan": True})           # crowd step size from a wave plan
+register_variant("timely-fixed-cap", "timely", {"crowd_plan": False})      # crowds split by the fixed 0.1 s step cap
 
 
 # ----------------------------------------------------------------------------------------------- building runs

@@ -120,7 +120,7 @@ class TimelyPolicy(Policy):
         self.admit_when_late = bool(o.get("admit_when_late", True))
         self.admit_per_step = int(o.get("admit_per_step", 0))  # prefills joining per step (0: no count limit)
         self.step_prefill_s = float(o.get("step_prefill_s", 0.1))  # prefill work per step (at least one prompt)
-        self.crowd_plan = bool(o.get("crowd_plan", False))  # first-segment crowds: step size from a wave plan
+        self.crowd_plan = bool(o.get("crowd_plan", self.admission == "utility"))  # crowds: waves planned by utility
         self.utility_floor = float(o.get("utility_floor", 0.05))
         self.drop = str(o.get("drop", "hopeless"))
         if self.drop not in ("hopeless", "never"):
