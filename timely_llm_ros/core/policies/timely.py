@@ -16,7 +16,8 @@ default; "never" keeps it); the scheduler reports it as DROPPED. Later segments 
 mid-plan.
 
 Admission is prefill-aware (core/admission.py step_verdict): the most urgent member's WCET counts the prefill work
-a candidate adds, and a step carries at most step_prefill_s of prefill work whoever asks (a pressing crowd too).
+a candidate adds, and a step carries at most step_prefill_s of prefill work whoever asks, except the first wave of
+a crowd of first segments planned by crowd_plan (the summed predicted utility of successive waves, see _first_wave).
 
 Preemption at any token (option preempt, default on): when the best waiting generation w outranks running ones and
 either the batch is full or w would miss its segment deadline next to them, running generations that rank below
@@ -32,7 +33,7 @@ chunk: 0.1 s = half the urgent class's 0.2 s ERT, so an arrival that waits one w
 admit_per_step (prefills joining per step; 0 = no count limit), step_reloads (KV reloads of generations coming back from
 host memory count in that per-step work too; default on), segment_estimate ("mean": admission assumes the expected
 segment length, the default with the utility test; "max": the worst case, the default with the deadline test),
-utility_floor, drop.
+crowd_plan (plan crowds of first segments in waves; default on with the utility test), utility_floor, drop.
 """
 from __future__ import annotations
 
