@@ -40,7 +40,7 @@ from timely_llm_ros.core.workload import generate, load_spec, load_workload  # n
 from timely_llm_ros.core.workload.generator import Workload, burst  # noqa: E402
 
 DEFAULT_POLICIES = ("timely,timely-fixed,timely-nodrop,timely-open-loop,timely-nopreempt,timely-chunked,timely-maxseg,"
-                    "timely-reloads-free,edf,edf-admit,fcfs,fcfs-admit,vllm-stream,vllm")
+                    "timely-reloads-free,timely-fixed-cap,edf,edf-admit,fcfs,fcfs-admit,vllm-stream,vllm")
 BOUND_POLICIES = ("timely", "edf-admit", "edf", "vllm-stream")
 
 
@@ -88,6 +88,7 @@ register_variant("timely-deadline-admit", "timely", {"admission": "deadline"})
 register_variant("timely-chunked", "timely", {}, {"step_token_budget": 256})
 register_variant("timely-maxseg", "timely", {"segment_estimate": "max"})      # worst-case segment in the utility test
 register_variant("timely-reloads-free", "timely", {"step_reloads": False})   # KV reloads outside the per-step cap
+register_variant("timely-fixed-cap", "timely", {"crowd_plan": False})      # crowds split by the fixed 0.1 s step cap
 
 
 # ----------------------------------------------------------------------------------------------- building runs

@@ -124,8 +124,9 @@ def test_fixed_cap_without_adaptive_admission():
 
 
 def test_a_step_carries_at_most_step_prefill_s_of_prefill_work_even_for_a_pressing_crowd():
-    """Prompts of 284 tokens at 1.6e-4 s/token = 45 ms each: two fit the 0.1 s of prefill work a step may carry."""
-    timely = make_policy("timely", max_batch=16)
+    """Prompts of 284 tokens at 1.6e-4 s/token = 45 ms each: two fit the 0.1 s of prefill work a step may carry
+    (the fixed cap, crowd_plan off; the crowd plan is tested below)."""
+    timely = make_policy("timely", max_batch=16, options={"crowd_plan": False})
     running = [gen("r", prefilled=True)]
     later = [gen(f"n{i}", arrival=0.5, prompt=284) for i in range(4)]
     assert len(timely.select(later, running, ctx(0.5))) == 1 + 2
@@ -261,3 +262,36 @@ def test_a_step_carries_at_most_step_prefill_s_of_kv_reloads():
     assert [g.req_id for g in new.select([back("a"), back("b")], [gen("r", prefilled=True)], ctx(0.0))] == ["r", "a"]
     assert [g.req_id for g in old.select([back("a"), back("b")], [gen("r", prefilled=True)], ctx(0.0))] == \
         ["r", "a", "b"]
+
+
+def test_crowd_plan_lets_a_crowd_share_one_longer_step_when_that_earns_more_than_splitting_it():
+    """Urgent prompts of 284 new tokens (31 ms each at 1.09e-4 s/token, 14 ms per prefilling step), 5-token first
+    segments (the step completing a prompt yields its first token, 4 decode steps of 22 ms (1 + 0.07 (k - 1))
+    follow). Waves run one after another; response = wave end + 8 ms; TUF_0 2 - 6.67 (t - 0.2).
+    Four at once: 3 then 1 (3 x 1.90 + 1.01 = 6.71) beats 4 together (4 x 1.65 = 6.61): both rules split.
+    Five: 4 + 1 (6.61 + 0.76 = 7.37) beats the 0.1 s cap's 3 + 2 (5.70 + 2 x 0.76 = 7.23); six: 4 + 2 (7.64)
+    beats 3 + 3 (7.25). The fixed cap stops at three prompts (3 x 31 ms fit in 0.1 s, four do not)."""
+    opts = {"prefill_token_s": 1.0884e-4, "prefill_step_s": 0.0141}
+    fixed = make_policy("timely", max_batch=16, options={**opts, "crowd_plan": False})
+    crowd = make_policy("timely", max_batch=16, options=opts)
+    for p in (fixed, crowd):
+        for _ in range(4):
+            p.observe_segment_tokens("drone", 5, first=True, urgency="urgent")
+    sizes = {}
+    for name, p in (("fixed", fixed), ("crowd", crowd)):
+        for n in (3, 4, 5, 6):
+            same = [gen(f"s{i}", tuf=URGENT, prompt=284) for i in range(n)]
+            for g in same:
+                g.req.urgency = "urgent"
+            sizes[name, n] = len(p.select(same, [], ctx(0.0)))
+    assert [sizes["fixed", n] for n in (3, 4, 5, 6)] == [3, 3, 3, 3]
+    assert [sizes["crowd", n] for n in (3, 4, 5, 6)] == [3, 3, 4, 4]
+    # the first wave shares its step with the members admitted before it, and their predicted utility counts:
+    # a running urgent segment (5 decode steps left, due at 0.15 s) is ready at 0.24 s (1.35) next to three
+    # prompts, at 0.28 s (1.09) next to four, so five at once now get 3 (+ 2), not 4 (+ 1)
+    running = gen("r", tuf=URGENT, prefilled=True, arrival=-0.05)
+    five = [gen(f"t{i}", tuf=URGENT, prompt=284) for i in range(5)]
+    for g in [running, *five]:
+        g.req.urgency = "urgent"
+    batch = crowd.select(five, [running], ctx(0.0))
+    assert batch[0] is running and len(batch) == 1 + 3

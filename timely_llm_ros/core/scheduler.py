@@ -404,7 +404,8 @@ class PlanScheduler:
         gen.seg_text_start = len(gen.text)
         gen.seg_gen_started = None if self.policy.segmented else t  # a suspended one restarts the clock on resume
         self.policy.observe_segment(gen.req.robot_type, seg.gen_finished - seg.gen_started)
-        self.policy.observe_segment_tokens(gen.req.robot_type, seg_tokens)
+        self.policy.observe_segment_tokens(gen.req.robot_type, seg_tokens, first=seg.index == 0,
+                                         urgency=gen.req.urgency)
         track.to_dispatch.append(seg)
         self._update_expected_end(track)
         if self.policy.stream_segments:

@@ -51,8 +51,9 @@ class Policy(ABC):
     def observe_segment(self, robot_type: str, gen_time_s: float) -> None:
         """Measured generation time of a segment that just became executable (default: ignored)."""
 
-    def observe_segment_tokens(self, robot_type: str, tokens: int) -> None:
-        """Token count of a segment that just became executable (default: ignored)."""
+    def observe_segment_tokens(self, robot_type: str, tokens: int, first: bool = False, urgency: str = "") -> None:
+        """Token count of a segment that just became executable; first: it is its plan's first, of a request of
+        that urgency class (default: ignored)."""
 
     def should_drop(self, gen: Generation, now: float) -> str | None:
         """Reason to drop a waiting generation now, or None to keep it (default: never drop)."""

@@ -16,7 +16,8 @@ default; "never" keeps it); the scheduler reports it as DROPPED. Later segments 
 mid-plan.
 
 Admission is prefill-aware (core/admission.py step_verdict): the most urgent member's WCET counts the prefill work
-a candidate adds, and a step carries at most step_prefill_s of prefill work whoever asks (a pressing crowd too).
+a candidate adds, and a step carries at most step_prefill_s of prefill work whoever asks, except the first wave of
+a crowd of first segments planned by crowd_plan (the summed predicted utility of successive waves, see _first_wave).
 
 Preemption at any token (option preempt, default on): when the best waiting generation w outranks running ones and
 either the batch is full or w would miss its segment deadline next to them, running generations that rank below
@@ -32,7 +33,7 @@ chunk: 0.1 s = half the urgent class's 0.2 s ERT, so an arrival that waits one w
 admit_per_step (prefills joining per step; 0 = no count limit), step_reloads (KV reloads of generations coming back from
 host memory count in that per-step work too; default on), segment_estimate ("mean": admission assumes the expected
 segment length, the default with the utility test; "max": the worst case, the default with the deadline test),
-utility_floor, drop.
+crowd_plan (plan crowds of first segments in waves; default on with the utility test), utility_floor, drop.
 """
 from __future__ import annotations
 
@@ -109,6 +110,7 @@ class TimelyPolicy(Policy):
         self._fixed_prefill = "prefill_token_s" in o
         self.prefill_step_s = float(o.get("prefill_step_s", 0.0141 if self._fixed_prefill else 0.0))
         self._seg_tokens: dict[str, deque] = {}
+        self._first_tokens: dict[str, deque] = {}
         # the utility test weighs predicted utilities: expected segment lengths; the deadline test is a WCET bound
         self.segment_estimate = str(o.get("segment_estimate", "mean" if self.admission == "utility" else "max"))
         if self.segment_estimate not in ("mean", "max"):
@@ -119,6 +121,7 @@ class TimelyPolicy(Policy):
         self.admit_when_late = bool(o.get("admit_when_late", True))
         self.admit_per_step = int(o.get("admit_per_step", 0))  # prefills joining per step (0: no count limit)
         self.step_prefill_s = float(o.get("step_prefill_s", 0.1))  # prefill work per step (at least one prompt)
+        self.crowd_plan = bool(o.get("crowd_plan", self.admission == "utility"))  # crowds: waves planned by utility
         self.utility_floor = float(o.get("utility_floor", 0.05))
         self.drop = str(o.get("drop", "hopeless"))
         if self.drop not in ("hopeless", "never"):
@@ -155,9 +158,22 @@ class TimelyPolicy(Policy):
         mean = sum(recent) / len(recent) if recent else g / self.token_time_s
         return max(1, min(cap, math.ceil(mean)))
 
-    def observe_segment_tokens(self, robot_type: str, tokens: int) -> None:
+    def observe_segment_tokens(self, robot_type: str, tokens: int, first: bool = False, urgency: str = "") -> None:
         if tokens > 0:
             self._seg_tokens.setdefault(robot_type, deque(maxlen=32)).append(tokens)
+            if first:
+                self._first_tokens.setdefault((robot_type, urgency), deque(maxlen=32)).append(tokens)
+
+    def first_segment_tokens(self, gen: Generation) -> int:
+        """Expected token count of gen's first segment (the crowd plan's estimate): the mean of the last 32 first
+        segments of its robot type and urgency class (a plan's first step depends on both: an urgent first reaction is
+        short, a routine plan's opening step longer, and later segments differ again);
+        segment_tokens before any is seen. Never above the configured maximum."""
+        recent = self._first_tokens.get((gen.req.robot_type, gen.req.urgency))
+        if not recent:
+            return self.segment_tokens(gen)
+        cap = self.max_segment_tokens.get(gen.req.robot_type, self.max_segment_tokens.get("*", 20))
+        return max(1, min(cap, math.ceil(sum(recent) / len(recent))))
 
     def utility_if_started(self, gen: Generation, now: float, gen_time_s: float | None = None) -> float:
         """TUF_0 / TUF_1 of the current segment if its generation starts now (unclamped)."""
@@ -246,7 +262,12 @@ class TimelyPolicy(Policy):
         room = None if cost.step_token_budget is None else max(
             cost.step_token_budget - sum(1 for g in order if g.prefilled and id(g) in live), 0)
         work, prefills = 0.0, 0
+        cap, wave, crowd = self.step_prefill_s, None, self._crowd(ranked) if self.crowd_plan else []
         for gen in order:
+            if wave is None and crowd and gen is crowd[0]:   # the plan weighs the members admitted so far
+                wave = self._first_wave(batch, crowd, now, cost)
+                cap = max(cap, sum(prefill_tokens_left(g) * cost.prefill_token_s + g.reload_s
+                                   for g in crowd if id(g) in wave))
             running_now = id(gen) in live
             kept = running_now and not self.preempt
             if not kept:
@@ -255,7 +276,7 @@ class TimelyPolicy(Policy):
                 need = kv_need_bytes(gen, ctx.kv_bytes_per_token)
                 if batch and need > kv_free:
                     continue
-                if batch and not self._admissible(batch, gen, now, cost):
+                if batch and not (wave and id(gen) in wave) and not self._admissible(batch, gen, now, cost):
                     continue
             n, left = 0, room
             # the step's prefill and KV-reload work stays short whoever asks (a crowd sharing one deadline, or
@@ -267,7 +288,7 @@ class TimelyPolicy(Policy):
                 extra += n * cost.prefill_token_s
             if not kept and (
                     (not gen.prefilled and n == 0 and prefill_tokens_left(gen) > 0)
-                    or (extra > 0.0 and work > 0 and work + extra > self.step_prefill_s)
+                    or (extra > 0.0 and work > 0 and work + extra > cap)
                     or (not gen.prefilled and 0 < self.admit_per_step <= prefills)):
                 continue
             work += extra
@@ -279,6 +300,66 @@ class TimelyPolicy(Policy):
         # a chunked engine spends its prefill budget in batch order: the most urgent prompt first
         return [g for g in batch if g.prefilled] + sorted((g for g in batch if not g.prefilled),
                                                           key=lambda g: -prio[id(g)])
+
+    def _crowd(self, ranked: Sequence[Generation]) -> list[Generation]:
+        """Option crowd_plan: the waiting first segments (not prefilled) of the top-ranked one's urgency class, in
+        rank order, at most 8; empty if fewer than two."""
+        firsts = [g for g in ranked if g.k == 0 and not g.prefilled]
+        crowd = [g for g in firsts if firsts and g.req.tuf == firsts[0].req.tuf][:8]
+        return crowd if len(crowd) >= 2 else []
+
+    def _first_wave(self, batch: Sequence[Generation], crowd: Sequence[Generation], now: float,
+                    cost: StepCost) -> set[int]:
+        """Option crowd_plan: ids of the crowd's members (rank order) this step should prefill, joining batch (the
+        members admitted so far, all ranked above). The crowd is served in successive waves: a wave prefills its
+        prompts in one step, then decodes its first segments (the step completing a prompt yields the first
+        token, first_segment_tokens - 1 decode steps follow), the next wave starts when it is done, and whoever
+        no wave reaches is dropped. The first wave shares its step with batch, whose members' predicted
+        utilities count with the delay it causes them (without a first wave, the crowd starts when their
+        current segments are done). The plan maximises the summed predicted utility (ready_utility, the
+        admission's cost model) exactly over the wave sizes. This replaces, for the planned members, the
+        pairwise utility test (which cannot see that the crowd waiting behind a candidate also loses when it
+        waits) and the fixed per-step prefill cap."""
+        n = len(crowd)
+        tokens = [max(self.first_segment_tokens(g) - 1, 1) for g in crowd]
+
+        def wave_s(i: int, k: int) -> float:     # a later wave of crowd[i:i + k] on its own
+            pre = batch_prefill_s(crowd[i:i + k], cost)
+            return max(wcet_in_s(g, t, pre, k, cost) for g, t in zip(crowd[i:i + k], tokens[i:i + k]))
+
+        memo: dict[tuple[int, float], float] = {}
+
+        def value(i: int, t: float) -> float:    # best utility of crowd[i:] served in waves from now + t
+            key = (i, round(t, 6))
+            if i >= n:
+                return 0.0
+            if key not in memo:
+                top = 0.0                        # serve nobody from i on (they are dropped)
+                for k in range(1, n - i + 1):
+                    end = t + wave_s(i, k)
+                    got = sum(self.ready_utility(g, now + end) for g in crowd[i:i + k])
+                    if got <= 0.0:
+                        break
+                    top = max(top, got + value(i + k, end))
+                memo[key] = top
+            return memo[key]
+
+        pre_b, size_b = batch_prefill_s(batch, cost), len(batch)
+        own = [self.first_segment_tokens(m) if m.k == 0 else self.segment_tokens(m) for m in batch]
+        done = max((wcet_in_s(m, t, pre_b, size_b, cost) for m, t in zip(batch, own)), default=0.0)
+        best_k, best = 0, -1.0                  # with an empty batch the first wave starts now
+        if batch:                                # else the crowd waits for the batch's current segments
+            best = sum(self.ready_utility(m, now + wcet_in_s(m, t, pre_b, size_b, cost))
+                       for m, t in zip(batch, own)) + value(0, done)
+        for k in range(1, n + 1):
+            pre = batch_prefill_s([*batch, *crowd[:k]], cost)
+            end = max(wcet_in_s(g, t, pre, size_b + k, cost) for g, t in zip(crowd[:k], tokens[:k]))
+            got = sum(self.ready_utility(g, now + end) for g in crowd[:k])
+            got += sum(self.ready_utility(m, now + wcet_in_s(m, t, pre, size_b + k, cost)) for m, t in zip(batch, own))
+            total = got + value(k, end)
+            if total > best + 1e-9:
+                best_k, best = k, total
+        return {id(g) for g in crowd[:best_k]}
 
     def _admissible(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:
         """gen may join batch (all higher in priority) unless a member's prefill-aware WCET with gen reaches its
