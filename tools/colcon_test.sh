@@ -28,9 +28,14 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 COLCON=("$CVENV/bin/colcon" --log-base "$WS/log")
-# Where colcon looks for the package (the checkout itself: a package is not crawled further, so build/ and
-# .venv/ inside it are never scanned) and where it writes.
-WHERE=(--base-paths "$ROOT" --build-base "$WS/build" --install-base "$WS/install")
+# colcon builds a copy of the package in the workspace's src/ (the usual ws/src/<pkg> layout), not the checkout:
+# CMake refuses an exported include path inside the source tree, and the checkout's .venv (numpy's headers, which
+# the generated Python interfaces export) lies inside it. The copy holds what a clone holds (no .venv, build/, .git).
+SRC="$WS/src/timely_llm_ros"
+rm -rf "$SRC" && mkdir -p "$SRC"
+tar -C "$ROOT" --exclude=./.venv --exclude=./build --exclude=./.git --exclude=./out --exclude=__pycache__ \
+  --exclude=.hypothesis -cf - . | tar -C "$SRC" -xf -
+WHERE=(--base-paths "$WS/src" --build-base "$WS/build" --install-base "$WS/install")
 
 # The venv is the underlay a ROS install would be: CMake and ament find the ROS 2 wheels there, its python3
 # and entry points come first on PATH. Same test environment as `make test`.
