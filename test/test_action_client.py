@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 import rclpy
@@ -41,6 +42,38 @@ def test_a_client_is_usable_by_a_spinning_executor_from_the_moment_the_node_hold
         rclpy.shutdown(context=context)
 
 
+@contextmanager
+def _server_and_client(name: str, server_cls, client_cls, execution_time: float = 0.0):
+    """A node in its own context holding an ExecuteSegment server (every goal succeeds at once) and a client of
+    it, spun by a 2-thread executor; everything is torn down in order afterwards."""
+    from rclpy.executors import MultiThreadedExecutor
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = Node(f"action_client_{name}", context=context)
+
+    def execute(handle):
+        handle.succeed()
+        return ExecuteSegment.Result(success=True, execution_time=execution_time)
+
+    server = server_cls(node, ExecuteSegment, f"{name}/execute_segment", execute_callback=execute)
+    client = client_cls(node, ExecuteSegment, f"{name}/execute_segment")
+    executor = MultiThreadedExecutor(num_threads=2, context=context)
+    executor.add_node(node)
+    spin = threading.Thread(target=executor.spin, daemon=True)
+    spin.start()
+    try:
+        assert client.wait_for_server(timeout_sec=10.0)
+        yield client
+    finally:
+        executor.shutdown(timeout_sec=5.0)
+        spin.join(5.0)
+        client.destroy()
+        server.destroy()
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+
+
 class _SlowDict(dict):
     """Stands for a busy moment of the sending thread: storing a feedback callback takes 0.5 s."""
 
@@ -54,24 +87,8 @@ def test_a_goal_sent_while_the_executor_spins_gets_its_response(cls, answered):
     """rclpy registers a sent goal's future again after its lock is released; a response the spinning executor
     takes in that window completes the first future and the caller's never completes. Ours registers once."""
     from rclpy.action import ActionServer
-    from rclpy.executors import MultiThreadedExecutor
 
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    node = Node("action_client_send", context=context)
-
-    def execute(handle):
-        handle.succeed()
-        return ExecuteSegment.Result(success=True)
-
-    server = ActionServer(node, ExecuteSegment, "send/execute_segment", execute_callback=execute)
-    client = cls(node, ExecuteSegment, "send/execute_segment")
-    executor = MultiThreadedExecutor(num_threads=2, context=context)
-    executor.add_node(node)
-    spin = threading.Thread(target=executor.spin, daemon=True)
-    spin.start()
-    try:
-        assert client.wait_for_server(timeout_sec=10.0)
+    with _server_and_client("send", ActionServer, cls) as client:
         client._feedback_callbacks = _SlowDict()
         future = client.send_goal_async(ExecuteSegment.Goal(request_id="r", index=0), feedback_callback=lambda m: None)
         end = time.monotonic() + 3.0
@@ -80,13 +97,6 @@ def test_a_goal_sent_while_the_executor_spins_gets_its_response(cls, answered):
         assert future.done() == answered
         if answered:
             assert future.result().accepted
-    finally:
-        executor.shutdown(timeout_sec=5.0)
-        spin.join(5.0)
-        client.destroy()
-        server.destroy()
-        node.destroy_node()
-        rclpy.shutdown(context=context)
 
 
 @pytest.mark.parametrize("recovering", [False, True])
@@ -95,7 +105,6 @@ def test_a_result_the_server_sent_to_nobody_is_asked_for_again(recovering):
     participant). Here the server drops its first result answer on purpose: rclpy's get_result_async then waits
     forever; result_async asks again once the goal's (latched) status says it ended, and gets the result."""
     from rclpy.action import ActionServer
-    from rclpy.executors import MultiThreadedExecutor
 
     class DroppingServer(ActionServer):
         dropped = 0
@@ -106,22 +115,7 @@ def test_a_result_the_server_sent_to_nobody_is_asked_for_again(recovering):
                 return
             super()._send_result_response(request_header, future)
 
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    node = Node("action_client_result", context=context)
-
-    def execute(handle):
-        handle.succeed()
-        return ExecuteSegment.Result(success=True, execution_time=0.5)
-
-    server = DroppingServer(node, ExecuteSegment, "lossy/execute_segment", execute_callback=execute)
-    client = ActionClient(node, ExecuteSegment, "lossy/execute_segment")
-    executor = MultiThreadedExecutor(num_threads=2, context=context)
-    executor.add_node(node)
-    spin = threading.Thread(target=executor.spin, daemon=True)
-    spin.start()
-    try:
-        assert client.wait_for_server(timeout_sec=10.0)
+    with _server_and_client("lossy", DroppingServer, ActionClient, execution_time=0.5) as client:
         handle = _wait(client.send_goal_async(ExecuteSegment.Goal(request_id="r", index=0)), 5.0)
         assert handle is not None and handle.accepted
         future = client.result_async(handle) if recovering else handle.get_result_async()
@@ -132,13 +126,6 @@ def test_a_result_the_server_sent_to_nobody_is_asked_for_again(recovering):
             assert client.results_asked_again >= 1
         else:
             assert answer is None
-    finally:
-        executor.shutdown(timeout_sec=5.0)
-        spin.join(5.0)
-        client.destroy()
-        server.destroy()
-        node.destroy_node()
-        rclpy.shutdown(context=context)
 
 
 def _wait(future, timeout: float):
