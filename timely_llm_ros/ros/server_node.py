@@ -69,6 +69,7 @@ class PlanServerNode(LifecycleNode):
         self._closing = False
         self._sessions: dict[str, GoalSession] = {}
         self._sessions_lock = threading.Lock()
+        self._early_cancels: set[str] = set()   # cancelled before their execute callback registered a session
         self._counts = {"total": 0, "done": 0, "dropped": 0, "failed": 0, "overloaded": 0}
         self._last_state = 0.0
         self._undiscovered: list[str] = []
@@ -260,17 +261,27 @@ class PlanServerNode(LifecycleNode):
     # ------------------------------------------------------------------ action callbacks
     def _on_cancel(self, goal_handle) -> CancelResponse:
         req_id = goal_request_id(goal_handle)
-        session = self._sessions.get(req_id)
-        if session is not None:
-            if session.submitted and self.loop is not None:
-                if self.dispatcher is not None:
-                    self.dispatcher.cancel_request(req_id)
-                self.loop.post(lambda s: s.cancel(req_id))
-            else:
-                session.end(bare_outcome(session, ErrorCode.CANCELLED, "cancelled by the client"))
+        with self._sessions_lock:
+            session = self._sessions.get(req_id)
+            if session is None:   # accepted, its execute callback not started yet: it ends CANCELLED when it does
+                self._early_cancels.add(req_id)
+                return CancelResponse.ACCEPT
+        if session.submitted and self.loop is not None:
+            if self.dispatcher is not None:
+                self.dispatcher.cancel_request(req_id)
+            self.loop.post(lambda s: s.cancel(req_id))
+        else:
+            session.end(bare_outcome(session, ErrorCode.CANCELLED, "cancelled by the client"))
         return CancelResponse.ACCEPT
 
     def _execute(self, goal_handle) -> Plan.Result:
+        try:
+            return self._execute_goal(goal_handle)
+        finally:
+            with self._sessions_lock:
+                self._early_cancels.discard(goal_request_id(goal_handle))
+
+    def _execute_goal(self, goal_handle) -> Plan.Result:
         arrival = time.monotonic()
         req_id = goal_request_id(goal_handle)
         goal: Plan.Goal = goal_handle.request
@@ -294,6 +305,9 @@ class PlanServerNode(LifecycleNode):
             else:
                 self._sessions[req_id] = session
                 self._counts["total"] += 1
+                if req_id in self._early_cancels:   # the client cancelled before this callback ran
+                    self._early_cancels.discard(req_id)
+                    session.end(bare_outcome(session, ErrorCode.CANCELLED, "cancelled by the client"))
         if full:
             return self._abort(goal_handle, req_id, ErrorCode.OVERLOADED,
                                f"the server already holds max_queued={self.params.max_queued} goals; retry later "
@@ -360,6 +374,8 @@ class PlanServerNode(LifecycleNode):
 
     # ------------------------------------------------------------------ scheduler thread side
     def _submit(self, scheduler: PlanScheduler, req, session: GoalSession) -> None:
+        if session.outcome is None and session.goal_handle.is_cancel_requested:   # cancelled meanwhile
+            session.end(bare_outcome(session, ErrorCode.CANCELLED, "cancelled by the client"))
         if session.outcome is not None:  # cancelled or shut down before it reached the scheduler
             return
         try:
