@@ -413,10 +413,17 @@ class PlanServerNode(LifecycleNode):
             elif isinstance(ev, RequestFinished):
                 if self.dispatcher is not None:
                     self.dispatcher.cancel_request(ev.req_id)
+                outcome = ev.outcome
+                stopping = self._closing or (self.stop_flag is not None and self.stop_flag.is_set())
+                if stopping and outcome.error_code == ErrorCode.EXECUTION_FAILED:
+                    # SIGINT reaches the robots' executors too (one process group): their segments end "executor
+                    # shutting down" while the server itself is going down, which is SERVER_SHUTDOWN for the client
+                    outcome = bare_outcome(session, ErrorCode.SERVER_SHUTDOWN,
+                                           f"server shutting down ({outcome.message})")
                 with self._sessions_lock:
-                    key = {RequestState.DONE: "done", RequestState.DROPPED: "dropped"}.get(ev.outcome.state, "failed")
+                    key = {RequestState.DONE: "done", RequestState.DROPPED: "dropped"}.get(outcome.state, "failed")
                     self._counts[key] += 1
-                session.end(ev.outcome)
+                session.end(outcome)
 
     @staticmethod
     def _publish(session: GoalSession, feedback: Plan.Feedback) -> None:
