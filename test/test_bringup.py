@@ -67,7 +67,14 @@ STANDIN = textwrap.dedent('''
 
 @pytest.fixture
 def standins(tmp_path, monkeypatch):
-    """Entry points running the stand-in script, and a reader for what the stand-ins logged."""
+    """Entry points running the stand-in script, and a reader for what the stand-ins logged.
+
+    Test double, and why: the stand-in stands in for the real server/executor/workload processes only where the
+    real ones cannot be made to do what a supervision test needs on demand (exit with a chosen code at a chosen
+    moment, die before printing ready, ignore SIGINT, serve /plan without a ready line). The real nodes are
+    tested on their own (test_ros_server, test_executor_api, test_shutdown), and the real fleet comes up through
+    this same bringup in test_real_fleet_comes_up_through_the_lifecycle_and_leaves_no_temp_folder.
+    monkeypatch only sets environment variables for the child processes (the stand-in's script and log)."""
     script = tmp_path / "standin.py"
     script.write_text(STANDIN)
     log = tmp_path / "standin.log"
@@ -312,7 +319,8 @@ def test_real_fleet_comes_up_through_the_lifecycle_and_leaves_no_temp_folder(tmp
         "executors": [{"agent": "drone_1", "robot_type": "drone"}]}}))
     temp = tmp_path / "tmp"
     temp.mkdir()
-    # not a mock: a private temp folder for the real bringup, so anything it leaves behind is seen
+    # not a stand-in (the fleet is real): monkeypatch only points TMPDIR at a private folder, so anything the
+    # real bringup leaves behind is seen
     monkeypatch.setenv("TMPDIR", str(temp))
     monkeypatch.setattr("tempfile.tempdir", None)
     code = bringup.main(["--fleet", str(fleet), "--set", "fleet_workload.stagger_s=0.0"])

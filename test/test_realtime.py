@@ -86,7 +86,8 @@ def test_wall_clock_sleeps_and_virtual_clock_jumps(monkeypatch):
     t0 = time.monotonic()
     assert wall.advance_to(wall.now + 0.05) >= 0.05
     assert time.monotonic() - t0 >= 0.05  # a lower bound: sleeping never ends early
-    # not a stand-in: a trap that fails the test if the virtual clock ever really sleeps
+    # monkeypatch replaces nothing the test relies on: time.sleep becomes a trap that fails the test if the virtual
+    # clock ever really sleeps (the wall clock above slept for real); every other part of both clocks is real
     monkeypatch.setattr(time, "sleep", lambda s: pytest.fail("the virtual clock slept"))
     assert virtual.advance_to(100.0) == 100.0 and virtual() == 100.0
     with pytest.raises(ValueError):
