@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
@@ -418,8 +419,8 @@ class PlanServerNode(LifecycleNode):
                 if stopping and outcome.error_code == ErrorCode.EXECUTION_FAILED:
                     # SIGINT reaches the robots' executors too (one process group): their segments end "executor
                     # shutting down" while the server itself is going down, which is SERVER_SHUTDOWN for the client
-                    outcome = bare_outcome(session, ErrorCode.SERVER_SHUTDOWN,
-                                           f"server shutting down ({outcome.message})")
+                    outcome = replace(outcome, error_code=ErrorCode.SERVER_SHUTDOWN,
+                                      message=f"server shutting down ({outcome.message})")
                 with self._sessions_lock:
                     key = {RequestState.DONE: "done", RequestState.DROPPED: "dropped"}.get(outcome.state, "failed")
                     self._counts[key] += 1
