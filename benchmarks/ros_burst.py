@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -169,29 +168,9 @@ def warmup_workload(w: Workload) -> Workload:
     return replace(w, tasks=tasks)
 
 
-_DONE = re.compile(r"\] (\S+) done: .*utility (-?[0-9.]+)")
-
-
-def recover_lost(rows: list[dict], server_log: Path) -> int:
-    """A goal the client got no result for, although the server logged it done, takes the utility the server
-    logged (each agent has one goal per replay). Returns how many were recovered."""
-    lost = [r for r in rows if r["status"] == "no result"]
-    if not lost or not server_log.exists():
-        return 0
-    done = {m.group(1): float(m.group(2)) for m in map(_DONE.search, server_log.read_text().splitlines()) if m}
-    n = 0
-    for r in lost:
-        if r["agent"] in done:
-            r["status"], r["utility"], r["message"] = "ok (server log)", done[r["agent"]], "result lost on the way"
-            n += 1
-    return n
-
-
-def ros_utilities(rows: list[dict], workload: Workload, server_log: Path | None = None) -> dict[str, float]:
-    """Mean utility per urgency class; a goal without a result counts 0 unless the server logged it done."""
+def ros_utilities(rows: list[dict], workload: Workload) -> dict[str, float]:
+    """Mean utility per urgency class; a goal without a result counts 0 (and fails the run: the client exits 1)."""
     out: dict[str, float] = {"lost_results": sum(r["status"] == "no result" for r in rows)}
-    if server_log is not None:
-        recover_lost(rows, server_log)
     for cls in ("urgent", "normal"):
         n = sum(t.urgency == cls for t in workload.tasks)
         got = [float(r["utility"]) for r in rows if r["urgency"] == cls and r["status"] != "no result"]
@@ -321,8 +300,7 @@ def resummarize(out: Path, policies: list[str], seeds: list[int]) -> int:
             r[k] = float(r[k])
         if r["source"] == "ros":
             csv_out = out / f"outcomes_{r['policy']}_s{r['seed']}.csv"
-            got = ros_utilities(list(csv.DictReader(csv_out.open())), burst_workload(r["seed"]),
-                                csv_out.with_suffix(".server.log"))
+            got = ros_utilities(list(csv.DictReader(csv_out.open())), burst_workload(r["seed"]))
             r.update({k: v for k, v in got.items() if k != "lost_results"})
             r["lost_results"] = got["lost_results"]
     fields = list(dict.fromkeys(k for r in rows for k in r))
@@ -374,8 +352,7 @@ def main(argv=None) -> int:
                     t0 = time.monotonic()
                     session.set_policy(policy)
                     ros_rows, code = session.replay(path, out / f"outcomes_{policy}_s{seed}.csv")
-                    csv_out = out / f"outcomes_{policy}_s{seed}.csv"
-                    entries = [("ros", ros_utilities(ros_rows, w, csv_out.with_suffix(".server.log"))),
+                    entries = [("ros", ros_utilities(ros_rows, w)),
                                ("sim-embedded", sim_embedded(policy, seed, w, plans, latency, args)),
                                ("sim-4090", sim_4090(policy, seed, args))]
                     for src, m in entries:
