@@ -1,5 +1,6 @@
 """Our ActionClient is safe while another thread spins the node: creation (rclpy's can be seen half-built) and
-sending a goal (rclpy's can lose the goal's response)."""
+sending a goal (rclpy's can lose the goal's response); it shakes hands before the first goal and asks again for a
+lost result."""
 from __future__ import annotations
 
 import threading
@@ -97,6 +98,31 @@ def test_a_goal_sent_while_the_executor_spins_gets_its_response(cls, answered):
         assert future.done() == answered
         if answered:
             assert future.result().accepted
+
+
+@pytest.mark.parametrize("wait, answered", [("wait_for_server", False), ("wait_until_answering", True)])
+def test_the_first_goal_waits_until_the_server_answers_this_client(wait, answered):
+    """A server that has not yet matched a new client's response readers (discovery is per participant) drops
+    its answers, though the client already sees it as ready. The stand-in: a server that ignores every request
+    for its first second. After wait_for_server the first goal is lost; wait_until_answering's handshake retries
+    until the server answers, and the goal sent after it gets its response."""
+    from rclpy.action import ActionServer
+
+    class DeafServer(ActionServer):
+        until = time.monotonic() + 1.0
+
+        async def _execute_goal_request(self, request_header_and_message) -> None:
+            if time.monotonic() >= DeafServer.until:
+                await super()._execute_goal_request(request_header_and_message)
+
+        async def _execute_cancel_request(self, request_header_and_message) -> None:
+            if time.monotonic() >= DeafServer.until:
+                await super()._execute_cancel_request(request_header_and_message)
+
+    with _server_and_client("deaf", DeafServer, ActionClient) as client:
+        assert getattr(client, wait)(timeout_sec=5.0)
+        handle = _wait(client.send_goal_async(ExecuteSegment.Goal(request_id="r", index=0)), 3.0)
+        assert (handle is not None and handle.accepted) == answered
 
 
 @pytest.mark.parametrize("recovering", [False, True])

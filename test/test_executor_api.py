@@ -35,7 +35,7 @@ class _Client(SpinningActionClient):
         self.ns = ns
         self.states: list[RobotState] = []
         super().__init__("test_exec_client", ExecuteSegment, f"/{ns}/execute_segment")
-        assert self.client.wait_for_server(timeout_sec=30.0)
+        assert self.client.wait_until_answering(timeout_sec=30.0)
 
     def add_entities(self) -> None:
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)

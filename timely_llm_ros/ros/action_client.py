@@ -1,16 +1,20 @@
-"""rclpy's ActionClient with thread-safety fixes and lost-result recovery, so goals can be sent from any thread
-and a result the server sent before it had matched this client still arrives."""
+"""rclpy's ActionClient with thread-safety fixes, a first-contact handshake and lost-result recovery, so goals can
+be sent from any thread and no response the server sends before it has matched this client is lost."""
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Callable
 
 from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient as _RclpyActionClient
+from rclpy.action.client import ClientGoalHandle
 from rclpy.task import Future
+from unique_identifier_msgs.msg import UUID
 
+PROBE_WAIT_S = 0.25     # one handshake attempt: how long to wait for the server's answer before asking again
 RESULT_SETTLE_S = 0.5   # a goal that ended this long ago without a result being received: ask again
 _ENDED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatus.STATUS_ABORTED)
 
@@ -26,7 +30,7 @@ class _Awaited:
 
 
 class ActionClient(_RclpyActionClient):
-    """Fixes three ways in which rclpy (Kilted) can leave a caller waiting forever:
+    """Fixes four ways in which rclpy (Kilted) can leave a caller waiting forever:
 
     - construction: rclpy registers the client with its node (add_waitable) before it creates the lock that
       get_num_entities takes, so the executor can meet it half-built ('ActionClient' object has no attribute
@@ -34,6 +38,10 @@ class ActionClient(_RclpyActionClient):
     - send_goal_async: rclpy registers the goal's pending future a second time after releasing its lock, so a
       goal response taken by the executor in between completes a future nobody holds. Here the request is sent
       and its future and feedback callback registered in one locked step.
+    - first contact: ``server_is_ready()`` (and so ``wait_for_server``) means this client has matched the server,
+      not that the server has matched this client's response readers; a goal response sent before then is
+      dropped by the middleware and the goal runs with nobody waiting for it. ``wait_until_answering`` adds a
+      handshake (see ``handshake``); call it, not ``wait_for_server``, before the first goal.
     - results: DDS discovery runs per participant, so a server may answer a result request before it has
       matched this client's result reader, and the middleware drops the answer. ``result_async(handle)`` asks
       again once the goal's status (a latched topic) says it ended and no result came within RESULT_SETTLE_S;
@@ -70,6 +78,30 @@ class ActionClient(_RclpyActionClient):
             future.add_done_callback(self._remove_pending_goal_request)
             self.add_future(future)
         return future
+
+    def handshake(self, timeout_sec: float, aborted: Callable[[], bool] = lambda: False) -> bool:
+        """Ask the server to cancel a goal id nobody has (no effect; answered ERROR_UNKNOWN_GOAL_ID) until it
+        answers: its cancel-response writer has then matched our reader, and our goal-response reader was
+        announced before that one, so goal responses reach us too. Blocking; the node must be spinning."""
+        end = time.monotonic() + timeout_sec
+        while not aborted() and time.monotonic() < end:
+            probe = ClientGoalHandle(self, UUID(uuid=list(uuid.uuid4().bytes)),
+                                     self._action_type.Impl.SendGoalService.Response(accepted=True))
+            answer = probe.cancel_goal_async()
+            wait_end = min(end, time.monotonic() + PROBE_WAIT_S)
+            while time.monotonic() < wait_end and not aborted():
+                if answer.done():
+                    return True
+                time.sleep(0.005)
+        return False
+
+    def wait_until_answering(self, timeout_sec: float) -> bool:
+        """wait_for_server, then the handshake: True once goal responses from the server reach this client.
+        Blocking; the node must be spinning (the handshake's answer is taken by its executor)."""
+        end = time.monotonic() + timeout_sec
+        if not self.wait_for_server(timeout_sec=timeout_sec):
+            return False
+        return self.handshake(max(1.0, end - time.monotonic()))
 
     def result_async(self, handle) -> Future:
         """Like handle.get_result_async(), and asked again if the answer was lost (see the class docstring)."""

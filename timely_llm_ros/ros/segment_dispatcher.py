@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from rclpy.action.client import ClientGoalHandle
 from rclpy.node import Node
-from unique_identifier_msgs.msg import UUID
 
 from timely_llm_ros.action import ExecuteSegment
 
@@ -33,7 +30,6 @@ from .conversions import execute_goal
 from .goal_sender import GoalSender
 
 Post = Callable[[Callable], None]
-_PROBE_WAIT_S = 0.25   # one handshake attempt: how long to wait for the executor's answer before asking again
 
 
 @dataclass
@@ -114,29 +110,12 @@ class SegmentDispatcher:
                 return False
             time.sleep(0.02)
         identity = self._identity(agent)
-        if not self._handshake(client, max(match_end, time.monotonic() + 1.0), aborted):
+        # matched on our side is not matched on the executor's: see ActionClient.handshake
+        if not client.handshake(max(match_end - time.monotonic(), 1.0), aborted):
             return False
         with self._lock:
             self._confirmed[agent] = identity
         return True
-
-    def _handshake(self, client: ActionClient, end: float, aborted: Callable[[], bool]) -> bool:
-        """Ready on our side does not mean the executor has matched our response readers: discovery runs per
-        participant, and a goal response sent before it has is dropped by the middleware (the goal then runs
-        with nobody waiting for it). Ask the executor to cancel a goal id nobody has (no effect; answered
-        ERROR_UNKNOWN_GOAL_ID) until it answers: its cancel-response writer has then matched our reader, and
-        our goal-response reader was announced before that one, so goal responses reach us too."""
-        while not aborted() and time.monotonic() < end:
-            probe = ClientGoalHandle(client, UUID(uuid=list(uuid.uuid4().bytes)),
-                                     ExecuteSegment.Impl.SendGoalService.Response(accepted=True))
-            answer: list = []
-            self._sender.call(lambda: answer.append(probe.cancel_goal_async()))
-            wait_end = min(end, time.monotonic() + _PROBE_WAIT_S)
-            while time.monotonic() < wait_end and not aborted():
-                if answer and answer[0].done():
-                    return True
-                time.sleep(0.005)
-        return False
 
     def send(self, req_id: str, agent: str, seg: Segment) -> None:
         """Queue one segment for sending (any thread); its start, result or timeout is posted to the scheduler."""

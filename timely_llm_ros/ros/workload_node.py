@@ -133,7 +133,7 @@ class FleetWorkloadNode(Node):
     def run(self) -> int:
         log = self.get_logger()
         end = time.monotonic() + float(self.server_timeout_s)
-        while not self.client.wait_for_server(timeout_sec=0.2):
+        while not self.client.wait_until_answering(timeout_sec=0.2):   # handshake: no goal response lost
             if self.stopping():
                 return self.report([])
             if time.monotonic() > end:
@@ -180,7 +180,7 @@ class FleetWorkloadNode(Node):
         handle = _wait(self.sender.send(self.client, goal, feedback_callback=lambda fb: self._on_feedback(agent, fb)), 30)
         if handle is None or not handle.accepted:
             row.status = "no result"
-            row.message = "goal not accepted by /plan"
+            row.message = "no goal response from /plan in 30 s" if handle is None else "goal not accepted by /plan"
         else:
             wrapped = self.await_result(handle, 600)
             if wrapped is None:
@@ -246,7 +246,9 @@ class ReplayRun:
             for rec in self.records:
                 row = self.rows[rec.task.task_id]
                 if rec.result_at is None and row.status == "?":
-                    row.status, row.message = "no result", "timed out waiting for the result"
+                    row.status = "no result"
+                    row.message = ("timed out waiting for the result" if rec.outcome.get("accepted")
+                                   else "no goal response from /plan")
             records = list(self.records)
         if node.record_bag:
             write_run_bag(node.record_bag, self.workload, records, start_ns=self._t0_wall_ns)
@@ -275,6 +277,7 @@ class ReplayRun:
             if handle is not None and handle.accepted:
                 with self._lock:
                     self._handles.append(handle)
+                    rec.outcome["accepted"] = True
                 self.node.client.result_async(handle).add_done_callback(lambda f: self._on_result(f, rec, row))
                 return
             with self._lock:

@@ -77,7 +77,7 @@ class StressClient:
         self.state = msg
 
     def wait_for_server(self, timeout: float) -> bool:
-        return self.client.wait_for_server(timeout_sec=timeout)
+        return self.client.wait_until_answering(timeout_sec=timeout)
 
     def send(self, phase: str, kind: str, expect, fields: dict, on_feedback=None) -> GoalRecord:
         rec = GoalRecord(phase, kind, frozenset(expect), fields, time.monotonic())
