@@ -33,7 +33,9 @@ chunk: 0.1 s = half the urgent class's 0.2 s ERT, so an arrival that waits one w
 admit_per_step (prefills joining per step; 0 = no count limit), step_reloads (KV reloads of generations coming back from
 host memory count in that per-step work too; default on), segment_estimate ("mean": admission assumes the expected
 segment length, the default with the utility test; "max": the worst case, the default with the deadline test),
-crowd_plan (plan crowds of first segments in waves; default on with the utility test), utility_floor, drop.
+crowd_plan (plan crowds of first segments in waves; default on with the utility test), crowd_objective ("utility";
+"served": most members served with positive utility first), crowd_promise (a split's deferred members keep their place;
+both off by default: ablations), utility_floor, drop.
 """
 from __future__ import annotations
 
@@ -326,7 +328,8 @@ class TimelyPolicy(Policy):
         return [g for g in batch if g.prefilled] + sorted((g for g in batch if not g.prefilled),
                                                           key=lambda g: -prio[id(g)])
 
-    def _crowd(self, ranked: Sequence[Generation], waiting: Sequence[Generation] = (), now: float = 0.0) -> list[Generation]:
+    def _crowd(self, ranked: Sequence[Generation], waiting: Sequence[Generation] = (),
+               now: float = 0.0) -> list[Generation]:
         """Option crowd_plan: the waiting first segments (not prefilled) of the top-ranked one's urgency class, in
         rank order, at most 8; empty if fewer than two. Option crowd_promise: the members an earlier plan deferred
         to a later wave (see _first_wave) come first, earliest deferred first, wherever they rank, while they can
@@ -357,7 +360,8 @@ class TimelyPolicy(Policy):
         no wave reaches is dropped. The first wave shares its step with batch, whose members' predicted
         utilities count with the delay it causes them (without a first wave, the crowd starts when their
         current segments are done). The plan maximises the summed predicted utility (ready_utility, the
-        admission's cost model) exactly over the wave sizes. This replaces, for the planned members, the
+        admission's cost model; with crowd_objective "served" first the number served with positive utility) exactly
+        over the wave sizes. This replaces, for the planned members, the
         pairwise utility test (which cannot see that the crowd waiting behind a candidate also loses when it
         waits) and the fixed per-step prefill cap."""
         n = len(crowd)
