@@ -89,6 +89,9 @@ register_variant("timely-chunked", "timely", {}, {"step_token_budget": 256})
 register_variant("timely-maxseg", "timely", {"segment_estimate": "max"})      # worst-case segment in the utility test
 register_variant("timely-reloads-free", "timely", {"step_reloads": False})   # KV reloads outside the per-step cap
 register_variant("timely-fixed-cap", "timely", {"crowd_plan": False})      # crowds split by the fixed 0.1 s step cap
+register_variant("timely-promise", "timely", {"crowd_promise": True})     # a split's deferred members keep their place
+register_variant("timely-served", "timely", {"crowd_objective": "served"})  # crowd plan: most served first
+register_variant("timely-served-promise", "timely", {"crowd_objective": "served", "crowd_promise": True})
 
 
 # ----------------------------------------------------------------------------------------------- building runs

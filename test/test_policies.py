@@ -295,3 +295,42 @@ def test_crowd_plan_lets_a_crowd_share_one_longer_step_when_that_earns_more_than
         g.req.urgency = "urgent"
     batch = crowd.select(five, [running], ctx(0.0))
     assert batch[0] is running and len(batch) == 1 + 3
+
+
+def _urgent_crowd_policy(**options):
+    """timely with the crowd test's cost model (284-token prompts, 5-token urgent first segments)."""
+    p = make_policy("timely", max_batch=16,
+                    options={"prefill_token_s": 1.0884e-4, "prefill_step_s": 0.0141, **options})
+    for _ in range(4):
+        p.observe_segment_tokens("drone", 5, first=True, urgency="urgent")
+    return p
+
+
+def _urgent(rid, arrival):
+    g = gen(rid, arrival=arrival, tuf=URGENT, prompt=284)
+    g.req.urgency = "urgent"
+    return g
+
+
+def test_served_crowd_objective_serves_a_member_the_utility_plan_drops():
+    """Burst seed 2's case: three urgent prompts 225, 223 and 215 ms old. Two at once (76 ms prefill + 4 decode
+    steps of 23.5 ms): b, c ready 0.178 s later, responses 0.401 / 0.393 s -> 0.66 + 0.71 = 1.37, and a, alone after
+    them, would respond past 0.5 s (utility 0: dropped). Three at once (107 + 4 x 25 ms): 0.40 + 0.41 + 0.47 = 1.28.
+    Summed utility splits; "served" (first the number served with positive utility) takes all three."""
+    crowd = lambda: [_urgent("a", -0.225), _urgent("b", -0.223), _urgent("c", -0.215)]
+    assert [g.req_id for g in _urgent_crowd_policy().select(crowd(), [], ctx(0.0))] == ["c", "b"]
+    served = _urgent_crowd_policy(crowd_objective="served")
+    assert [g.req_id for g in served.select(crowd(), [], ctx(0.0))] == ["c", "b", "a"]
+
+
+def test_crowd_promise_keeps_a_deferred_member_ahead_of_later_arrivals():
+    """Four urgent at once are served 3 + 1 (see above): s3 is deferred to the next wave. When that wave starts
+    (0.21 s), three newer arrivals (0.1 s) rank above s3 (more utility left): without the promise the plan serves
+    them and s3 is dropped; with crowd_promise s3 keeps its place in the wave."""
+    for promise, expected in ((False, ["n0", "n1", "n2"]), (True, ["n0", "n1", "s3"])):
+        p = _urgent_crowd_policy(crowd_promise=promise)
+        four = [_urgent(f"s{i}", 0.0) for i in range(4)]
+        first = p.select(four, [], ctx(0.0))
+        assert [g.req_id for g in first] == ["s0", "s1", "s2"]
+        later = [g for g in four if g not in first] + [_urgent(f"n{i}", 0.1) for i in range(3)]
+        assert [g.req_id for g in p.select(later, [], ctx(0.21))] == expected

@@ -33,7 +33,9 @@ chunk: 0.1 s = half the urgent class's 0.2 s ERT, so an arrival that waits one w
 admit_per_step (prefills joining per step; 0 = no count limit), step_reloads (KV reloads of generations coming back from
 host memory count in that per-step work too; default on), segment_estimate ("mean": admission assumes the expected
 segment length, the default with the utility test; "max": the worst case, the default with the deadline test),
-crowd_plan (plan crowds of first segments in waves; default on with the utility test), utility_floor, drop.
+crowd_plan (plan crowds of first segments in waves; default on with the utility test), crowd_objective ("utility";
+"served": most members served with positive utility first), crowd_promise (a split's deferred members keep their place;
+both off by default: ablations), utility_floor, drop.
 """
 from __future__ import annotations
 
@@ -58,6 +60,15 @@ def _this_step(tokens: int, room: int | None) -> tuple[int, int | None]:
         return tokens, None
     n = min(tokens, room)
     return n, room - n
+
+
+def _add(a: tuple[int, float], b: tuple[int, float]) -> tuple[int, float]:
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _better(a: tuple[int, float], b: tuple[int, float]) -> bool:
+    """a beats b: more members served with positive utility, or as many and more utility (1e-9 tolerance)."""
+    return a[0] > b[0] or (a[0] == b[0] and a[1] > b[1] + 1e-9)
 
 
 def _per_type(value: Any, defaults: Mapping[str, float]) -> dict[str, float]:
@@ -122,12 +133,22 @@ class TimelyPolicy(Policy):
         self.admit_per_step = int(o.get("admit_per_step", 0))  # prefills joining per step (0: no count limit)
         self.step_prefill_s = float(o.get("step_prefill_s", 0.1))  # prefill work per step (at least one prompt)
         self.crowd_plan = bool(o.get("crowd_plan", self.admission == "utility"))  # crowds: waves planned by utility
+        # "utility": the plan maximises summed predicted utility; "served": first the number of members served with
+        # positive predicted utility, then summed utility (a drop only when no plan serves the member)
+        self.crowd_objective = str(o.get("crowd_objective", "utility"))
+        if self.crowd_objective not in ("utility", "served"):
+            raise ValueError(f"timely: crowd_objective must be 'utility' or 'served', got {self.crowd_objective!r}")
+        self.crowd_promise = bool(o.get("crowd_promise", False))  # members a split deferred keep their place
+        self._promised: dict[str, float] = {}   # req_id -> when a plan deferred it to a later wave
         self.utility_floor = float(o.get("utility_floor", 0.05))
         self.drop = str(o.get("drop", "hopeless"))
         if self.drop not in ("hopeless", "never"):
             raise ValueError(f"timely: drop must be 'hopeless' or 'never', got {self.drop!r}")
         if not 0.0 < self.utility_floor < 1.0:
             raise ValueError(f"timely: utility_floor must be in (0, 1), got {self.utility_floor}")
+
+    def forget(self, req_id: str) -> None:
+        self._promised.pop(req_id, None)
 
     def observe_segment(self, robot_type: str, gen_time_s: float) -> None:
         """Option online_gen_time: G follows the measured segment generation time (EMA, weight 0.2), so the
@@ -262,7 +283,13 @@ class TimelyPolicy(Policy):
         room = None if cost.step_token_budget is None else max(
             cost.step_token_budget - sum(1 for g in order if g.prefilled and id(g) in live), 0)
         work, prefills = 0.0, 0
-        cap, wave, crowd = self.step_prefill_s, None, self._crowd(ranked) if self.crowd_plan else []
+        cap, wave, crowd = self.step_prefill_s, None, self._crowd(ranked, waiting, now) if self.crowd_plan else []
+        if crowd and self.crowd_promise:   # deferred members may rank low: the crowd goes where its best one is
+            prio.update((id(g), self.priority(g, now)) for g in crowd if id(g) not in prio)
+            members, top = {id(g) for g in crowd}, max(self.priority(g, now) for g in crowd)
+            order = [g for g in order if id(g) not in members]
+            at = next((i for i, g in enumerate(order) if prio[id(g)] < top), len(order))
+            order[at:at] = crowd
         for gen in order:
             if wave is None and crowd and gen is crowd[0]:   # the plan weighs the members admitted so far
                 wave = self._first_wave(batch, crowd, now, cost)
@@ -301,12 +328,28 @@ class TimelyPolicy(Policy):
         return [g for g in batch if g.prefilled] + sorted((g for g in batch if not g.prefilled),
                                                           key=lambda g: -prio[id(g)])
 
-    def _crowd(self, ranked: Sequence[Generation]) -> list[Generation]:
+    def _crowd(self, ranked: Sequence[Generation], waiting: Sequence[Generation] = (),
+               now: float = 0.0) -> list[Generation]:
         """Option crowd_plan: the waiting first segments (not prefilled) of the top-ranked one's urgency class, in
-        rank order, at most 8; empty if fewer than two."""
+        rank order, at most 8; empty if fewer than two. Option crowd_promise: the members an earlier plan deferred
+        to a later wave (see _first_wave) come first, earliest deferred first, wherever they rank, while they can
+        still earn utility if generated now."""
         firsts = [g for g in ranked if g.k == 0 and not g.prefilled]
-        crowd = [g for g in firsts if firsts and g.req.tuf == firsts[0].req.tuf][:8]
+        crowd = [g for g in firsts if firsts and g.req.tuf == firsts[0].req.tuf]
+        if self.crowd_promise:
+            pool = {g.req.req_id: g for g in waiting if g.k == 0 and not g.prefilled}
+            self._promised = {r: t for r, t in self._promised.items() if r in pool}
+            kept = sorted((r for r in self._promised if crowd and pool[r].req.tuf == crowd[0].req.tuf
+                           and self.utility_if_started(pool[r], now) > 0.0), key=lambda r: self._promised[r])
+            crowd = [pool[r] for r in kept] + [g for g in crowd if g.req.req_id not in self._promised]
+        crowd = crowd[:8]
         return crowd if len(crowd) >= 2 else []
+
+    def _score(self, utilities: Sequence[float]) -> tuple[int, float]:
+        """What the crowd plan maximises: (members served with positive utility, summed utility) with
+        crowd_objective "served" (lexicographic), (0, summed utility) with "utility"."""
+        served = sum(1 for u in utilities if u > 0.0) if self.crowd_objective == "served" else 0
+        return served, sum(utilities)
 
     def _first_wave(self, batch: Sequence[Generation], crowd: Sequence[Generation], now: float,
                     cost: StepCost) -> set[int]:
@@ -317,7 +360,8 @@ class TimelyPolicy(Policy):
         no wave reaches is dropped. The first wave shares its step with batch, whose members' predicted
         utilities count with the delay it causes them (without a first wave, the crowd starts when their
         current segments are done). The plan maximises the summed predicted utility (ready_utility, the
-        admission's cost model) exactly over the wave sizes. This replaces, for the planned members, the
+        admission's cost model; with crowd_objective "served" first the number served with positive utility) exactly
+        over the wave sizes. This replaces, for the planned members, the
         pairwise utility test (which cannot see that the crowd waiting behind a candidate also loses when it
         waits) and the fixed per-step prefill cap."""
         n = len(crowd)
@@ -327,38 +371,50 @@ class TimelyPolicy(Policy):
             pre = batch_prefill_s(crowd[i:i + k], cost)
             return max(wcet_in_s(g, t, pre, k, cost) for g, t in zip(crowd[i:i + k], tokens[i:i + k]))
 
-        memo: dict[tuple[int, float], float] = {}
+        memo: dict[tuple[int, float], tuple[tuple[int, float], int]] = {}
+        nobody = (0, 0.0)
 
-        def value(i: int, t: float) -> float:    # best utility of crowd[i:] served in waves from now + t
+        def value(i: int, t: float) -> tuple[int, float]:   # best score of crowd[i:] served in waves from now + t
             key = (i, round(t, 6))
             if i >= n:
-                return 0.0
+                return nobody
             if key not in memo:
-                top = 0.0                        # serve nobody from i on (they are dropped)
+                top, top_k = nobody, 0           # serve nobody from i on (they are dropped)
                 for k in range(1, n - i + 1):
                     end = t + wave_s(i, k)
-                    got = sum(self.ready_utility(g, now + end) for g in crowd[i:i + k])
-                    if got <= 0.0:
+                    got = [self.ready_utility(g, now + end) for g in crowd[i:i + k]]
+                    if sum(got) <= 0.0:
                         break
-                    top = max(top, got + value(i + k, end))
-                memo[key] = top
-            return memo[key]
+                    score = _add(self._score(got), value(i + k, end))
+                    if _better(score, top):
+                        top, top_k = score, k
+                memo[key] = (top, top_k)
+            return memo[key][0]
 
         pre_b, size_b = batch_prefill_s(batch, cost), len(batch)
         own = [self.first_segment_tokens(m) if m.k == 0 else self.segment_tokens(m) for m in batch]
         done = max((wcet_in_s(m, t, pre_b, size_b, cost) for m, t in zip(batch, own)), default=0.0)
-        best_k, best = 0, -1.0                  # with an empty batch the first wave starts now
+        best_k, best, best_end = 0, (-1, -1.0), done     # with an empty batch the first wave starts now
         if batch:                                # else the crowd waits for the batch's current segments
-            best = sum(self.ready_utility(m, now + wcet_in_s(m, t, pre_b, size_b, cost))
-                       for m, t in zip(batch, own)) + value(0, done)
+            best = _add(self._score([self.ready_utility(m, now + wcet_in_s(m, t, pre_b, size_b, cost))
+                                     for m, t in zip(batch, own)]), value(0, done))
         for k in range(1, n + 1):
             pre = batch_prefill_s([*batch, *crowd[:k]], cost)
             end = max(wcet_in_s(g, t, pre, size_b + k, cost) for g, t in zip(crowd[:k], tokens[:k]))
-            got = sum(self.ready_utility(g, now + end) for g in crowd[:k])
-            got += sum(self.ready_utility(m, now + wcet_in_s(m, t, pre, size_b + k, cost)) for m, t in zip(batch, own))
-            total = got + value(k, end)
-            if total > best + 1e-9:
-                best_k, best = k, total
+            got = [self.ready_utility(g, now + end) for g in crowd[:k]]
+            got += [self.ready_utility(m, now + wcet_in_s(m, t, pre, size_b + k, cost)) for m, t in zip(batch, own)]
+            total = _add(self._score(got), value(k, end))
+            if _better(total, best):
+                best_k, best, best_end = k, total, end
+        if self.crowd_promise and best_k:       # a split: the members planned into later waves keep their place
+            i, t = best_k, best_end
+            while i < n and (i, round(t, 6)) in memo and memo[i, round(t, 6)][1]:
+                k = memo[i, round(t, 6)][1]
+                t += wave_s(i, k)
+                for g in crowd[i:i + k]:
+                    if self.ready_utility(g, now + t) > 0.0:
+                        self._promised.setdefault(g.req.req_id, now)
+                i += k
         return {id(g) for g in crowd[:best_k]}
 
     def _admissible(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:
