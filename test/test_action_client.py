@@ -104,12 +104,12 @@ def test_a_goal_sent_while_the_executor_spins_gets_its_response(cls, answered):
 def test_the_first_goal_waits_until_the_server_answers_this_client(wait, answered):
     """A server that has not yet matched a new client's response readers (discovery is per participant) drops
     its answers, though the client already sees it as ready. The stand-in: a server that ignores every request
-    for its first second. After wait_for_server the first goal is lost; wait_until_answering's handshake retries
+    for two seconds. After wait_for_server the first goal is lost; wait_until_answering's handshake retries
     until the server answers, and the goal sent after it gets its response."""
     from rclpy.action import ActionServer
 
     class DeafServer(ActionServer):
-        until = time.monotonic() + 1.0
+        until = float("inf")   # set when the test starts: the fixture's own start-up may take a while under load
 
         async def _execute_goal_request(self, request_header_and_message) -> None:
             if time.monotonic() >= DeafServer.until:
@@ -120,7 +120,8 @@ def test_the_first_goal_waits_until_the_server_answers_this_client(wait, answere
                 await super()._execute_cancel_request(request_header_and_message)
 
     with _server_and_client("deaf", DeafServer, ActionClient) as client:
-        assert getattr(client, wait)(timeout_sec=5.0)
+        DeafServer.until = time.monotonic() + 2.0
+        assert getattr(client, wait)(timeout_sec=8.0)
         handle = _wait(client.send_goal_async(ExecuteSegment.Goal(request_id="r", index=0)), 3.0)
         assert (handle is not None and handle.accepted) == answered
 
