@@ -43,6 +43,36 @@ def test_a_client_is_usable_by_a_spinning_executor_from_the_moment_the_node_hold
         rclpy.shutdown(context=context)
 
 
+@pytest.mark.parametrize("cls, safe", [(RclpyActionClient, False), (ActionClient, True)])
+def test_a_client_destroyed_while_an_executor_builds_its_wait_set_does_not_crash_the_executor(cls, safe):
+    """What rclpy's executor does with a waitable it listed just before another thread destroyed it: entering
+    its handle fails (InvalidHandle, ignored), yet it still adds the waitable to the wait set and asks whether
+    it is ready. rclpy's client then raises (the server's shutdown crashed its spin thread so once); ours,
+    destroyed, adds nothing, is never ready and has nothing to take."""
+    from rclpy.exceptions import InvalidHandle
+    from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = Node("action_client_destroyed", context=context)
+    try:
+        client = cls(node, ExecuteSegment, "gone/execute_segment")
+        client.destroy()
+        with pytest.raises(InvalidHandle):
+            client.__enter__()
+        wait_set = _rclpy.WaitSet(0, 0, 0, 0, 0, 0, context.handle)
+        if safe:
+            client.add_to_wait_set(wait_set)
+            assert client.is_ready(wait_set) is False
+            assert client.take_data() == {}
+        else:
+            with pytest.raises(Exception, match="invalid"):
+                client.add_to_wait_set(wait_set)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+
+
 @contextmanager
 def _server_and_client(name: str, server_cls, client_cls, execution_time: float = 0.0):
     """A node in its own context holding an ExecuteSegment server (every goal succeeds at once) and a client of

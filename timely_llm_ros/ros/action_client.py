@@ -11,6 +11,7 @@ from typing import Callable
 from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient as _RclpyActionClient
 from rclpy.action.client import ClientGoalHandle
+from rclpy.exceptions import InvalidHandle
 from rclpy.task import Future
 from unique_identifier_msgs.msg import UUID
 
@@ -30,7 +31,8 @@ class _Awaited:
 
 
 class ActionClient(_RclpyActionClient):
-    """Fixes four ways in which rclpy (Kilted) can leave a caller waiting forever:
+    """Fixes four ways in which rclpy (Kilted) can leave a caller waiting forever, and one way its destroy() can
+    crash a spinning executor (see the Waitable API below):
 
     - construction: rclpy registers the client with its node (add_waitable) before it creates the lock that
       get_num_entities takes, so the executor can meet it half-built ('ActionClient' object has no attribute
@@ -52,6 +54,7 @@ class ActionClient(_RclpyActionClient):
         """recovery_timer: check for lost results on a timer of its own (False: the owner calls ask_again()
         about every RESULT_SETTLE_S, e.g. one loop for many clients)."""
         self._lock = threading.Lock()
+        self._destroyed = False
         super().__init__(node, action_type, action_name, **kwargs)
         self._awaited: dict[bytes, _Awaited] = {}
         self._awaited_lock = threading.Lock()
@@ -140,9 +143,37 @@ class ActionClient(_RclpyActionClient):
                 self.results_asked_again += 1
                 self._ask(a)
 
+    # ----- Waitable API: safe against a destroy() while an executor builds its wait set -----
+    # rclpy's executor snapshots the node's waitables, enters each one's handle, and when that fails because the
+    # handle was destroyed in between, still calls add_to_wait_set and is_ready on it (RCLError "action client
+    # pointer is invalid", seen when the server released its executors' clients during shutdown). A destroyed
+    # client here adds nothing to a wait set, is never ready and has nothing to take.
+    def add_to_wait_set(self, wait_set) -> None:
+        with self._lock:
+            if not self._destroyed:
+                self._client_handle.add_to_waitset(wait_set)
+
+    def is_ready(self, wait_set) -> bool:
+        with self._lock:
+            if self._destroyed:
+                return False
+            return super().is_ready(wait_set)
+
+    def take_data(self):
+        try:
+            with self._client_handle:   # in use: a destroy() meanwhile waits until the take is done
+                return super().take_data()
+        except InvalidHandle:           # destroyed before the take
+            return {}
+
     def destroy(self) -> None:
+        """Destroy the client (any thread, also while an executor spins the node)."""
         with self._awaited_lock:
             self._awaited.clear()
         if self._recovery is not None:
             self._node.destroy_timer(self._recovery)
+        with self._lock:
+            if self._destroyed:
+                return
+            self._destroyed = True
         super().destroy()

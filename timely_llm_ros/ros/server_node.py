@@ -39,6 +39,7 @@ from ..core.runtime import SchedulerThread
 from ..core.scheduler import PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady, StateChanged
 from ..core.validation import GoalLimits, validate_goal
 from .conversions import error_result, goal_fields, outcome_to_result
+from .goal_sender import GoalSender
 from .parameters import ServerParams, declare_server_params, engine_options
 from .plan_session import GoalSession, bare_outcome, goal_request_id, plan_feedback
 from .segment_dispatcher import SegmentDispatcher
@@ -63,6 +64,7 @@ class PlanServerNode(LifecycleNode):
         self.scheduler: PlanScheduler | None = None
         self.loop: SchedulerThread | None = None
         self.dispatcher: SegmentDispatcher | None = None
+        self._sender: GoalSender | None = None     # goal sends and cancels on the executor (see goal_sender.py)
         self.skill_sets: dict = {}
         self.urgency_classes: dict = {}
         self.limits = GoalLimits()
@@ -137,8 +139,10 @@ class PlanServerNode(LifecycleNode):
         self.limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
                                  max_new_tokens=p.max_new_tokens)
         self.loop = SchedulerThread(self.scheduler, self._on_events, on_idle=self._on_idle)
+        if self._sender is None:   # one for the node's life: destroyed in shutdown(), after the executor stopped
+            self._sender = GoalSender(self)
         self.dispatcher = SegmentDispatcher(self, self.loop.post, p.executor_timeout_s, p.executor_ack_timeout_s,
-                                            log_timing=p.log_timing)
+                                            log_timing=p.log_timing, sender=self._sender)
         self._discovery_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="discovery")
         self._undiscovered = list(p.expected_agents)
         for agent in self._undiscovered:  # start discovering their executors now, not on the first goal
@@ -228,6 +232,9 @@ class PlanServerNode(LifecycleNode):
     def shutdown(self) -> None:
         """Free ROS entities that destroy_node does not destroy (after the executor stopped)."""
         self._action.destroy()
+        if self._sender is not None:
+            self._sender.destroy()
+            self._sender = None
 
     def policy_options(self) -> dict:
         """Options every policy gets (those a policy does not use are ignored): segment sizes from the skill
