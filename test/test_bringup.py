@@ -1,18 +1,20 @@
 """timely_bringup: the fleet YAML becomes the right processes, and their supervision behaves.
 
-Supervision tests start *stand-in* node scripts written into tmp_path: a test double for the real server,
-executor and workload nodes (they are separate modules with their own tests), so that exit codes,
-readiness and signals can be scripted. The YAML tests use the real config/demo_fleet.yaml and real rcl.
+Four supervision tests start *stand-in* node scripts written into tmp_path: a test double for the real server,
+executor and workload nodes, used only for faults the real nodes cannot produce on demand (a chosen exit code at a
+chosen moment, dying before ready, ignoring SIGINT). Running until stopped and a full fleet run use the real nodes.
+The YAML tests use the real config/demo_fleet.yaml and real rcl.
 """
 from __future__ import annotations
 
 import ast
 import json
+import os
 import py_compile
+import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -218,21 +220,45 @@ def test_child_ignoring_sigint_is_terminated_after_the_grace_period(tmp_path, st
     assert "drone_1/executor still running: sending SIGTERM" in capsys.readouterr().out
 
 
-def test_no_workload_runs_until_stopped(tmp_path, standins, monkeypatch):
-    entry, events = standins
-    monkeypatch.setenv("STANDIN_PLAN", "{}")
-    fleet = load_fleet(_small_fleet(tmp_path))
-    supervisor = bringup.Supervisor(build_children(fleet, tmp_path / "p.yaml", with_workload=False,
-                                                   entry_points=entry), stop_grace_s=2.0, use_graph=False)
+class _Lines:
+    """The supervisor's output stream: keeps the lines and signals when one containing `mark` was written."""
+
+    def __init__(self, mark: str) -> None:
+        self.text, self.mark, self.seen = "", mark, threading.Event()
+        self._lock = threading.Lock()
+
+    def write(self, chunk: str) -> int:
+        with self._lock:
+            self.text += chunk
+        if self.mark in chunk:
+            self.seen.set()
+        return len(chunk)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_no_workload_runs_until_stopped(tmp_path):
+    """The real nodes (no stand-in: nothing here needs a scripted fault): without a workload the fleet runs until
+    a stop is requested; then SIGINT alone ends every node within the grace period (no SIGTERM, no traceback)."""
+    fleet = parse_fleet({
+        "bringup": {"server": True, "workload": False, "stop_grace_s": 15.0, "server_ready_timeout_s": 120.0,
+                    "executors": [{"agent": "drone_1", "robot_type": "drone"},
+                                  {"agent": "arm_1", "robot_type": "arm"}]},
+        "/**/timely_server": {"ros__parameters": {"num_threads": 1, "max_batch": 2}},
+    })
+    out = _Lines("fleet up")
+    supervisor = bringup.Supervisor(build_children(fleet, write_node_params(fleet, tmp_path), with_workload=False),
+                                    stop_grace_s=15.0, out=out)
 
     def stop_when_all_started() -> None:
-        while len([e for e in events() if isinstance(e["event"], dict)]) < 3:
-            time.sleep(0.05)
+        out.seen.wait(180)
         supervisor.request_stop()
 
     threading.Thread(target=stop_when_all_started, daemon=True).start()
-    assert supervisor.run() == bringup.EXIT_INTERRUPTED
-    assert {e["who"] for e in events() if e["event"] == "SIGINT"} == {"server", "/drone_1", "/arm_1"}
+    assert supervisor.run() == bringup.EXIT_INTERRUPTED, out.text[-3000:]
+    assert out.seen.is_set() and "timely_server is ready" in out.text, out.text[-3000:]
+    assert "still running: sending" not in out.text and "Traceback" not in out.text, out.text[-3000:]
 
 
 LAUNCH_DIR = DEMO.parent.parent.parent / "launch"
@@ -304,7 +330,7 @@ def test_demo_params_file_is_a_plain_ros_params_file(node_name, namespace, expec
     assert load_fleet(DEMO).params_file == DEMO_PARAMS.resolve()
 
 
-def test_real_fleet_comes_up_through_the_lifecycle_and_leaves_no_temp_folder(tmp_path, monkeypatch, capsys):
+def test_real_fleet_comes_up_through_the_lifecycle_and_leaves_no_temp_folder(tmp_path):
     """The real nodes: the bringup configures and activates the server through its lifecycle services,
     the workload's plan is served, everything exits 0, and the temporary params folder is gone."""
     params = tmp_path / "params.yaml"
@@ -319,12 +345,13 @@ def test_real_fleet_comes_up_through_the_lifecycle_and_leaves_no_temp_folder(tmp
         "executors": [{"agent": "drone_1", "robot_type": "drone"}]}}))
     temp = tmp_path / "tmp"
     temp.mkdir()
-    # not a stand-in (the fleet is real): monkeypatch only points TMPDIR at a private folder, so anything the
-    # real bringup leaves behind is seen
-    monkeypatch.setenv("TMPDIR", str(temp))
-    monkeypatch.setattr("tempfile.tempdir", None)
-    code = bringup.main(["--fleet", str(fleet), "--set", "fleet_workload.stagger_s=0.0"])
-    out = capsys.readouterr().out
+    # the bringup runs as its own process, as a user starts it, with TMPDIR pointing at a private folder so
+    # anything it leaves behind is seen
+    run = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.bringup", "--fleet", str(fleet),
+                          "--set", "fleet_workload.stagger_s=0.0"], env={**os.environ, "TMPDIR": str(temp)},
+                         capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    code = run.returncode
     assert code == 0, out[-3000:]
     assert "[bringup] timely_server is ready (configured and activated)" in out
     assert "fleet_workload finished with exit code 0" in out

@@ -81,15 +81,14 @@ def real_run():
     return result, engine.log, time.monotonic() - t0
 
 
-def test_wall_clock_sleeps_and_virtual_clock_jumps(monkeypatch):
+def test_wall_clock_sleeps_and_virtual_clock_jumps():
     wall, virtual = WallClock(), VirtualClock()
     t0 = time.monotonic()
     assert wall.advance_to(wall.now + 0.05) >= 0.05
     assert time.monotonic() - t0 >= 0.05  # a lower bound: sleeping never ends early
-    # monkeypatch replaces nothing the test relies on: time.sleep becomes a trap that fails the test if the virtual
-    # clock ever really sleeps (the wall clock above slept for real); every other part of both clocks is real
-    monkeypatch.setattr(time, "sleep", lambda s: pytest.fail("the virtual clock slept"))
+    t1 = time.monotonic()
     assert virtual.advance_to(100.0) == 100.0 and virtual() == 100.0
+    assert time.monotonic() - t1 < 50.0   # jumped: sleeping would have taken 100 s (a functional bound, not speed)
     with pytest.raises(ValueError):
         wall.advance(-1.0)
 
