@@ -45,16 +45,14 @@ class _InFlight:
 class SegmentDispatcher:
     """One ActionClient per robot namespace; a request's segments are sent as soon as they exist."""
 
-    def __init__(self, node: Node, post: Post, timeout_s: float, ack_timeout_s: float = 2.0,
-                 on_feedback: Callable[[str, int, object], None] | None = None, log_timing: bool = False,
-                 sender: GoalSender | None = None) -> None:
-        """sender: the node's GoalSender, if it outlives this dispatcher (its guard condition must not be
-        destroyed while an executor spins the node: rclpy's executor can then fail on it); else one of its own."""
+    def __init__(self, node: Node, post: Post, sender: GoalSender, timeout_s: float, ack_timeout_s: float = 2.0,
+                 on_feedback: Callable[[str, int, object], None] | None = None, log_timing: bool = False) -> None:
+        """sender: the node's GoalSender, which outlives this dispatcher (its guard condition must not be
+        destroyed while an executor spins the node: rclpy's executor can then fail on it)."""
         self._node = node
         self.log_timing = log_timing
         self._post = post
-        self._owns_sender = sender is None
-        self._sender = GoalSender(node) if sender is None else sender
+        self._sender = sender
         self._group = self._sender.group
         self.timeout_s = timeout_s
         self.ack_timeout_s = ack_timeout_s
@@ -215,8 +213,7 @@ class SegmentDispatcher:
                 r, i, t, ok=False, error=m, code=c))
 
     def destroy(self) -> None:
-        if self._owns_sender:
-            self._sender.destroy()
+        """Release the per-agent clients (safe while the node spins; the sender belongs to the node)."""
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}
         for client in clients:

@@ -141,8 +141,8 @@ class PlanServerNode(LifecycleNode):
         self.loop = SchedulerThread(self.scheduler, self._on_events, on_idle=self._on_idle)
         if self._sender is None:   # one for the node's life: destroyed in shutdown(), after the executor stopped
             self._sender = GoalSender(self)
-        self.dispatcher = SegmentDispatcher(self, self.loop.post, p.executor_timeout_s, p.executor_ack_timeout_s,
-                                            log_timing=p.log_timing, sender=self._sender)
+        self.dispatcher = SegmentDispatcher(self, self.loop.post, self._sender, p.executor_timeout_s,
+                                            p.executor_ack_timeout_s, log_timing=p.log_timing)
         self._discovery_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="discovery")
         self._undiscovered = list(p.expected_agents)
         for agent in self._undiscovered:  # start discovering their executors now, not on the first goal
@@ -283,7 +283,7 @@ class PlanServerNode(LifecycleNode):
         return CancelResponse.ACCEPT
 
     def _execute(self, goal_handle) -> Plan.Result:
-        try:
+        try:   # an early cancel is remembered until its goal has ended (registration reads it)
             return self._execute_goal(goal_handle)
         finally:
             with self._sessions_lock:
@@ -313,8 +313,7 @@ class PlanServerNode(LifecycleNode):
             else:
                 self._sessions[req_id] = session
                 self._counts["total"] += 1
-                if req_id in self._early_cancels:   # the client cancelled before this callback ran
-                    self._early_cancels.discard(req_id)
+                if req_id in self._early_cancels:   # the client cancelled before this callback ran (see _execute)
                     session.end(bare_outcome(session, ErrorCode.CANCELLED, "cancelled by the client"))
         if full:
             return self._abort(goal_handle, req_id, ErrorCode.OVERLOADED,
