@@ -138,7 +138,7 @@ class PlanClient(SpinningActionClient):
         deep = QoSProfile(depth=1000)  # a burst's responses must not be dropped on this side either
         super().__init__("test_plan_client", Plan, "/plan", goal_service_qos_profile=deep,
                          result_service_qos_profile=deep, cancel_service_qos_profile=deep,
-                         feedback_sub_qos_profile=deep)   # three goals' feedback at once overflowed depth 10
+                         feedback_sub_qos_profile=deep)   # a loaded client queues many goals' feedback
         assert self.client.wait_until_answering(timeout_sec=30.0), "no /plan server"
 
     def send(self, **fields) -> "GoalRun":

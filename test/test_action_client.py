@@ -1,6 +1,6 @@
 """Our ActionClient is safe while another thread spins the node: creation (rclpy's can be seen half-built) and
-sending a goal (rclpy's can lose the goal's response); it shakes hands before the first goal and asks again for a
-lost result."""
+sending a goal (rclpy's can lose the goal's response); it shakes hands before the first goal, asks again for a
+lost result and delivers feedback that a result overtook."""
 from __future__ import annotations
 
 import threading
@@ -74,9 +74,11 @@ def test_a_client_destroyed_while_an_executor_builds_its_wait_set_does_not_crash
 
 
 @contextmanager
-def _server_and_client(name: str, server_cls, client_cls, execution_time: float = 0.0):
-    """A node in its own context holding an ExecuteSegment server (every goal succeeds at once) and a client of
-    it, spun by a 2-thread executor; everything is torn down in order afterwards."""
+def _server_and_client(name: str, server_cls, client_cls, execution_time: float = 0.0, feedbacks: int = 0,
+                       **client_qos):
+    """A node in its own context holding an ExecuteSegment server (every goal publishes ``feedbacks`` feedback
+    messages, then succeeds at once) and a client of it, spun by a 2-thread executor; everything is torn down in
+    order afterwards."""
     from rclpy.executors import MultiThreadedExecutor
 
     context = rclpy.Context()
@@ -84,11 +86,13 @@ def _server_and_client(name: str, server_cls, client_cls, execution_time: float 
     node = Node(f"action_client_{name}", context=context)
 
     def execute(handle):
+        for i in range(feedbacks):
+            handle.publish_feedback(ExecuteSegment.Feedback(skills_done=i, skills_total=feedbacks))
         handle.succeed()
         return ExecuteSegment.Result(success=True, execution_time=execution_time)
 
     server = server_cls(node, ExecuteSegment, f"{name}/execute_segment", execute_callback=execute)
-    client = client_cls(node, ExecuteSegment, f"{name}/execute_segment")
+    client = client_cls(node, ExecuteSegment, f"{name}/execute_segment", **client_qos)
     executor = MultiThreadedExecutor(num_threads=2, context=context)
     executor.add_node(node)
     spin = threading.Thread(target=executor.spin, daemon=True)
@@ -183,6 +187,39 @@ def test_a_result_the_server_sent_to_nobody_is_asked_for_again(recovering):
             assert client.results_asked_again >= 1
         else:
             assert answer is None
+
+
+@pytest.mark.parametrize("cls, delivered", [(RclpyActionClient, False), (ActionClient, True)])
+def test_feedback_queued_behind_the_result_still_reaches_the_caller_first(cls, delivered):
+    """A goal publishes 30 feedback messages and ends at once, so its result is ready while most feedback is still
+    queued at the client. rclpy takes one feedback per wake-up and forgets the goal's feedback callback when the
+    result arrives: the queued feedback is dropped. Ours hands every queued message to the callback, in order,
+    before the result completes."""
+    from rclpy.action import ActionServer
+
+    from rclpy.qos import QoSProfile
+
+    with _server_and_client("feedback", ActionServer, cls, feedbacks=30,   # deep enough to queue them all
+                            feedback_sub_qos_profile=QoSProfile(depth=100)) as client:
+        if isinstance(client, ActionClient):
+            assert client.wait_until_answering(timeout_sec=8.0)
+        seen: list[int] = []
+
+        def slow_caller(message) -> None:   # a caller that takes 20 ms a message falls behind the 30 at once
+            seen.append(message.feedback.skills_done)
+            time.sleep(0.02)
+
+        handle = _wait(client.send_goal_async(ExecuteSegment.Goal(request_id="r", index=0),
+                                              feedback_callback=slow_caller), 5.0)
+        assert handle is not None and handle.accepted
+        assert _wait(handle.get_result_async(), 5.0) is not None
+        at_result = list(seen)
+        time.sleep(0.5)                   # anything still on its way
+        assert seen == at_result, "feedback after the result"
+        if delivered:
+            assert seen == list(range(30))
+        else:
+            assert len(seen) < 30
 
 
 def _wait(future, timeout: float):

@@ -12,6 +12,7 @@ from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient as _RclpyActionClient
 from rclpy.action.client import ClientGoalHandle
 from rclpy.exceptions import InvalidHandle
+from rclpy.executors import await_or_execute
 from rclpy.task import Future
 from unique_identifier_msgs.msg import UUID
 
@@ -48,6 +49,11 @@ class ActionClient(_RclpyActionClient):
       matched this client's result reader, and the middleware drops the answer. ``result_async(handle)`` asks
       again once the goal's status (a latched topic) says it ended and no result came within RESULT_SETTLE_S;
       the server keeps results of ended goals, so the repeated request is answered at once.
+    - feedback overtaken by the result: rclpy takes one feedback message per wake-up and, once a goal's result
+      arrives, forgets its feedback callback, so feedback still queued behind the result (a client that fell
+      behind) was dropped and never reached the caller. ROS 2 does not order a result (a service response)
+      after feedback (a topic). Here a wake-up that takes a result first takes every feedback message already
+      queued and hands it to the callbacks before the result completes its future.
     """
 
     def __init__(self, node, action_type, action_name, recovery_timer: bool = True, **kwargs) -> None:
@@ -162,9 +168,31 @@ class ActionClient(_RclpyActionClient):
     def take_data(self):
         try:
             with self._client_handle:   # in use: a destroy() meanwhile waits until the take is done
-                return super().take_data()
+                data = super().take_data()
+                if "result" in data:    # feedback queued behind a result: take it now (see the class docstring)
+                    data["feedback_backlog"] = self._take_queued_feedback(data.pop("feedback", None))
+                return data
         except InvalidHandle:           # destroyed before the take
             return {}
+
+    def _take_queued_feedback(self, first) -> list:
+        """``first`` (if any) and every feedback message waiting in the subscription, oldest first."""
+        backlog = [] if first is None else [first]
+        message_type = self._action_type.Impl.FeedbackMessage
+        while True:
+            with self._lock:
+                message = self._client_handle.take_feedback(message_type)
+            if message is None:
+                return backlog
+            backlog.append(message)
+
+    async def execute(self, taken_data) -> None:
+        """Feedback taken with a result reaches its callbacks first, then rclpy handles the rest."""
+        for message in taken_data.pop("feedback_backlog", ()):
+            callback = self._feedback_callbacks.get(bytes(message.goal_id.uuid))
+            if callback is not None:
+                await await_or_execute(callback, message)
+        await super().execute(taken_data)
 
     def destroy(self) -> None:
         """Destroy the client (any thread, also while an executor spins the node)."""

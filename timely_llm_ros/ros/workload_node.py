@@ -25,6 +25,7 @@ import rclpy
 import yaml
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
+from rclpy.qos import QoSProfile
 from rclpy.serialization import serialize_message
 
 from timely_llm_ros.action import Plan
@@ -95,7 +96,10 @@ class FleetWorkloadNode(Node):
             self.tasks = yaml.safe_load(path.read_text())
             self.agents = parse_agents(self.agent_entries, self.tasks, int(self.per_agent))
         self.sender = GoalSender(self)  # goals are sent on the executor (see goal_sender.py)
-        self.client = ActionClient(self, Plan, "plan", callback_group=self.sender.group)
+        deep = QoSProfile(depth=1000)   # a replayed burst: responses and feedback of many goals at once
+        self.client = ActionClient(self, Plan, "plan", callback_group=self.sender.group,
+                                   goal_service_qos_profile=deep, result_service_qos_profile=deep,
+                                   cancel_service_qos_profile=deep, feedback_sub_qos_profile=deep)
         self.rows: list[OutcomeRow] = []
         self._rows_lock = threading.Lock()
 
