@@ -2,7 +2,8 @@
 
 The fleet description (config/fleet/*.yaml, the same file timely_bringup reads) decides which nodes start;
 the nodes get its ROS params file (bringup.params_file, or the params_file argument) unchanged.
-The server is a lifecycle node: with autostart:=true (default) this launch configures and activates it.
+The server is a lifecycle node: with autostart:=true (default) this launch configures and activates it; with
+autostart:=false a lifecycle manager does. Either way the workload starts once the server is active.
 
     ros2 launch timely_llm_ros timely_fleet.launch.py fleet_file:=/path/fleet.yaml log_level:=debug
 """
@@ -30,7 +31,8 @@ def _join_namespace(*parts: str) -> str:
 
 
 def _managed_server(node: LifecycleNode, autostart: bool) -> list:
-    """The server node, plus (autostart) configure now and activate once it is inactive after configuring."""
+    """The server node, plus (autostart) configure now and activate once it is inactive after its first
+    configure (a later configure by a lifecycle manager is not activated behind its back)."""
     if not autostart:
         return [node]
 
@@ -40,7 +42,7 @@ def _managed_server(node: LifecycleNode, autostart: bool) -> list:
     return [
         node,
         RegisterEventHandler(OnStateTransition(target_lifecycle_node=node, start_state="configuring",
-                                               goal_state="inactive",
+                                               goal_state="inactive", handle_once=True,
                                                entities=[change(Transition.TRANSITION_ACTIVATE)])),
         change(Transition.TRANSITION_CONFIGURE),
     ]
@@ -59,11 +61,13 @@ def _fleet_nodes(context):
     autostart = LaunchConfiguration("autostart").perform(context).lower() in ("true", "1", "yes")
     common = {"output": "screen", "ros_arguments": ["--log-level", log_level]}
     actions = []
+    server = None
     if fleet.server:
-        actions += _managed_server(LifecycleNode(
+        server = LifecycleNode(
             package=PACKAGE, executable="timely_server", name="timely_server",
             namespace=_join_namespace(namespace), parameters=[params_file, {"autostart": False}], **common,
-        ), autostart)
+        )
+        actions += _managed_server(server, autostart)
     for executor in fleet.executors:
         actions.append(Node(
             package=PACKAGE, executable="robot_executor", name="executor",
@@ -76,10 +80,15 @@ def _fleet_nodes(context):
             namespace=_join_namespace(namespace), parameters=[params_file], **common,
         )
         # The workload exits when its run is done: end the whole launch then, like timely_bringup.
-        actions += [workload, RegisterEventHandler(OnProcessExit(
+        run = [workload, RegisterEventHandler(OnProcessExit(
             target_action=workload,
             on_exit=[EmitEvent(event=Shutdown(reason="fleet_workload finished"))],
         ))]
+        if server is None:        # the server runs elsewhere: nothing here to wait for
+            actions += run
+        else:                     # like timely_bringup: goals only once the server serves (else NOT_ACTIVE)
+            actions.append(RegisterEventHandler(OnStateTransition(
+                target_lifecycle_node=server, goal_state="active", handle_once=True, entities=run)))
     return actions
 
 

@@ -22,7 +22,8 @@ PACKAGE = "timely_llm_ros"
 
 
 def _managed_server(node: LifecycleNode, autostart: bool) -> list:
-    """The server node, plus (autostart) configure now and activate once it is inactive after configuring."""
+    """The server node, plus (autostart) configure now and activate once it is inactive after its first
+    configure (a later configure by a lifecycle manager is not activated behind its back)."""
     if not autostart:
         return [node]
 
@@ -32,7 +33,7 @@ def _managed_server(node: LifecycleNode, autostart: bool) -> list:
     return [
         node,
         RegisterEventHandler(OnStateTransition(target_lifecycle_node=node, start_state="configuring",
-                                               goal_state="inactive",
+                                               goal_state="inactive", handle_once=True,
                                                entities=[change(Transition.TRANSITION_ACTIVATE)])),
         change(Transition.TRANSITION_CONFIGURE),
     ]

@@ -74,6 +74,8 @@ def test_fleet_launch_runs_the_workload_to_the_end(tmp_path):
             proc.communicate()
     assert proc.returncode == 0, out[-4000:]
     assert "timely_server ready" in out and "executor ready" in out
+    # the workload starts once the server is active: both goals are served (not NOT_ACTIVE), and the launch ends
+    assert "2/2 plans executed" in out, out[-4000:]
     assert "Traceback" not in out and "process has died" not in out, out[-4000:]
 
 
