@@ -13,14 +13,13 @@ from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
 from launch.event_handlers import OnProcessExit
-from launch.events import Shutdown, matches_action
+from launch.events import Shutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
-from launch_ros.events.lifecycle import ChangeState
-from lifecycle_msgs.msg import Transition
 
 from timely_llm_ros.ros.bringup import load_fleet
+from timely_llm_ros.ros.launch_lifecycle import managed_server
 
 PACKAGE = "timely_llm_ros"
 
@@ -28,24 +27,6 @@ PACKAGE = "timely_llm_ros"
 def _join_namespace(*parts: str) -> str:
     """'/' + the non-empty parts joined with '/'."""
     return "/" + "/".join(p.strip("/") for p in parts if p and p.strip("/"))
-
-
-def _managed_server(node: LifecycleNode, autostart: bool) -> list:
-    """The server node, plus (autostart) configure now and activate once it is inactive after its first
-    configure (a later configure by a lifecycle manager is not activated behind its back)."""
-    if not autostart:
-        return [node]
-
-    def change(transition_id: int) -> EmitEvent:
-        return EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node), transition_id=transition_id))
-
-    return [
-        node,
-        RegisterEventHandler(OnStateTransition(target_lifecycle_node=node, start_state="configuring",
-                                               goal_state="inactive", handle_once=True,
-                                               entities=[change(Transition.TRANSITION_ACTIVATE)])),
-        change(Transition.TRANSITION_CONFIGURE),
-    ]
 
 
 def _fleet_nodes(context):
@@ -67,7 +48,7 @@ def _fleet_nodes(context):
             package=PACKAGE, executable="timely_server", name="timely_server",
             namespace=_join_namespace(namespace), parameters=[params_file, {"autostart": False}], **common,
         )
-        actions += _managed_server(server, autostart)
+        actions += managed_server(server, autostart)
     for executor in fleet.executors:
         actions.append(Node(
             package=PACKAGE, executable="robot_executor", name="executor",

@@ -10,33 +10,13 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
-from launch.events import matches_action
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode
-from launch_ros.event_handlers import OnStateTransition
-from launch_ros.events.lifecycle import ChangeState
-from lifecycle_msgs.msg import Transition
+
+from timely_llm_ros.ros.launch_lifecycle import managed_server
 
 PACKAGE = "timely_llm_ros"
-
-
-def _managed_server(node: LifecycleNode, autostart: bool) -> list:
-    """The server node, plus (autostart) configure now and activate once it is inactive after its first
-    configure (a later configure by a lifecycle manager is not activated behind its back)."""
-    if not autostart:
-        return [node]
-
-    def change(transition_id: int) -> EmitEvent:
-        return EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node), transition_id=transition_id))
-
-    return [
-        node,
-        RegisterEventHandler(OnStateTransition(target_lifecycle_node=node, start_state="configuring",
-                                               goal_state="inactive", handle_once=True,
-                                               entities=[change(Transition.TRANSITION_ACTIVATE)])),
-        change(Transition.TRANSITION_CONFIGURE),
-    ]
 
 
 def _server_node(context):
@@ -48,7 +28,7 @@ def _server_node(context):
         ros_arguments=["--log-level", LaunchConfiguration("log_level").perform(context)],
         output="screen",
     )
-    return _managed_server(node, autostart)
+    return managed_server(node, autostart)
 
 
 def generate_launch_description() -> LaunchDescription:
