@@ -17,6 +17,7 @@ from launch.events import Shutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
+from launch_ros.parameter_descriptions import Parameter
 
 from timely_llm_ros.ros.bringup import load_fleet
 from timely_llm_ros.ros.launch_lifecycle import managed_server
@@ -41,19 +42,21 @@ def _fleet_nodes(context):
     log_level = LaunchConfiguration("log_level").perform(context)
     autostart = LaunchConfiguration("autostart").perform(context).lower() in ("true", "1", "yes")
     common = {"output": "screen", "ros_arguments": ["--log-level", log_level]}
+    # single parameters as Parameter (a -p rule after the params file), not a dict: launch_ros writes a dict to a
+    # /tmp/launch_params_* file that it never deletes
     actions = []
     server = None
     if fleet.server:
         server = LifecycleNode(
             package=PACKAGE, executable="timely_server", name="timely_server",
-            namespace=_join_namespace(namespace), parameters=[params_file, {"autostart": False}], **common,
+            namespace=_join_namespace(namespace), parameters=[params_file, Parameter("autostart", False)], **common,
         )
         actions += managed_server(server, autostart)
     for executor in fleet.executors:
         actions.append(Node(
             package=PACKAGE, executable="robot_executor", name="executor",
             namespace=_join_namespace(namespace, executor.agent),
-            parameters=[params_file, {"robot_type": executor.robot_type}], **common,
+            parameters=[params_file, Parameter("robot_type", executor.robot_type)], **common,
         ))
     if fleet.workload:
         workload = Node(

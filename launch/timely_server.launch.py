@@ -13,6 +13,7 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode
+from launch_ros.parameter_descriptions import Parameter
 
 from timely_llm_ros.ros.launch_lifecycle import managed_server
 
@@ -22,9 +23,10 @@ PACKAGE = "timely_llm_ros"
 def _server_node(context):
     namespace = LaunchConfiguration("namespace").perform(context).strip("/")
     autostart = LaunchConfiguration("autostart").perform(context).lower() in ("true", "1", "yes")
+    # Parameter (a -p rule after the params file), not a dict: launch_ros leaves a dict in a /tmp/launch_params_* file
     node = LifecycleNode(
         package=PACKAGE, executable="timely_server", name="timely_server", namespace="/" + namespace,
-        parameters=[LaunchConfiguration("params_file").perform(context), {"autostart": False}],
+        parameters=[LaunchConfiguration("params_file").perform(context), Parameter("autostart", False)],
         ros_arguments=["--log-level", LaunchConfiguration("log_level").perform(context)],
         output="screen",
     )

@@ -4,9 +4,12 @@ launch_ros is not on PyPI: in the venv this module is skipped (the same fleet is
 timely_bringup). On a ROS 2 install after `colcon build`, `colcon test` runs it (docs/ros_build.md)."""
 from __future__ import annotations
 
+import glob
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -56,6 +59,11 @@ SMALL_PARAMS = """
 """
 
 
+def _params_files_left() -> set[str]:
+    """launch_ros's files for dict parameters, which it never deletes (the launch files pass none)."""
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "launch_params_*")))
+
+
 def _launch(name: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", RUN, f"{SHARE}/launch/{name}", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=ros_env(), cwd=REPO, start_new_session=True)
@@ -65,6 +73,7 @@ def test_fleet_launch_runs_the_workload_to_the_end(tmp_path):
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(SMALL_FLEET)
     (tmp_path / "params.yaml").write_text(SMALL_PARAMS)
+    before = _params_files_left()
     proc = _launch("timely_fleet.launch.py", f"fleet_file:={fleet}", "autostart:=true")
     try:
         out, _ = proc.communicate(timeout=300)
@@ -76,10 +85,12 @@ def test_fleet_launch_runs_the_workload_to_the_end(tmp_path):
     assert "timely_server ready" in out and "executor ready" in out
     # the workload starts once the server is active: both goals are served (not NOT_ACTIVE), and the launch ends
     assert "2/2 plans executed" in out, out[-4000:]
+    assert _params_files_left() <= before, "the launch left temporary params files"
     assert "Traceback" not in out and "process has died" not in out, out[-4000:]
 
 
 def test_server_launch_comes_up_and_stops_on_sigint():
+    before = _params_files_left()
     proc = _launch("timely_server.launch.py")
     lines: list[str] = []
     try:
@@ -98,3 +109,4 @@ def test_server_launch_comes_up_and_stops_on_sigint():
             proc.communicate()
     assert proc.returncode == 0, "".join(lines[-20:]) + out[-4000:]
     assert "Traceback" not in out and "process has died" not in out, out[-4000:]  # Ctrl-C is a clean exit
+    assert _params_files_left() <= before, "the launch left temporary params files"
