@@ -13,10 +13,9 @@ from typing import Iterator
 import rclpy
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
-from rclpy.qos import QoSProfile
 
 from timely_llm_ros.action import Plan
-from timely_llm_ros.ros.action_client import ActionClient
+from timely_llm_ros.ros.action_client import ActionClient, deep_queues
 from timely_llm_ros.ros.goal_sender import GoalSender
 
 REPO = Path(__file__).resolve().parent.parent
@@ -135,10 +134,8 @@ class PlanClient(SpinningActionClient):
     """An in-process rclpy client (own Context) for the /plan action."""
 
     def __init__(self) -> None:
-        deep = QoSProfile(depth=1000)  # a burst's responses must not be dropped on this side either
-        super().__init__("test_plan_client", Plan, "/plan", goal_service_qos_profile=deep,
-                         result_service_qos_profile=deep, cancel_service_qos_profile=deep,
-                         feedback_sub_qos_profile=deep)   # a loaded client queues many goals' feedback
+        # a burst's responses, and a loaded client's feedback of many goals, must not be dropped on this side either
+        super().__init__("test_plan_client", Plan, "/plan", **deep_queues())
         assert self.client.wait_until_answering(timeout_sec=30.0), "no /plan server"
 
     def send(self, **fields) -> "GoalRun":

@@ -196,7 +196,6 @@ def test_feedback_queued_behind_the_result_still_reaches_the_caller_first(cls, d
     result arrives: the queued feedback is dropped. Ours hands every queued message to the callback, in order,
     before the result completes."""
     from rclpy.action import ActionServer
-
     from rclpy.qos import QoSProfile
 
     with _server_and_client("feedback", ActionServer, cls, feedbacks=30,   # deep enough to queue them all

@@ -12,6 +12,7 @@ from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient as _RclpyActionClient
 from rclpy.action.client import ClientGoalHandle
 from rclpy.exceptions import InvalidHandle
+from rclpy.qos import QoSProfile
 from rclpy.executors import await_or_execute
 from rclpy.task import Future
 from unique_identifier_msgs.msg import UUID
@@ -19,6 +20,14 @@ from unique_identifier_msgs.msg import UUID
 PROBE_WAIT_S = 0.25     # one handshake attempt: how long to wait for the server's answer before asking again
 RESULT_SETTLE_S = 0.5   # a goal that ended this long ago without a result being received: ask again
 _ENDED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatus.STATUS_ABORTED)
+
+
+def deep_queues(depth: int = 1000) -> dict[str, QoSProfile]:
+    """ActionClient keyword arguments giving its goal, result and cancel responses and its feedback a history of
+    ``depth`` (rclpy's default of 10 drops what a burst of goals sends back at once)."""
+    deep = QoSProfile(depth=depth)
+    names = ("goal_service", "result_service", "cancel_service", "feedback_sub")
+    return {f"{name}_qos_profile": deep for name in names}
 
 
 @dataclass(eq=False)

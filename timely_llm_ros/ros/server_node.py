@@ -64,7 +64,9 @@ class PlanServerNode(LifecycleNode):
         self.scheduler: PlanScheduler | None = None
         self.loop: SchedulerThread | None = None
         self.dispatcher: SegmentDispatcher | None = None
-        self._sender: GoalSender | None = None     # goal sends and cancels on the executor (see goal_sender.py)
+        # goal sends and cancels on the executor (goal_sender.py); lives as long as the node (destroyed in shutdown(),
+        # after the executor stopped: rclpy's executor can fail on a guard condition destroyed while it spins)
+        self._sender = GoalSender(self)
         self.skill_sets: dict = {}
         self.urgency_classes: dict = {}
         self.limits = GoalLimits()
@@ -139,8 +141,6 @@ class PlanServerNode(LifecycleNode):
         self.limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
                                  max_new_tokens=p.max_new_tokens)
         self.loop = SchedulerThread(self.scheduler, self._on_events, on_idle=self._on_idle)
-        if self._sender is None:   # one for the node's life: destroyed in shutdown(), after the executor stopped
-            self._sender = GoalSender(self)
         self.dispatcher = SegmentDispatcher(self, self.loop.post, self._sender, p.executor_timeout_s,
                                             p.executor_ack_timeout_s, log_timing=p.log_timing)
         self._discovery_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="discovery")
@@ -232,9 +232,7 @@ class PlanServerNode(LifecycleNode):
     def shutdown(self) -> None:
         """Free ROS entities that destroy_node does not destroy (after the executor stopped)."""
         self._action.destroy()
-        if self._sender is not None:
-            self._sender.destroy()
-            self._sender = None
+        self._sender.destroy()
 
     def policy_options(self) -> dict:
         """Options every policy gets (those a policy does not use are ignored): segment sizes from the skill

@@ -25,7 +25,6 @@ import rclpy
 import yaml
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
-from rclpy.qos import QoSProfile
 from rclpy.serialization import serialize_message
 
 from timely_llm_ros.action import Plan
@@ -34,7 +33,7 @@ from ..core.errors import ErrorCode
 from ..core.workload.bag import RunRecord, load_any, write_run_bag
 from ..core.workload.generator import Workload, WorkloadTask
 from ..paths import config_dir
-from .action_client import ActionClient
+from .action_client import ActionClient, deep_queues
 from .goal_sender import GoalSender
 from .outcome_table import OutcomeRow, format_table
 from .spin import spin_node
@@ -96,10 +95,8 @@ class FleetWorkloadNode(Node):
             self.tasks = yaml.safe_load(path.read_text())
             self.agents = parse_agents(self.agent_entries, self.tasks, int(self.per_agent))
         self.sender = GoalSender(self)  # goals are sent on the executor (see goal_sender.py)
-        deep = QoSProfile(depth=1000)   # a replayed burst: responses and feedback of many goals at once
-        self.client = ActionClient(self, Plan, "plan", callback_group=self.sender.group,
-                                   goal_service_qos_profile=deep, result_service_qos_profile=deep,
-                                   cancel_service_qos_profile=deep, feedback_sub_qos_profile=deep)
+        # a replayed burst: responses and feedback of many goals at once
+        self.client = ActionClient(self, Plan, "plan", callback_group=self.sender.group, **deep_queues())
         self.rows: list[OutcomeRow] = []
         self._rows_lock = threading.Lock()
 

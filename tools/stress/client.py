@@ -13,7 +13,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile
 
 from timely_llm_ros.action import Plan
 from timely_llm_ros.msg import SchedulerState
-from timely_llm_ros.ros.action_client import ActionClient
+from timely_llm_ros.ros.action_client import ActionClient, deep_queues
 from timely_llm_ros.ros.goal_sender import GoalSender
 
 
@@ -53,10 +53,7 @@ class StressClient:
         self.node = rclpy.create_node(name, context=self.context)
         self.sender = GoalSender(self.node)
         # deep client-side queues, so that a goal lost in a burst is lost by the server, not by this client
-        deep = QoSProfile(depth=4096)
-        self.client = ActionClient(self.node, Plan, "/plan", callback_group=self.sender.group,
-                                   goal_service_qos_profile=deep, result_service_qos_profile=deep,
-                                   cancel_service_qos_profile=deep, feedback_sub_qos_profile=deep)
+        self.client = ActionClient(self.node, Plan, "/plan", callback_group=self.sender.group, **deep_queues(4096))
         self.state: SchedulerState | None = None
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._sub = self.node.create_subscription(SchedulerState, "/timely_server/state", self._on_state, latched)
