@@ -4,9 +4,9 @@ resume, and the KV row copies a batch change costs), as a share of generation ti
     .venv/bin/python benchmarks/segmentation_overhead.py --reps 5 --threads 1 [--traces 1 2 6] [--pause 2]
 
 The plans of the TimelyLLM traces (core.workload.lrtrace) are replayed through the engine (forced_ids:
-real forward passes, fixed content) as one batch. After every token the output is detokenized and the new
-text fed to the skill set's incremental segmenter (core.skills StatementSegmenter), as the scheduler's
-_absorb does. When a segment becomes executable the generation is suspended, sits out ``--pause`` steps
+real forward passes, fixed content) as one batch. After every token the new token is detokenized (the
+engine's text stream) and the new text fed to the skill set's incremental segmenter (core.skills
+StatementSegmenter), as the scheduler's _absorb does. When a segment becomes executable the generation is suspended, sits out ``--pause`` steps
 (its robot executes) and is resumed; a finished generation is released. Three row modes of the engine, reps
 interleaved: compact with parked rows (default), gaps (leavers stay in place as gap rows of the decode
 range: no copies, a wasted decode row each), compact with rows cloned out (the old path).
@@ -63,7 +63,7 @@ def run_once(engine: TransformersEngine, traces: list[int], pause: int) -> dict[
         gid = f"t{tid}"
         engine.add(gid, engine.encode(skills.build_prompt(tr.task, tr.context)), 10**4,
                    forced_ids=plan_ids(engine, tr.plan))
-        tracks[gid] = {"seg": skills.segmenter(), "text": "", "ids": [], "segments": 0}
+        tracks[gid] = {"seg": skills.segmenter(), "text": engine.text_stream(), "ids": [], "segments": 0}
     arrange_s = [0.0]
     inner = engine._arrange
 
@@ -126,12 +126,9 @@ def run_once(engine: TransformersEngine, traces: list[int], pause: int) -> dict[
         for gid in list(running):
             t0 = clock()
             track = tracks[gid]
-            track["ids"].append(res.tokens[gid])   # as the scheduler's _absorb: its own id list, whole decode
-            text = engine.decode(track["ids"])
-            segments = []
-            if not text.endswith("\ufffd"):
-                segments = track["seg"].feed(text[len(track["text"]):])
-                track["text"] = text
+            track["ids"].append(res.tokens[gid])   # as the scheduler's _absorb
+            delta = track["text"].push(res.tokens[gid])
+            segments = track["seg"].feed(delta) if delta else []
             track["segments"] += len(segments)
             stop_s += clock() - t0
             if gid in res.finished:             # released at once, as the scheduler does

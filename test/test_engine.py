@@ -343,7 +343,9 @@ def test_a_leading_bos_in_forced_ids_is_not_emitted(tiny):
     assert engine.output_ids("t") == plan[1:]
 
 
-def test_fast_byte_level_detokenizer_matches_the_tokenizer_on_every_prefix():
+def byte_level_tokenizer():
+    """A small byte-level BPE trained here, as transformers and our adapter see it, and a plan's ids that split
+    multi-byte characters across tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -358,10 +360,35 @@ def test_fast_byte_level_detokenizer_matches_the_tokenizer_on_every_prefix():
         show_progress=False))
     hf = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<bos>", eos_token="<eos>")
     tok = HFTokenizer(hf)
-    assert tok._bytes is not None                       # the fast path is in use
     ids = tok.encode(" déjà vu: s('cat');🤖 mu(80);") + [hf.eos_token_id]
+    return hf, tok, ids
+
+
+def test_fast_byte_level_detokenizer_matches_the_tokenizer_on_every_prefix():
+    hf, tok, ids = byte_level_tokenizer()
+    assert tok._bytes is not None                       # the fast path is in use
     for n in range(len(ids) + 1):                       # partial UTF-8 sequences included
         assert tok.decode(ids[:n]) == hf.decode(ids[:n], skip_special_tokens=True)
+
+
+def test_text_streams_give_the_tokenizers_text_token_by_token():
+    from timely_llm_ros.engine.detokenize import ByteStream, PrefixDiffStream
+
+    hf, tok, ids = byte_level_tokenizer()
+    streams = [tok.stream(), PrefixDiffStream(lambda i: hf.decode(i, skip_special_tokens=True))]
+    assert isinstance(streams[0], ByteStream)           # incremental for byte-level BPE
+    texts = ["", ""]
+    held = 0
+    for n, token in enumerate(ids, 1):
+        whole = hf.decode(ids[:n], skip_special_tokens=True)
+        complete = whole[:-1] if whole.endswith("\ufffd") else whole    # without an incomplete last character
+        for k, stream in enumerate(streams):
+            texts[k] += stream.push(token)
+        assert texts[0] == complete, n                  # the byte stream: every complete character at once
+        assert complete.startswith(texts[1]) and (texts[1] == whole or whole.endswith("\ufffd")), n
+        held += whole.endswith("\ufffd")
+    assert held >= 2                                    # the ids did split characters
+    assert texts == [hf.decode(ids, skip_special_tokens=True)] * 2
 
 
 def test_prompts_sharing_a_cached_prefix_prefill_only_the_rest_and_stay_token_exact(tiny):

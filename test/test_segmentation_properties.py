@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from timely_llm_ros.core.skills import SkillSet, load_skill_sets
+from timely_llm_ros.core.skills.minispec import FORMS, _parse_full, _parse_simple
 
 SETS = load_skill_sets()
 DRONE, ARM, CHAT = SETS["drone"], SETS["arm"], SETS["chat"]
@@ -143,6 +144,43 @@ def test_arm_plans_give_one_segment_per_call(case):
     check_statement_plan(ARM, text, deltas)
     segments, _ = segment(ARM, deltas)
     assert [len(s.skills) for s in segments] == [1] * len(ARM.parse_skills(text))
+
+
+def typed(result) -> tuple:
+    """A parse result with every argument's type (True == 1 and Var('x') == 'x' would hide a difference)."""
+    return [(c.name, [(type(a).__name__, a) for a in c.args]) for c in result.skills], result.problems
+
+
+soup = st.lists(st.sampled_from(
+    ["_1", "_", "_x2", "=", "==", "->", "mf", "od", "g", "tp", "zz", "True", "False", "Truex", "x", "(", ")", ",",
+     ";", " ", "\n", "mf(", "od(", "True)", "'a'", '"b b"', "'it\\'s'", "'", "5", "-3", "1.5", "1.", "0.25",
+     "{", "}", "2", "?"]),
+    min_size=1, max_size=9).map("".join)
+simple_statement = st.one_of(drone_call, st.builds(lambda v, c: f"{v}={c}", variable, drone_call),
+                             st.builds(lambda c: f"->{c}", drone_call))
+
+
+@SETTINGS
+@given(text=st.one_of(soup, simple_statement, simple_statement.map(lambda s: s + ";"), drone_plan()),
+       forms=st.sampled_from([FORMS, ("call",), ("call", "assign")]))
+def test_simple_statement_fast_path_agrees_with_the_parser(text, forms):
+    fast = _parse_simple(text, DRONE.skills, forms)
+    if fast is not None:
+        assert typed(fast) == typed(_parse_full(text, DRONE.skills, forms)), text
+
+
+@pytest.mark.parametrize("text", ["s('cat');", " _1 = od( 'cup' ) ;", "->g('x');", "mf(-3);", "d(1.5)", "tp();",
+                                  "  zz(1);", "mf('far');", "mf(1, 2);", "mf(True);", "_2 = mf('x');"])
+def test_fast_path_takes_the_usual_statements_with_the_parsers_problems(text):
+    fast = _parse_simple(text, DRONE.skills, FORMS)
+    assert fast is not None
+    assert typed(fast) == typed(_parse_full(text, DRONE.skills, FORMS))
+
+
+@pytest.mark.parametrize("text", ["l('it\\'s');", "2{mf(1);}", "?iv('a'){tp();}", "mf(od('a'));", "mf(1);tp();",
+                                  "->_1;", "mf(x);"])
+def test_fast_path_leaves_other_texts_to_the_parser(text):
+    assert _parse_simple(text, DRONE.skills, FORMS) is None
 
 
 def test_pending_prefix_invariant_holds_after_every_delta():

@@ -22,7 +22,7 @@ class RequestState(str, Enum):
     FAILED = "failed"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SkillCall:
     """One executable skill call parsed from plan text, e.g. mf(50) -> name='mf', args=(50,)."""
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence, Union
 
 from ..engine.base import Engine, EngineError
+from ..engine.detokenize import TextStream
 from .errors import ErrorCode, RequestError
 from .policies.base import Policy, SchedulingContext
 from .request import Generation, PlanRequest, RequestState, Segment
@@ -96,6 +97,7 @@ class _Track:
     gen: Generation
     segmenter: object
     exec_model: object
+    text: TextStream                                    # the output's text, token by token
     to_dispatch: deque = field(default_factory=deque)   # generated segments not yet sent
     in_flight: deque = field(default_factory=deque)     # sent, not yet finished (the robot runs them in order)
     max_new: int = 200                                  # effective plan-length cap (tokens)
@@ -176,7 +178,8 @@ class PlanScheduler:
         gen = Generation(req=req, prompt_ids=list(prompt_ids), enqueued_at=self.clock())
         gen.prefill_left = self._prefill_left(req.req_id, len(prompt_ids))
         exec_profile = getattr(skill_set, "exec_profile", req.robot_type)
-        self._tracks[req.req_id] = _Track(gen, skill_set.segmenter(), self.exec_models[exec_profile], max_new=max_new)
+        self._tracks[req.req_id] = _Track(gen, skill_set.segmenter(), self.exec_models[exec_profile],
+                                        self.engine.text_stream(), max_new=max_new)
         self._waiting[req.req_id] = gen
         self._set_state(gen, RequestState.QUEUED)
         return self._drain()
@@ -342,10 +345,9 @@ class PlanScheduler:
         eos = self.engine.eos_token_id
         if token is not None and token != eos:
             gen.output_ids.append(token)
-            text = self.engine.decode(gen.output_ids)
-            if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
-                delta = text[len(gen.text):]
-                gen.text = text
+            delta = track.text.push(token)
+            if delta:
+                gen.text += delta
                 for parsed in track.segmenter.feed(delta):
                     if not self._new_segment(track, parsed, t):
                         return
@@ -533,7 +535,7 @@ class PlanScheduler:
         track.engine_held, track.engine_suspended, track.error = True, False, None
         track.max_new = max_new
         track.replans += 1
-        track.segmenter = skill_set.segmenter()
+        track.segmenter, track.text = skill_set.segmenter(), self.engine.text_stream()
         gen.prompt_ids, gen.output_ids, gen.text = list(prompt_ids), [], ""
         gen.seg_token_start = gen.seg_text_start = 0
         gen.seg_gen_started, gen.prefilled, gen.finished_generating = None, False, False

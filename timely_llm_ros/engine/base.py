@@ -13,6 +13,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from .detokenize import PrefixDiffStream, TextStream
+
 
 class EngineError(RuntimeError):
     """An engine failure the server reports as GENERATION_FAILED."""
@@ -52,7 +54,12 @@ class Engine(ABC):
 
     @abstractmethod
     def decode(self, token_ids: Sequence[int]) -> str:
-        """Detokenize output ids (the scheduler calls it incrementally on the whole output)."""
+        """Detokenize output ids."""
+
+    def text_stream(self) -> TextStream:
+        """A detokenizer for one generation's output, token by token (the scheduler makes one per generation).
+        This default decodes the whole output each token; engines with a byte-level tokenizer do better."""
+        return PrefixDiffStream(self.decode)
 
     @abstractmethod
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,

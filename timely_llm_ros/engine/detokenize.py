@@ -1,13 +1,54 @@
-"""Fast detokenization for byte-level BPE tokenizers: a table from token id to its bytes.
+"""Detokenizing a generation as it grows, one token at a time.
 
-The scheduler detokenizes a generation's whole output after every token; through the tokenizer that
-costs tens of microseconds a call, a lookup and one UTF-8 decode cost a few. Built only when the
-tokenizer's decoder is ByteLevel, and checked against the tokenizer before it is used.
+The scheduler needs the text each new token adds. ``PrefixDiffStream`` works with any tokenizer: it decodes
+the whole output after every token and returns what is new (nothing while the text ends inside a multi-byte
+character). For byte-level BPE tokenizers a table from token id to its bytes (``ByteTable``, built only when the
+tokenizer's decoder is ByteLevel and checked against the tokenizer) makes that exact and incremental:
+``ByteStream`` feeds the new token's bytes to an incremental UTF-8 decoder, so a token costs one lookup, however
+long the output. The per-token cost is part of the segmentation overhead, and right after a forward pass it
+runs with cold caches, where decoding the whole output every token cost 2-4x more than one lookup
+(benchmarks/segmentation_overhead.py).
 """
 from __future__ import annotations
 
+import codecs
 import random
-from typing import Sequence
+from typing import Callable, Protocol, Sequence
+
+
+class TextStream(Protocol):
+    """The text of one generation's output, token by token."""
+
+    def push(self, token_id: int) -> str:
+        """Append a token; return the text it completes ("" while a character is still incomplete)."""
+
+
+class PrefixDiffStream:
+    """Any tokenizer: decode the whole output after each token and return what is new since the last call."""
+
+    def __init__(self, decode: Callable[[Sequence[int]], str]) -> None:
+        self._decode, self._ids, self._text = decode, [], ""
+
+    def push(self, token_id: int) -> str:
+        self._ids.append(token_id)
+        text = self._decode(self._ids)
+        if text.endswith("\ufffd"):      # wait for the rest of a multi-byte character
+            return ""
+        delta, self._text = text[len(self._text):], text
+        return delta
+
+
+class ByteStream:
+    """Byte-level BPE: the new token's bytes through an incremental UTF-8 decoder (same text as ByteTable.decode)."""
+
+    __slots__ = ("_table", "_utf8")
+
+    def __init__(self, table: list[bytes]) -> None:
+        self._table = table
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def push(self, token_id: int) -> str:
+        return self._utf8.decode(self._table[token_id])
 
 
 def _byte_level_alphabet() -> dict[str, int]:
@@ -60,3 +101,7 @@ class ByteTable:
     def decode(self, ids: Sequence[int]) -> str:
         table = self._table
         return b"".join([table[i] for i in ids]).decode("utf-8", errors="replace")
+
+    def stream(self) -> ByteStream:
+        """An incremental decoder for one generation."""
+        return ByteStream(self._table)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from .base import Engine, EngineError, MemoryStats, StepResult
+from .detokenize import TextStream
 
 
 class EvictingEngine(Engine):
@@ -41,6 +42,9 @@ class EvictingEngine(Engine):
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.inner.decode(token_ids)
+
+    def text_stream(self) -> TextStream:
+        return self.inner.text_stream()
 
     def set_prompt_tokens(self, gen_id: str, n: int) -> None:
         f = getattr(self.inner, "set_prompt_tokens", None)

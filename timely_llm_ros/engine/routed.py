@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from .base import Engine, EngineError, MemoryStats, StepResult
+from .detokenize import TextStream
 
 
 class RoutedEngine(Engine):
@@ -42,6 +43,9 @@ class RoutedEngine(Engine):
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.primary.decode(token_ids)
+
+    def text_stream(self) -> TextStream:
+        return self.primary.text_stream()
 
     def set_prompt_tokens(self, gen_id: str, n: int) -> None:
         """Simulated engines: forwarded to both (only the chosen one keeps it)."""

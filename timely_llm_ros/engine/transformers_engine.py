@@ -21,6 +21,7 @@ from typing import Sequence
 import torch
 
 from .base import Engine, EngineError, GenerationTable, MemoryStats, StepResult
+from .detokenize import TextStream
 from .kv_cache import KVShape, SlotKV
 from .loader import LoadedModel
 from .prefix_cache import PrefixCache
@@ -104,6 +105,10 @@ class TransformersEngine(GenerationTable, Engine):
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(token_ids)
+
+    def text_stream(self) -> TextStream:
+        stream = getattr(self.tokenizer, "stream", None)
+        return stream() if stream is not None else super().text_stream()
 
     # ----- lifecycle of a generation -----
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,

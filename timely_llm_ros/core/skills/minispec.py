@@ -15,6 +15,9 @@ Grammar (whitespace allowed between tokens)::
 
 VAR is an identifier starting with '_' (``_1``). ``parse`` returns the skill calls in execution order with loops
 unrolled and a conditional's condition followed by its body once (its worst case), plus every problem found.
+A text that is one simple statement (a call, an assignment or a return of one call with plain arguments), the
+segmenter's usual case, is parsed by one regular expression; anything else by the recursive-descent parser.
+Both give the same result (``test_skills.py`` compares them).
 """
 from __future__ import annotations
 
@@ -37,6 +40,13 @@ _TOKEN = re.compile(
     re.X | re.S,
 )
 _ESCAPE = re.compile(r"\\(.)", re.S)
+_PLAIN_ARG = r"""-?\d+(?:\.\d+)?|'[^'\\]*'|"[^"\\]*"|_[A-Za-z0-9_]*|True|False"""
+_SIMPLE = re.compile(   # up to two arguments in groups (no findall for the usual calls), more in ``more``
+    rf"""\s*(?:(?P<var>_[A-Za-z0-9_]*)\s*=|(?P<ret>->))?\s*(?P<name>[A-Za-z][A-Za-z0-9_]*)\s*\(\s*
+    (?:(?P<a1>{_PLAIN_ARG})(?:\s*,\s*(?P<a2>{_PLAIN_ARG}))?(?P<more>(?:\s*,\s*(?:{_PLAIN_ARG}))*))?\s*\)\s*;?\s*""",
+    re.X | re.S,
+)
+_ARG = re.compile(_PLAIN_ARG)
 _COMPARATORS = ("==", "!=", ">", "<", ">=", "<=")
 
 
@@ -57,7 +67,7 @@ class _Stop(Exception):
     """A syntax error: parsing cannot continue."""
 
 
-@dataclass
+@dataclass(slots=True)
 class ParseResult:
     """Skill calls in execution order and the problems found ([] = valid)."""
 
@@ -231,21 +241,52 @@ class _Parser:
                     break
                 self.i += 1
         self._expect(")", f"to close the call to {name.text}")
-        self._check(name, values)
+        _check(name.text, name.pos, values, self.skills, self.problems)
         return nested + [SkillCall(name.text, tuple(values))]
 
-    def _check(self, name: _Tok, values: list[Any]) -> None:
-        spec = self.skills.get(name.text)
-        if spec is None:
-            self.problems.append(f"unknown skill {name.text!r} at offset {name.pos}")
-            return
-        if len(values) != len(spec.args):
-            self.problems.append(f"{name.text} ({spec.long}) takes {len(spec.args)} argument(s), "
-                                 f"got {len(values)} at offset {name.pos}")
-            return
-        for k, (kind, value) in enumerate(zip(spec.args, values), 1):
-            if not _fits(kind, value):
-                self.problems.append(f"{name.text} argument {k} must be {kind}, got {value!r} at offset {name.pos}")
+
+def _check(name: str, pos: int, values: list[Any], skills: Mapping[str, SkillSpec], problems: list[str]) -> None:
+    """Append what is wrong with a call of skill ``name`` at offset ``pos`` with these argument values."""
+    spec = skills.get(name)
+    if spec is None:
+        problems.append(f"unknown skill {name!r} at offset {pos}")
+        return
+    if len(values) != len(spec.args):
+        problems.append(f"{name} ({spec.long}) takes {len(spec.args)} argument(s), got {len(values)} at offset {pos}")
+        return
+    for k, (kind, value) in enumerate(zip(spec.args, values), 1):
+        if not _fits(kind, value):
+            problems.append(f"{name} argument {k} must be {kind}, got {value!r} at offset {pos}")
+
+
+def _plain_value(text: str) -> Any:
+    """The value of one plain argument (a number, a string without escapes, a variable, True or False)."""
+    first = text[0]
+    if first in "'\"":
+        return text[1:-1]
+    if first == "_":
+        return Var(text)
+    if text in ("True", "False"):
+        return text == "True"
+    return float(text) if "." in text else int(text)
+
+
+def _parse_simple(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, ...]) -> ParseResult | None:
+    """The result for a text that is one simple statement in an allowed form, else None (use the parser)."""
+    m = _SIMPLE.fullmatch(text)
+    if m is None:
+        return None
+    var, ret, name, a1, a2, more = m.group("var", "ret", "name", "a1", "a2", "more")
+    if ("assign" if var is not None else "return" if ret else "call") not in forms:
+        return None
+    values = [] if a1 is None else [_plain_value(a1)] if a2 is None else [_plain_value(a1), _plain_value(a2)]
+    if more:
+        values += [_plain_value(a) for a in _ARG.findall(more)]
+    result = ParseResult([SkillCall(name, tuple(values))])
+    spec = skills.get(name)
+    if spec is None or len(spec.args) != len(values) or not all(map(_fits, spec.args, values)):
+        _check(name, m.start("name"), values, skills, result.problems)
+    return result
 
 
 def _fits(kind: str, value: Any) -> bool:
@@ -259,6 +300,12 @@ def _fits(kind: str, value: Any) -> bool:
 
 def parse(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, ...] = FORMS) -> ParseResult:
     """Parse a whole plan (or segment) text."""
+    simple = _parse_simple(text, skills, forms)
+    return simple if simple is not None else _parse_full(text, skills, forms)
+
+
+def _parse_full(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, ...]) -> ParseResult:
+    """The recursive-descent parser: any text."""
     try:
         parser = _Parser(text, skills, forms)
     except _Stop as stop:

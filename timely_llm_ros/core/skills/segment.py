@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..request import SkillCall
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ParsedSegment:
     """An executable piece of plan text and the skill calls it makes, in execution order."""
 
