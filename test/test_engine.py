@@ -65,12 +65,14 @@ def test_suspend_resume_at_arbitrary_points_is_token_exact(tiny):
     assert engine.output_ids("g") == solo_greedy(tiny, ids, 40)
 
 
-ROW_MODES = {"gaps": (True, True), "compact": (True, False), "cloned": (False, False)}   # park_rows, decode_gaps
+ROW_MODES = {   # park_rows, decode_gaps, slide_window
+    "gaps": (True, True, True), "compact": (True, False, True), "compact-fixed": (True, False, False),
+    "cloned": (False, False, False)}
 
 
 def make_mode(tiny, mode: str, **kw) -> TransformersEngine:
     engine = make(tiny, **kw)
-    engine.park_rows, engine.decode_gaps = ROW_MODES[mode]
+    engine.park_rows, engine.decode_gaps, engine.slide_window = ROW_MODES[mode]
     return engine
 
 
@@ -91,17 +93,45 @@ def test_a_leaver_stays_parked_in_the_store_and_rejoins_token_exact(tiny):
             gen = engine._gens[leaver]
             if mode == "gaps":                 # kept in place, a gap inside the decode range
                 assert gen.kv is None and gen.row == row and engine._store.gaps == 1
-            elif mode == "compact":            # parked in a store row outside the active range
-                assert gen.kv is None and gen.row is not None and gen.row >= 3
+            elif mode == "compact":            # not copied: the window of the 3 others moved away from it
+                assert gen.kv is None and gen.row == row and not engine._lo <= row < engine._lo + 3
+            elif mode == "compact-fixed":      # parked in a store row outside the window [0, 3)
+                assert gen.kv is None and gen.row is not None and gen.row >= 3 and engine._lo == 0
             else:
                 assert gen.row is None and gen.kv is not None
             engine.step(others)
             engine.resume(leaver)
             engine.step([f"g{i}" for i in range(4)])
         outs[mode] = [engine.output_ids(f"g{i}") for i in range(4)]
-    assert outs["gaps"] == outs["compact"] == outs["cloned"]
+    assert outs["gaps"] == outs["compact"] == outs["compact-fixed"] == outs["cloned"]
     for i in range(4):
         assert outs["gaps"][i] == solo_greedy(tiny, ids[i], 24)[:len(outs["gaps"][i])]
+
+
+@pytest.mark.parametrize("slide", [True, False])
+def test_a_leaver_at_the_edge_of_the_window_moves_no_kv_when_the_window_slides(tiny, slide):
+    engine = make_mode(tiny, "compact")
+    engine.slide_window = slide
+    ids = {f"g{i}": prompt(20 + i, 8 + 3 * i) for i in range(4)}
+    for gid, p in ids.items():
+        engine.add(gid, p, 20)
+    engine.step(list(ids))
+    engine.step(list(ids))
+    assert engine._lo == 0 and all(g is not None for g in engine._slots[:4])
+    bottom = engine._slots[0].gen_id
+    others = [g for g in ids if g != bottom]
+    before = engine._store.moves
+    engine.suspend(bottom)
+    engine.step(others)
+    # sliding: the window becomes rows [1, 4) and nothing moves; fixed at [0, 3): the leaver moves out and the
+    # generation in row 3 moves down into row 0
+    assert engine._store.moves - before == (0 if slide else 2)
+    assert engine._lo == (1 if slide else 0)
+    engine.resume(bottom)
+    while not all(engine._gens[g].finished for g in ids):
+        engine.step([g for g in ids if not engine._gens[g].finished])
+    for gid, p in ids.items():
+        assert engine.output_ids(gid) == solo_greedy(tiny, p, 20), gid
 
 
 @pytest.mark.parametrize("mode", list(ROW_MODES))
@@ -161,8 +191,9 @@ def test_gap_rows_keep_their_kv_and_cost_no_copies(tiny):
         assert engine._store.active == 3 and engine._store.gaps == 1
     assert torch.equal(engine._store.read_row(parked.row, engine._store.capacity), before)
     assert engine.gap_row_steps == engine.gap_rent_steps
-    engine.step(["g0", "g2"])                 # the rent is paid: rows compacted, g1 parked out of the range
-    assert engine._store.active == 2 and engine._store.gaps == 0 and parked.row >= 2
+    engine.step(["g0", "g2"])                 # the rent is paid: rows compacted, g1 parked out of the window
+    assert engine._store.active == 2 and engine._store.gaps == 0
+    assert not engine._lo <= parked.row < engine._lo + 2
     engine.resume("g1")
     while not all(engine._gens[g].finished for g in ("g0", "g1", "g2")):
         engine.step([g for g in ("g0", "g1", "g2") if not engine._gens[g].finished])

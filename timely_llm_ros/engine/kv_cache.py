@@ -3,8 +3,8 @@
 Buffer ``[layers, 2, rows, kv_heads, capacity, head_dim]``. A generation resident in row ``r``
 keeps its ``n`` tokens left-aligned in columns ``[0, n)`` and appends at column ``n``; rows are
 independent, so a generation joins or leaves the batch by copying only its own row. A decode
-step runs over rows ``[0, active)``: each row writes its new key/value at its own column (one
-indexed write per layer) and attention reads a view masked to each row's length. Rows of that range
+step runs over a window of rows ``[lo, lo + active)``: each row writes its new key/value at its own
+column (one indexed write per layer) and attention reads a view masked to each row's length. Rows of that range
 may be gaps (a parked generation, or an empty row): they ride along in the forward with a dummy
 token, attend to one column, write nothing and do not advance, so their KV stays untouched.
 """
@@ -81,15 +81,15 @@ class _SlotLayer(CacheLayerMixin):
                 keys[s.prefill_index, :, :q] = key_states
                 values[s.prefill_index, :, :q] = value_states
             return key_states, value_states
-        rows, cols = s.row_index, s.write_cols                         # one new token per live row
+        rows, cols = s.store_index, s.write_cols                       # one new token per live row
         if s.gaps:                                                     # gap rows write nothing
-            keys[rows, :, cols] = key_states[rows, :, 0]
-            values[rows, :, cols] = value_states[rows, :, 0]
+            keys[rows, :, cols] = key_states[s.row_index, :, 0]
+            values[rows, :, cols] = value_states[s.row_index, :, 0]
         else:
             keys[rows, :, cols] = key_states[:, :, 0]
             values[rows, :, cols] = value_states[:, :, 0]
-        end = s.max_length + 1
-        return keys[:s.active, :, :end], values[:s.active, :, :end]
+        end, lo = s.max_length + 1, s.lo
+        return keys[lo:lo + s.active, :, :end], values[lo:lo + s.active, :, :end]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.get_seq_length() + query_length, 0
@@ -103,7 +103,7 @@ class _SlotLayer(CacheLayerMixin):
 
 
 class SlotKV(Cache):
-    """Rows of KV for resident generations; a forward either prefills fresh rows or decodes rows [0, active)."""
+    """Rows of KV for resident generations; a forward either prefills fresh rows or decodes rows [lo, lo + active)."""
 
     def __init__(self, shape: KVShape, device: torch.device | str, rows: int = 4, capacity: int = 256) -> None:
         self.shape = shape
@@ -113,12 +113,15 @@ class SlotKV(Cache):
         self.prefill_offset = 0                        # columns already filled (a reused prompt prefix)
         self.prefill_index = torch.zeros(0, dtype=torch.long, device=self.device)
         self.active = 0
+        self.lo = 0                            # first row of the decode window
         self.lengths: list[int] = []           # tokens of the active rows (host copy)
         self.max_length = 0
         self.lengths_t = torch.zeros(0, dtype=torch.long, device=self.device)
-        self.row_index = torch.zeros(0, dtype=torch.long, device=self.device)   # live rows of the range
+        self.row_index = torch.zeros(0, dtype=torch.long, device=self.device)   # live rows of the window
+        self.store_index = self.row_index      # the same rows as store rows (row_index + lo)
         self.write_cols = self.lengths_t       # column each live row appends at
         self.gaps = 0                          # rows of the decode range that are not live
+        self.moves = 0                         # row moves so far (load-independent cost of placement)
         self._live: set[int] = set()
         self._cols = torch.arange(capacity, device=self.device)
         super().__init__(layers=[_SlotLayer(self, i) for i in range(shape.layers)])
@@ -163,6 +166,7 @@ class SlotKV(Cache):
 
     def move_row(self, src: int, dst: int, n: int) -> None:
         """Copy the first n columns of row src into row dst."""
+        self.moves += 1
         self.buffer[:, :, dst, :, :n].copy_(self.buffer[:, :, src, :, :n])
 
     # ----- modes -----
@@ -178,11 +182,13 @@ class SlotKV(Cache):
     def end_prefill(self) -> None:
         self.prefill_rows, self.prefill_offset = None, 0
 
-    def begin_decode(self, lengths: Sequence[int | None], changed: bool) -> torch.Tensor:
-        """The next forward appends one token to each live row of [0, len(lengths)); ``None`` marks a gap
-        row (it attends to column 0 only and keeps its KV). Returns the 4D mask."""
+    def begin_decode(self, lengths: Sequence[int | None], changed: bool, lo: int = 0) -> torch.Tensor:
+        """The next forward appends one token to each live row of [lo, lo + len(lengths)); ``None`` marks a gap
+        row (it attends to column 0 only and keeps its KV). ``changed`` must be set whenever the rows, their
+        generations or ``lo`` differ from the previous decode. Returns the 4D mask."""
         self.prefill_rows = None
         if changed:
+            self.lo = lo
             live = [r for r, n in enumerate(lengths) if n is not None]
             self._live = set(live)
             self.active, self.gaps = len(lengths), len(lengths) - len(live)
@@ -190,6 +196,7 @@ class SlotKV(Cache):
                                           device=self.device)
             self.row_index = torch.tensor(live, dtype=torch.long, device=self.device) if self.gaps else \
                 torch.arange(self.active, device=self.device)
+            self.store_index = self.row_index + lo if lo else self.row_index
         self.lengths = [0 if n is None else n for n in lengths]
         self.max_length = max(self.lengths)
         self.write_cols = self.lengths_t[self.row_index] if self.gaps else self.lengths_t

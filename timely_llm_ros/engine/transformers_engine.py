@@ -2,10 +2,11 @@
 
 A generation's KV lives either in a row of the shared slot store (SlotKV) or, when it left the
 batch, in its own tensor ``[layers, 2, kv_heads, n, head_dim]`` on the device or offloaded to host
-memory. A step decodes all already-prefilled generations in ONE forward over rows [0, B) of the
-store, then prefills new generations one by one straight into free rows (no copy when they join the
-batch next step). Rows are independent (left-aligned, each appends at its own column), so the batch
-changing costs only copies of the rows that leave or join, never a re-pack of the whole batch.
+memory. A step decodes all already-prefilled generations in ONE forward over a window of B contiguous
+rows [lo, lo + B) of the store, then prefills new generations one by one straight into free rows.
+Rows are independent (left-aligned, each appends at its own column), so the batch changing costs only
+copies of the rows that leave or join, never a re-pack of the whole batch, and the window slides to
+where the fewest rows must move (a generation leaving at either edge moves nothing).
 With ``decode_gaps`` the decode instead runs over the rows the batch occupies, leavers left in place as
 gap rows (no copies, a wasted decode row each); off by default, see ``_arrange``.
 Invariant: a prefilled generation's KV holds prompt + output[:-1]; output[-1] is the next input.
@@ -86,12 +87,16 @@ class TransformersEngine(GenerationTable, Engine):
         self._store: SlotKV | None = None
         self._slots: list[_Generation | None] = []    # resident generation of each store row
         self._last_active: list[_Generation | None] = []
+        self._lo = 0                                    # first store row of the last decode's window
         self._suspend_counter = itertools.count(1)
         self.park_rows = True      # leavers stay in spare store rows (False: cloned out; ablation)
+        # the decode window [lo, lo + B) goes wherever the fewest rows must move, so a generation leaving at either
+        # edge of it moves nothing (False: the window is always [0, B); ablation)
+        self.slide_window = True
         # keep the slot store when the last generation is released: its memory pages stay mapped, so the next
         # busy period's first writes and row moves do not page-fault (a fresh row costs ~4x a warm one on CPU)
         self.keep_idle_store = False
-        # decode over the rows the batch occupies, gaps included, instead of compacting them to [0, B): no row
+        # decode over the rows the batch occupies, gaps included, instead of compacting them into a window: no row
         # copies, but every gap row costs decode compute. Off: on the embedded planner (CPU) a gap row adds
         # ~0.5 ms to a step while a row move costs ~0.2 ms (benchmarks/segmentation_overhead.py)
         self.decode_gaps = False
@@ -327,7 +332,7 @@ class TransformersEngine(GenerationTable, Engine):
     def _decode(self, gens: list[_Generation], result: StepResult) -> None:
         changed, order = self._arrange(gens)
         store = self._store
-        mask = store.begin_decode([None if g is None else g.kv_len for g in order], changed)
+        mask = store.begin_decode([None if g is None else g.kv_len for g in order], changed, self._lo)
         ids = torch.tensor([[0 if g is None else g.output[-1]] for g in order], dtype=torch.long, device=self.device)
         positions = store.positions()
         if any(g is not None and g.pos_offset for g in order):   # evicted prompt KV: original positions kept
@@ -406,13 +411,17 @@ class TransformersEngine(GenerationTable, Engine):
         traffic dominates; where per-row compute dominates, as on CPU, gaps cost more and stay off).
         Without ``decode_gaps`` (default) the rows are compacted at every membership change (``_compact``).
         """
-        batch = len(gens)
-        if (self._store is not None and max(g.kv_len for g in gens) < self._store.capacity
-                and all(g.row is not None and g.row < batch and self._slots[g.row] is g for g in gens)):
-            order = self._slots[:batch]             # rows [0, B) already hold exactly these: nothing to place
-            changed, self._last_active, self._gap_age = order != self._last_active, order, {}
-            return changed, order
+        batch, lo = len(gens), self._lo
+        if self._store is not None and max(g.kv_len for g in gens) < self._store.capacity:
+            rows = [g.row for g in gens]
+            if None not in rows and max(rows) - min(rows) == batch - 1 and (self.slide_window or min(rows) == 0):
+                lo = min(rows)                      # a window of rows already holds exactly these: nothing to place
+                order = self._slots[lo:lo + batch]
+                changed = order != self._last_active or lo != self._lo
+                self._last_active, self._lo, self._gap_age = order, lo, {}
+                return changed, order
         if self.park_rows and self.decode_gaps:
+            self._lo = 0
             order, moved = self._place_in_gaps(gens)
             self._gap_age = {r: self._gap_age.get(r, 0) + 1 for r, g in enumerate(order) if g is None}
             if max(self._gap_age.values(), default=0) <= self.gap_rent_steps:
@@ -435,48 +444,70 @@ class TransformersEngine(GenerationTable, Engine):
         return [g if g in wanted else None for g in self._slots[:top]], moved
 
     def _compact(self, gens: list[_Generation]) -> tuple[bool, list[_Generation | None]]:
-        """Make rows [0, B) hold exactly these generations, copying only rows that leave or join.
+        """Make a window of rows [lo, lo + B) hold exactly these generations, copying only rows that leave or join.
 
-        A generation leaving the batch stays resident ("parked") in a store row >= B: it is moved there
-        only if it sat in [0, B), and rejoins with one row move. Moving between rows of the store is ~3-5x
-        cheaper than cloning the row into a fresh tensor (no allocation, no page faults). With
-        ``park_rows`` off (ablation) leaving rows are cloned out as before.
+        A generation leaving the batch stays resident ("parked") in a store row outside the window: it is moved
+        only if it sat inside the new window, then to the free row nearest the window (so that a rejoin may only
+        widen it), and rejoins with one row move or none. With ``slide_window`` the window goes where the fewest
+        rows must move (``_window``), so a generation leaving at either edge of the last window moves nothing;
+        without it the window is [0, B). Moving between rows of the store is ~3-5x cheaper than cloning the row
+        into a fresh tensor (no allocation, no page faults). With ``park_rows`` off (ablation) leaving rows are
+        cloned out as before.
         """
         batch, wanted = len(gens), set(gens)
-        parked = [g for g in self._slots if g is not None and g not in wanted]
         if not self.park_rows:
-            for gen in parked:
+            for gen in [g for g in self._slots if g is not None and g not in wanted]:
                 self._evict(gen, to_host=False)
-            parked = []
-        self._store_for(rows=batch + len(parked), capacity=max(g.kv_len for g in gens) + 1, gens=gens)
-        store, slots, moved = self._store, self._slots, False
-        spare = [r for r in range(len(slots) - 1, batch - 1, -1) if slots[r] is None]
-        for r in range(batch):                      # park leavers that sit in the active range
+        parked = sum(1 for g in self._slots if g is not None and g not in wanted)
+        self._store_for(rows=batch + parked, capacity=max(g.kv_len for g in gens) + 1, gens=gens)
+        store, slots = self._store, self._slots
+        lo = self._window(gens, wanted) if self.slide_window else 0
+        hi = lo + batch
+        outside = [g for g in gens if g.row is not None and not lo <= g.row < hi]
+        moved = bool(outside)
+
+        def move_in(gen: _Generation, dst: int) -> None:
+            store.move_row(gen.row, dst, gen.kv_len)
+            slots[gen.row], slots[dst], gen.row = None, gen, dst
+
+        free_in = [r for r in range(lo, hi) if slots[r] is None]
+        while outside and free_in:                  # rows freed outside can take the leavers below
+            move_in(outside.pop(), free_in.pop())
+        nearest = sorted((r for r in range(len(slots)) if slots[r] is None and not lo <= r < hi),
+                         key=lambda r: lo - r if r < lo else r - hi, reverse=True)
+        for r in range(lo, hi):                     # park leavers that sit in the window
             gen = slots[r]
             if gen is not None and gen not in wanted:
-                if spare:
-                    dst = spare.pop()
+                if nearest:
+                    dst = nearest.pop()
                     store.move_row(r, dst, gen.kv_len)
                     slots[r], slots[dst], gen.row = None, gen, dst
                 else:
                     self._evict(gen, to_host=False)
                 moved = True
-        free = [r for r in range(batch) if slots[r] is None]
-        for r in range(batch, len(slots)):
-            gen = slots[r]
-            if gen is not None and gen in wanted:
-                dst = free.pop()
-                store.move_row(r, dst, gen.kv_len)
-                slots[r], slots[dst], gen.row, moved = None, gen, dst, True
+        free_in = [r for r in range(lo, hi) if slots[r] is None]
+        for gen in outside:
+            move_in(gen, free_in.pop())
         for gen in gens:
             if gen.row is None:
-                dst = free.pop()
+                dst = free_in.pop()
                 store.write_row(dst, gen.kv)
                 slots[dst], gen.row, gen.kv, moved = gen, dst, None, True
-        active = slots[:batch]
-        changed = moved or active != self._last_active
-        self._last_active = active
+        active = slots[lo:hi]
+        changed = moved or active != self._last_active or lo != self._lo
+        self._last_active, self._lo = active, lo
         return changed, active
+
+    def _window(self, gens: list[_Generation], wanted: set[_Generation]) -> int:
+        """First row of the window of len(gens) store rows that needs the fewest row copies: parked generations
+        inside it move out, wanted ones outside it move in. Ties go to the window nearest the store's middle
+        (room on both sides to park the next leavers next to it)."""
+        slots, batch = self._slots, len(gens)
+        # +1 for a parked row (it would move out), -1 for a wanted row (it would not move in)
+        marks = [0 if g is None else -1 if g in wanted else 1 for g in slots]
+        acc = [0, *itertools.accumulate(marks)]
+        span = len(slots) - batch
+        return min(range(span + 1), key=lambda lo: (acc[lo + batch] - acc[lo], abs(2 * lo - span)))
 
     def _store_for(self, rows: int, capacity: int, gens: list[_Generation]) -> SlotKV:
         """The slot store, created or grown to hold ``rows`` rows of ``capacity`` columns."""
