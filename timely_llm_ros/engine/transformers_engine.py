@@ -421,12 +421,11 @@ class TransformersEngine(GenerationTable, Engine):
                 self._last_active, self._lo, self._gap_age = order, lo, {}
                 return changed, order
         if self.park_rows and self.decode_gaps:
-            self._lo = 0
             order, moved = self._place_in_gaps(gens)
             self._gap_age = {r: self._gap_age.get(r, 0) + 1 for r, g in enumerate(order) if g is None}
             if max(self._gap_age.values(), default=0) <= self.gap_rent_steps:
-                changed = moved or order != self._last_active
-                self._last_active = order
+                changed = moved or order != self._last_active or self._lo != 0
+                self._last_active, self._lo = order, 0     # gap rows: the decode range starts at row 0
                 return changed, order
         self._gap_age = {}
         return self._compact(gens)

@@ -17,7 +17,7 @@ VAR is an identifier starting with '_' (``_1``). ``parse`` returns the skill cal
 unrolled and a conditional's condition followed by its body once (its worst case), plus every problem found.
 A text that is one simple statement (a call, an assignment or a return of one call with plain arguments), the
 segmenter's usual case, is parsed by one regular expression; anything else by the recursive-descent parser.
-Both give the same result (``test_skills.py`` compares them).
+Both give the same result (``test/test_segmentation_properties.py`` compares them).
 """
 from __future__ import annotations
 
