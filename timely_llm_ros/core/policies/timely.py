@@ -284,12 +284,8 @@ class TimelyPolicy(Policy):
             cost.step_token_budget - sum(1 for g in order if g.prefilled and id(g) in live), 0)
         work, prefills = 0.0, 0
         cap, wave, crowd = self.step_prefill_s, None, self._crowd(ranked, waiting, now) if self.crowd_plan else []
-        if crowd and self.crowd_promise:   # deferred members may rank low: the crowd goes where its best one is
-            prio.update((id(g), self.priority(g, now)) for g in crowd if id(g) not in prio)
-            members, top = {id(g) for g in crowd}, max(self.priority(g, now) for g in crowd)
-            order = [g for g in order if id(g) not in members]
-            at = next((i for i, g in enumerate(order) if prio[id(g)] < top), len(order))
-            order[at:at] = crowd
+        if crowd and self.crowd_promise:
+            order = self._crowd_where_its_best_ranks(order, crowd, prio, now)
         for gen in order:
             if wave is None and crowd and gen is crowd[0]:   # the plan weighs the members admitted so far
                 wave = self._first_wave(batch, crowd, now, cost)
@@ -344,6 +340,16 @@ class TimelyPolicy(Policy):
             crowd = [pool[r] for r in kept] + [g for g in crowd if g.req.req_id not in self._promised]
         crowd = crowd[:8]
         return crowd if len(crowd) >= 2 else []
+
+    def _crowd_where_its_best_ranks(self, order: list[Generation], crowd: list[Generation], prio: dict[int, float],
+                                    now: float) -> list[Generation]:
+        """Option crowd_promise: members a split deferred may rank low, so the whole crowd moves, in its own order,
+        to where its best-ranked member would stand in ``order`` (``prio`` gains the members it lacked)."""
+        prio.update((id(g), self.priority(g, now)) for g in crowd if id(g) not in prio)
+        members, top = {id(g) for g in crowd}, max(prio[id(g)] for g in crowd)
+        rest = [g for g in order if id(g) not in members]
+        at = next((i for i, g in enumerate(rest) if prio[id(g)] < top), len(rest))
+        return rest[:at] + list(crowd) + rest[at:]
 
     def _score(self, utilities: Sequence[float]) -> tuple[int, float]:
         """What the crowd plan maximises: (members served with positive utility, summed utility) with
