@@ -406,7 +406,7 @@ def test_text_streams_give_the_tokenizers_text_token_by_token():
     from timely_llm_ros.engine.detokenize import ByteStream, PrefixDiffStream
 
     hf, tok, ids = byte_level_tokenizer()
-    streams = [tok.stream(), PrefixDiffStream(lambda i: hf.decode(i, skip_special_tokens=True))]
+    streams = [tok.byte_table.stream(), PrefixDiffStream(lambda i: hf.decode(i, skip_special_tokens=True))]
     assert isinstance(streams[0], ByteStream)           # incremental for byte-level BPE
     texts = ["", ""]
     held = 0

@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
-from .detokenize import ByteTable, PrefixDiffStream, TextStream
+from .detokenize import ByteTable
 
 # Named random shapes. "llama3-8b" is Llama-3-8B's geometry; "-Nl" variants keep the width and cut layers.
 RANDOM_CONFIGS: dict[str, dict] = {
@@ -68,9 +68,10 @@ class HFTokenizer:
             return self._bytes.decode(ids)
         return self._tok.decode(list(ids), skip_special_tokens=True)
 
-    def stream(self) -> TextStream:
-        """A detokenizer for one generation, token by token (incremental for byte-level BPE)."""
-        return self._bytes.stream() if self._bytes is not None else PrefixDiffStream(self.decode)
+    @property
+    def byte_table(self) -> ByteTable | None:
+        """The verified id -> bytes table of a byte-level BPE tokenizer (None for others)."""
+        return self._bytes
 
 
 @dataclass

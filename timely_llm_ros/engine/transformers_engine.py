@@ -112,8 +112,8 @@ class TransformersEngine(GenerationTable, Engine):
         return self.tokenizer.decode(token_ids)
 
     def text_stream(self) -> TextStream:
-        stream = getattr(self.tokenizer, "stream", None)
-        return stream() if stream is not None else super().text_stream()
+        table = getattr(self.tokenizer, "byte_table", None)   # byte-level BPE: incremental
+        return table.stream() if table is not None else super().text_stream()
 
     # ----- lifecycle of a generation -----
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
@@ -411,7 +411,7 @@ class TransformersEngine(GenerationTable, Engine):
         traffic dominates; where per-row compute dominates, as on CPU, gaps cost more and stay off).
         Without ``decode_gaps`` (default) the rows are compacted at every membership change (``_compact``).
         """
-        batch, lo = len(gens), self._lo
+        batch = len(gens)
         if self._store is not None and max(g.kv_len for g in gens) < self._store.capacity:
             rows = [g.row for g in gens]
             if None not in rows and max(rows) - min(rows) == batch - 1 and (self.slide_window or min(rows) == 0):
@@ -460,33 +460,31 @@ class TransformersEngine(GenerationTable, Engine):
         parked = sum(1 for g in self._slots if g is not None and g not in wanted)
         self._store_for(rows=batch + parked, capacity=max(g.kv_len for g in gens) + 1, gens=gens)
         store, slots = self._store, self._slots
-        lo = self._window(gens, wanted) if self.slide_window else 0
+        lo = self._window(batch, wanted) if self.slide_window else 0
         hi = lo + batch
         outside = [g for g in gens if g.row is not None and not lo <= g.row < hi]
         moved = bool(outside)
 
-        def move_in(gen: _Generation, dst: int) -> None:
+        def move(gen: _Generation, dst: int) -> None:
             store.move_row(gen.row, dst, gen.kv_len)
             slots[gen.row], slots[dst], gen.row = None, gen, dst
 
         free_in = [r for r in range(lo, hi) if slots[r] is None]
         while outside and free_in:                  # rows freed outside can take the leavers below
-            move_in(outside.pop(), free_in.pop())
+            move(outside.pop(), free_in.pop())
         nearest = sorted((r for r in range(len(slots)) if slots[r] is None and not lo <= r < hi),
                          key=lambda r: lo - r if r < lo else r - hi, reverse=True)
         for r in range(lo, hi):                     # park leavers that sit in the window
             gen = slots[r]
             if gen is not None and gen not in wanted:
                 if nearest:
-                    dst = nearest.pop()
-                    store.move_row(r, dst, gen.kv_len)
-                    slots[r], slots[dst], gen.row = None, gen, dst
+                    move(gen, nearest.pop())
                 else:
                     self._evict(gen, to_host=False)
                 moved = True
         free_in = [r for r in range(lo, hi) if slots[r] is None]
         for gen in outside:
-            move_in(gen, free_in.pop())
+            move(gen, free_in.pop())
         for gen in gens:
             if gen.row is None:
                 dst = free_in.pop()
@@ -497,11 +495,11 @@ class TransformersEngine(GenerationTable, Engine):
         self._last_active, self._lo = active, lo
         return changed, active
 
-    def _window(self, gens: list[_Generation], wanted: set[_Generation]) -> int:
-        """First row of the window of len(gens) store rows that needs the fewest row copies: parked generations
+    def _window(self, batch: int, wanted: set[_Generation]) -> int:
+        """First row of the window of ``batch`` store rows that needs the fewest row copies: parked generations
         inside it move out, wanted ones outside it move in. Ties go to the window nearest the store's middle
         (room on both sides to park the next leavers next to it)."""
-        slots, batch = self._slots, len(gens)
+        slots = self._slots
         # +1 for a parked row (it would move out), -1 for a wanted row (it would not move in)
         marks = [0 if g is None else -1 if g in wanted else 1 for g in slots]
         acc = [0, *itertools.accumulate(marks)]

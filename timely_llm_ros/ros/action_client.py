@@ -12,8 +12,8 @@ from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient as _RclpyActionClient
 from rclpy.action.client import ClientGoalHandle
 from rclpy.exceptions import InvalidHandle
-from rclpy.qos import QoSProfile
 from rclpy.executors import await_or_execute
+from rclpy.qos import QoSProfile
 from rclpy.task import Future
 from unique_identifier_msgs.msg import UUID
 
