@@ -6,11 +6,11 @@ resume, and the KV row copies a batch change costs), as a share of generation ti
 The plans of the TimelyLLM traces (core.workload.lrtrace) are replayed through the engine (forced_ids:
 real forward passes, fixed content) as one batch. After every token the new token is detokenized (the
 engine's text stream) and the new text fed to the skill set's incremental segmenter (core.skills
-StatementSegmenter), as the scheduler's _absorb does. When a segment becomes executable the generation is suspended, sits out ``--pause`` steps
-(its robot executes) and is resumed; a finished generation is released. Four row modes of the engine, reps
-interleaved: compact with parked rows in a sliding decode window (default), the same with the window fixed at
-rows [0, B), gaps (leavers stay in place as gap rows of the decode range: no copies, a wasted decode row
-each), compact with rows cloned out (the old path).
+StatementSegmenter), as the scheduler's _absorb does. When a segment becomes executable the generation is
+suspended, sits out ``--pause`` steps (its robot executes) and is resumed; a finished generation is released.
+Four row modes of the engine, reps interleaved: compact with parked rows in a sliding decode window
+(default), the same with the window fixed at rows [0, B), gaps (leavers stay in place as gap rows of the decode
+range: no copies, a wasted decode row each), compact with rows cloned out (the old path).
 Generation time = the engine's step times (row copies and gap rows included). The overhead shown counts
 the row copies (timed inside the steps), and then also the gap rows' decode compute: gap row-steps times
 the measured extra step time of one gap row (same live rows with and without gaps, interleaved steps).
