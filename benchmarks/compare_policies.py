@@ -39,7 +39,8 @@ from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.workload import generate, load_spec, load_workload  # noqa: E402
 from timely_llm_ros.core.workload.generator import Workload, burst  # noqa: E402
 
-DEFAULT_POLICIES = ("timely,timely-fixed,timely-nodrop,timely-open-loop,timely-nopreempt,timely-chunked,timely-maxseg,"
+DEFAULT_POLICIES = ("timely,timely-fixed,timely-nodrop,timely-open-loop,timely-nopreempt,timely-mixed-steps,"
+                    "timely-chunked,timely-maxseg,"
                     "timely-reloads-free,timely-fixed-cap,edf,edf-admit,fcfs,fcfs-admit,vllm-stream,vllm")
 BOUND_POLICIES = ("timely", "edf-admit", "edf", "vllm-stream")
 
@@ -83,6 +84,7 @@ register_preset("closed-loop",
 register_variant("timely-fixed", "timely", {"adaptive": False})
 register_variant("timely-nodrop", "timely", {"drop": "never"})
 register_variant("timely-nopreempt", "timely", {"preempt": False})
+register_variant("timely-mixed-steps", "timely", {"prefill_alone": False})   # prefill steps carry the decode pass
 register_variant("timely-paper-admit", "timely", {"prefill_aware": False, "preempt": False})
 register_variant("timely-deadline-admit", "timely", {"admission": "deadline"})
 register_variant("timely-chunked", "timely", {}, {"step_token_budget": 256})

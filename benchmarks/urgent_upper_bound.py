@@ -101,6 +101,52 @@ def wave_optimum(n: int, lat, tuf, ctx: int, new: int, m: int) -> float:
     return best(n, (), 0.0)
 
 
+def cluster_optimum(arrivals: tuple[float, ...], lat, tuf, ctx: int, new: int, m: int) -> float:
+    """Reference, not a bound: the best total utility for one class's requests arriving at the given times (sorted,
+    a cluster), on an engine idle at the first arrival, searched exactly over the step plans: each step
+    prefills the k oldest arrived requests not started (k >= 0), with or without the decode pass of those
+    already started (a prefill step without it leaves them one step behind), or the engine idles until the next
+    arrival, or the oldest waiting one is dropped. Step times are the latency profile's; the network delay is
+    added to every response. Not a bound either way: its plans serve the oldest first, and the work it ignores
+    (other classes, the requests' later segments, a step in flight at the first arrival) only makes a real
+    schedule worse."""
+    p, nd, n = lat.prefill_s(new, ctx), lat.network_delay_s, len(arrivals)
+
+    def utility(t: float, j: int) -> float:
+        return max(tuf(t + nd - arrivals[j]), 0.0)
+
+    @functools.lru_cache(maxsize=None)
+    def best(i: int, inflight: tuple[tuple[int, int], ...], t: float) -> float:
+        arrived = max(i, sum(1 for a in arrivals if a <= t + 1e-9))   # requests i..arrived-1 wait
+        options = [0.0]                                  # serve nobody else (they count at most 0)
+        if arrived > i:
+            options.append(best(i + 1, inflight, t))     # drop the oldest waiting one
+        if not inflight and arrived < n:                 # idle until the next arrival
+            options.append(best(i, inflight, round(arrivals[arrived], 6)))
+        for k in range(arrived - i + 1):
+            for decode in ((True, False) if k and inflight else (bool(inflight),)):
+                if not k and not inflight:
+                    continue
+                t2 = round(t + (lat.prefill_c + k * p if k else 0.0)
+                           + (lat.decode_s(len(inflight), len(inflight) * ctx) if decode else 0.0), 6)
+                done, rest = 0.0, []
+                for left, j in inflight:
+                    left -= 1 if decode else 0
+                    if left == 0:
+                        done += utility(t2, j)
+                    else:
+                        rest.append((left, j))
+                for j in range(i, i + k):
+                    if m == 1:
+                        done += utility(t2, j)
+                    else:
+                        rest.append((m - 1, j))
+                options.append(done + best(i + k, tuple(sorted(rest)), t2))
+        return max(options)
+
+    return best(0, (), round(arrivals[0], 6))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", default="WID1")
@@ -112,10 +158,14 @@ def main(argv=None) -> int:
     ap.add_argument("--waves", action="store_true",
                     help="also the reference optimum per arrival event (wave_optimum; not a bound; assumes the first "
                          "segment length of the class's first request for all)")
+    ap.add_argument("--clusters", action="store_true",
+                    help="also the reference optimum per cluster of arrivals no more than --cluster-gap apart "
+                         "(cluster_optimum; not a bound; same segment-length assumption)")
+    ap.add_argument("--cluster-gap", type=float, default=0.5)
     args = ap.parse_args(argv)
     lat = load_latency_model(args.latency)
     tok = PieceTokenizer()
-    out, waves = [], []
+    out, waves, clustered = [], [], []
     for seed in [int(s) for s in args.seeds.split(",")]:
         wl = cp.PRESETS[args.workload].make(seed)
         tasks = sorted((t for t in wl.tasks if t.urgency == args.cls and not t.after), key=lambda t: t.arrival)
@@ -154,10 +204,27 @@ def main(argv=None) -> int:
             ref = sum(wave_optimum(n, lat, tuf, ctx, new, m) for n in sizes.values()) / len(tasks)
             waves.append(ref)
             line += f"; per-event reference optimum {ref:.3f} (share {ref / tuf.beta:.3f})"
+        if args.clusters:
+            t0 = tasks[0]
+            ctx = t0.prompt_tokens
+            new = max(ctx - min(lat.cached_prefix_tokens, ctx - 1), 1)
+            m = len(tok.encode(" " + t0.plan.split(";")[0] + ";"))
+            groups = [[tasks[0].arrival]]
+            for t in tasks[1:]:
+                if t.arrival - groups[-1][-1] > args.cluster_gap:
+                    groups.append([])
+                groups[-1].append(t.arrival)
+            ref = sum(cluster_optimum(tuple(round(a - g[0], 6) for a in g), lat, tuf, ctx, new, m)
+                      for g in groups) / len(tasks)
+            clustered.append(ref)
+            line += f"; per-cluster reference optimum {ref:.3f} (share {ref / tuf.beta:.3f})"
         print(line, flush=True)
     print(f"upper bound: mean {statistics.fmean(out):.3f} [{min(out):.3f}, {max(out):.3f}]")
     if waves:
         print(f"per-event reference optimum: mean {statistics.fmean(waves):.3f} [{min(waves):.3f}, {max(waves):.3f}]")
+    if clustered:
+        print(f"per-cluster reference optimum: mean {statistics.fmean(clustered):.3f} "
+              f"[{min(clustered):.3f}, {max(clustered):.3f}]")
     return 0
 
 

@@ -249,7 +249,8 @@ class PlanScheduler:
                                 kv_bytes_per_token=mem.kv_bytes_per_token, step_time_s=self.last_step_time,
                                 decode_step_s=self.decode_step_s, decode_batch=self.decode_batch,
                                 prefill_token_s=self.prefill_token_s,
-                                step_token_budget=getattr(self.engine, "step_token_budget", None))
+                                step_token_budget=getattr(self.engine, "step_token_budget", None),
+                                fused_steps=bool(getattr(self.engine, "fused_steps", False)))
         batch = self.policy.select(list(self._waiting.values()), list(self._running.values()), ctx)
         if not batch:
             return self._drain()

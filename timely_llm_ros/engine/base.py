@@ -47,6 +47,8 @@ class Engine(ABC):
     eos_token_id: int | None = None
     max_context: int | None = None   # prompt + output tokens the model can attend over (None = unbounded)
     step_token_budget: int | None = None  # chunked prefill: tokens (decodes + prefill chunks) per step; None = off
+    fused_steps: bool = False  # prefills and decodes of a step run in one forward (vLLM); False: the decode pass
+                               # of the members already prefilled runs after the prefill forwards, on its own
 
     @abstractmethod
     def encode(self, text: str) -> list[int]:

@@ -21,7 +21,8 @@ class EvictingEngine(Engine):
         self.inner, self.ratios = inner, ratios
         self.eos_token_id = inner.eos_token_id
         self.max_context = inner.max_context
-        self.step_token_budget = inner.step_token_budget   # a class attribute on Engine: __getattr__ never sees it
+        self.step_token_budget = inner.step_token_budget   # class attributes on Engine: __getattr__ never sees them
+        self.fused_steps = inner.fused_steps
         self.applied: dict[str, float] = {}
         self._prefilled: set[str] = set()
 

@@ -71,6 +71,8 @@ class _Gen:
 class VllmEngine(GenerationTable, Engine):
     """The Engine interface over vLLM's step-level engine API."""
 
+    fused_steps = True   # vLLM runs a step's prefills and decodes as one batch of tokens
+
     def __init__(self, model_path: str, options: VllmOptions | None = None, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int = 0, num_threads: int | None = None,
                  max_model_len: int | None = None) -> None:

@@ -21,6 +21,7 @@ class SchedulingContext:
     decode_batch: int = 0                 # its batch size
     prefill_token_s: float | None = None  # measured seconds per prefill token (None before any prefill)
     step_token_budget: int | None = None  # the engine's chunked-prefill budget (None: unchunked)
+    fused_steps: bool = False             # the engine runs a step's prefills and decodes in one forward
 
 
 class Policy(ABC):

@@ -24,6 +24,14 @@ either the batch is full or w would miss its segment deadline next to them, runn
 w and can afford to wait for w's segment (budget - own WCET > WCET(w)) are left out of the batch, lowest priority
 first, until w fits; the scheduler suspends them mid-segment (KV kept) and they resume token-exact later.
 
+Prefill steps alone (option prefill_alone, default on; ablation timely-mixed-steps): on an engine that runs a
+step's decode pass after its prefill forwards (transformers, the simulator; not vLLM's fused steps), a step that
+prefills and also decodes makes its new members wait for a decode pass they are not in (t_dec(D), D members already
+prefilled, ~t_1: most of a decode step is the fixed part). Ending the step after the prefills and decoding everyone
+in the next step gains the new members that pass and costs the D members t_dec(B) - t_dec(D) (B = the whole batch),
+a few ms. The chosen batch is checked with this cost model: if its predicted utility (ready_utility, summed) is
+higher with the prefills alone, the step prefills alone and the others are suspended for it (KV kept).
+
 Options: segment_gen_time_s {robot_type: s}, online_gen_time (G tracks measured segments), max_segment_tokens
 {robot_type: n}, network_delay_s, token_time_s (batch-1 decode step assumed before one is measured), decode_seq_ratio
 (r: a decode step of B sequences takes t_1 * (1 + r (B - 1))), prefill_token_s (assumed before one is measured),
@@ -35,7 +43,7 @@ host memory count in that per-step work too; default on), segment_estimate ("mea
 segment length, the default with the utility test; "max": the worst case, the default with the deadline test),
 crowd_plan (plan crowds of first segments in waves; default on with the utility test), crowd_objective ("utility";
 "served": most members served with positive utility first), crowd_promise (a split's deferred members keep their place;
-both off by default: ablations), utility_floor, drop.
+both off by default: ablations), prefill_alone, utility_floor, drop.
 """
 from __future__ import annotations
 
@@ -139,6 +147,7 @@ class TimelyPolicy(Policy):
         if self.crowd_objective not in ("utility", "served"):
             raise ValueError(f"timely: crowd_objective must be 'utility' or 'served', got {self.crowd_objective!r}")
         self.crowd_promise = bool(o.get("crowd_promise", False))  # members a split deferred keep their place
+        self.prefill_alone = bool(o.get("prefill_alone", True))     # a prefill step leaves the decode pass out
         self._promised: dict[str, float] = {}   # req_id -> when a plan deferred it to a later wave
         self.utility_floor = float(o.get("utility_floor", 0.05))
         self.drop = str(o.get("drop", "hopeless"))
@@ -320,9 +329,34 @@ class TimelyPolicy(Policy):
                 kv_free -= kv_need_bytes(gen, ctx.kv_bytes_per_token)
             room = left
             batch.append(gen)
+        if self.prefill_alone and self.preempt and room is None and not ctx.fused_steps:
+            batch = self._prefills_alone_if_better(batch, now, cost)
         # a chunked engine spends its prefill budget in batch order: the most urgent prompt first
         return [g for g in batch if g.prefilled] + sorted((g for g in batch if not g.prefilled),
                                                           key=lambda g: -prio[id(g)])
+
+    def _prefills_alone_if_better(self, batch: list[Generation], now: float, cost: StepCost) -> list[Generation]:
+        """Option prefill_alone: the batch's members still to prefill alone if that earns more predicted utility
+        than the step with its decode pass (see the module docstring); else the batch. A waiting generation
+        already prefilled (one coming back from suspension) leaves its reload work out too."""
+        new = [g for g in batch if not g.prefilled]
+        others = [g for g in batch if g.prefilled]
+        if not new or not others:
+            return batch
+        size = len(batch)
+        t_b = cost.decode_s(size)
+        mixed_step = batch_prefill_s(batch, cost) + cost.decode_s(len(others))
+        alone_step = batch_prefill_s(new, cost)
+
+        def tokens_left(g: Generation) -> int:
+            if not g.prefilled:
+                return self.first_segment_tokens(g) if g.k == 0 else self.segment_tokens(g)
+            return max(self.segment_tokens(g) - g.tokens_in_segment, 1)
+
+        mixed = sum(self.ready_utility(g, now + mixed_step + (tokens_left(g) - 1) * t_b) for g in batch)
+        alone = (sum(self.ready_utility(g, now + alone_step + (tokens_left(g) - 1) * t_b) for g in new)
+                 + sum(self.ready_utility(g, now + alone_step + tokens_left(g) * t_b) for g in others))
+        return new if alone > mixed + 1e-9 else batch
 
     def _crowd(self, ranked: Sequence[Generation], waiting: Sequence[Generation] = (),
                now: float = 0.0) -> list[Generation]:
