@@ -84,7 +84,6 @@ register_preset("closed-loop",
 register_variant("timely-fixed", "timely", {"adaptive": False})
 register_variant("timely-nodrop", "timely", {"drop": "never"})
 register_variant("timely-nopreempt", "timely", {"preempt": False})
-register_variant("timely-mixed-steps", "timely", {"prefill_alone": False})   # prefill steps carry the decode pass
 register_variant("timely-paper-admit", "timely", {"prefill_aware": False, "preempt": False})
 register_variant("timely-deadline-admit", "timely", {"admission": "deadline"})
 register_variant("timely-chunked", "timely", {}, {"step_token_budget": 256})

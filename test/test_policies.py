@@ -314,7 +314,7 @@ def test_a_prefill_step_leaves_its_decode_pass_out_when_the_new_members_gain_mor
     three = [_urgent(f"u{i}", 0.0) for i in range(3)]
     decoding = [gen(f"n{i}", arrival=-2.0, prefilled=True, segments=1, exec_end=0.05) for i in range(3)]
     assert sorted(g.req_id for g in p.select(three, decoding, ctx(0.0))) == ["u0", "u1", "u2"]
-    mixed = _urgent_crowd_policy(prefill_alone=False)
+    mixed = _urgent_crowd_policy("timely-mixed-steps")   # the ablation: prefill_alone off
     assert len(mixed.select([_urgent(f"u{i}", 0.0) for i in range(3)], decoding, ctx(0.0))) == 6
     # vLLM runs a step's prefills and decodes in one forward: nothing to gain, the batch stays whole
     fused = SchedulingContext(now=0.0, kv_free_bytes=math.inf, kv_bytes_per_token=1.0, step_time_s=None,
@@ -344,9 +344,9 @@ def test_a_prefill_step_keeps_its_decode_pass_when_the_others_would_lose_and_the
     assert p._prefills_alone_if_better([*late, older], 0.0, p.step_cost(ctx(0.0))) == [older]
 
 
-def _urgent_crowd_policy(**options):
+def _urgent_crowd_policy(name="timely", **options):
     """timely with the crowd test's cost model (284-token prompts, 5-token urgent first segments)."""
-    p = make_policy("timely", max_batch=16,
+    p = make_policy(name, max_batch=16,
                     options={"prefill_token_s": 1.0884e-4, "prefill_step_s": 0.0141, **options})
     for _ in range(4):
         p.observe_segment_tokens("drone", 5, first=True, urgency="urgent")

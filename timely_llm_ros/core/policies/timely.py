@@ -541,6 +541,17 @@ class TimelyOpenLoop(TimelyPolicy):
 
 
 @register
+class TimelyMixedSteps(TimelyPolicy):
+    """Ablation: timely whose prefill steps always carry the decode pass of the running generations
+    (prefill_alone off)."""
+
+    name = "timely-mixed-steps"
+
+    def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(max_batch, {**(options or {}), "prefill_alone": False})
+
+
+@register
 class EdfAdmit(TimelyPolicy):
     """Ablation: timely's admission, preemption and drop rule with EDF order (segment deadline) instead of Eq. 4."""
 
