@@ -304,3 +304,17 @@ def test_fifo_static_and_rtlm_static_never_join_a_running_batch():
     pol = make_policy("rtlm", 4, {"predictor": FixedLength({"Tell me what you see": 10}), "static": True})
     assert pol.select([second], [first], CTX) == [first]
     assert pol.select([second], [], CTX) == [second]
+
+
+def test_engine_wrappers_report_how_their_engine_runs_a_step():
+    """timely's prefill_alone rule is off on engines that fuse a step's prefills and decodes (vLLM); the RT-LM and
+    TimeBill wrappers must say what the engine they wrap does, not the Engine default."""
+    from timely_llm_ros.engine.evicting import EvictingEngine
+
+    lat = LatencyModel(prefill_a=0.0, prefill_b=1e-4, prefill_c=0.01, decode_base=0.02, decode_per_seq=0.001,
+                       decode_per_kv_token=0.0)
+    for fused in (False, True):
+        inner = SimEngine(lat, VirtualClock())
+        inner.fused_steps = fused            # a stand-in for VllmEngine (fused_steps = True); vLLM is not built here
+        assert EvictingEngine(inner, {}.get).fused_steps is fused
+        assert RoutedEngine(inner, SimEngine(lat, VirtualClock())).fused_steps is fused

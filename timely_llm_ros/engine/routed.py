@@ -32,6 +32,7 @@ class RoutedEngine(Engine):
             raise ValueError("RoutedEngine(sim=True) needs the shared clock")
         self.eos_token_id = primary.eos_token_id
         self.max_context = primary.max_context
+        self.fused_steps = primary.fused_steps        # how the primary runs a step (policies plan for it)
         self._pending: dict[str, tuple] = {}        # gen id -> add() arguments, until its first step
         self._where: dict[str, Engine] = {}
         self._inflight: StepResult | None = None    # secondary step whose tokens are not delivered yet
