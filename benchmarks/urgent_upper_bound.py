@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import compare_policies as cp  # noqa: E402
 from timely_llm_ros.core.sim import load_latency_model  # noqa: E402
 from timely_llm_ros.core.sim.tokenizer import PieceTokenizer  # noqa: E402
-from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
+from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
 
 
 def cluster_bound(jobs: list[tuple[float, float, float]], tuf) -> float:
@@ -147,6 +147,13 @@ def cluster_optimum(arrivals: tuple[float, ...], lat, tuf, ctx: int, new: int, m
     return best(0, (), round(arrivals[0], 6))
 
 
+def request_shape(task, lat, tok) -> tuple[int, int, int]:
+    """(context tokens, new tokens to prefill after the cached prefix, first-segment tokens) of one task."""
+    ctx = task.prompt_tokens
+    new = max(ctx - min(lat.cached_prefix_tokens, ctx - 1), 1)
+    return ctx, new, len(tok.encode(" " + task.plan.split(";")[0] + ";"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", default="WID1")
@@ -171,16 +178,11 @@ def main(argv=None) -> int:
         tasks = sorted((t for t in wl.tasks if t.urgency == args.cls and not t.after), key=lambda t: t.arrival)
         if not tasks:
             continue
-        tuf = None
         jobs = []
         for t in tasks:
-            ctx = t.prompt_tokens
-            new = max(ctx - min(lat.cached_prefix_tokens, ctx - 1), 1)
-            p = lat.prefill_s(new, ctx)
-            m = len(tok.encode(" " + t.plan.split(";")[0] + ";"))
+            ctx, new, m = request_shape(t, lat, tok)
             k = lat.prefill_c + (m - 1) * lat.decode_s(1, ctx + m) + lat.network_delay_s
-            jobs.append((t.arrival, p, k))
-        from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
+            jobs.append((t.arrival, lat.prefill_s(new, ctx), k))
         tuf = DEFAULT_URGENCY_CLASSES[args.cls]
         total, cluster = 0.0, [jobs[0]]
         for job in jobs[1:]:
@@ -193,11 +195,8 @@ def main(argv=None) -> int:
         out.append(ub)
         line = (f"{args.workload} seed {seed}: {len(jobs)} {args.cls} requests, upper bound {ub:.3f} "
                 f"(share of max {ub / tuf.beta:.3f})")
+        ctx, new, m = request_shape(tasks[0], lat, tok)   # the references assume the first request's shape for all
         if args.waves:
-            t0 = tasks[0]
-            ctx = t0.prompt_tokens
-            new = max(ctx - min(lat.cached_prefix_tokens, ctx - 1), 1)
-            m = len(tok.encode(" " + t0.plan.split(";")[0] + ";"))
             sizes: dict[float, int] = {}
             for t in tasks:
                 sizes[t.arrival] = sizes.get(t.arrival, 0) + 1
@@ -205,10 +204,6 @@ def main(argv=None) -> int:
             waves.append(ref)
             line += f"; per-event reference optimum {ref:.3f} (share {ref / tuf.beta:.3f})"
         if args.clusters:
-            t0 = tasks[0]
-            ctx = t0.prompt_tokens
-            new = max(ctx - min(lat.cached_prefix_tokens, ctx - 1), 1)
-            m = len(tok.encode(" " + t0.plan.split(";")[0] + ";"))
             groups = [[tasks[0].arrival]]
             for t in tasks[1:]:
                 if t.arrival - groups[-1][-1] > args.cluster_gap:

@@ -207,6 +207,10 @@ class TimelyPolicy(Policy):
         cap = self.max_segment_tokens.get(gen.req.robot_type, self.max_segment_tokens.get("*", 20))
         return max(1, min(cap, math.ceil(sum(recent) / len(recent))))
 
+    def _segment_length(self, gen: Generation) -> int:
+        """Tokens the plans assume for gen's current segment: a first segment's own mean, else any segment's."""
+        return self.first_segment_tokens(gen) if gen.k == 0 else self.segment_tokens(gen)
+
     def utility_if_started(self, gen: Generation, now: float, gen_time_s: float | None = None) -> float:
         """TUF_0 / TUF_1 of the current segment if its generation starts now (unclamped)."""
         req = gen.req
@@ -351,9 +355,7 @@ class TimelyPolicy(Policy):
         alone_step = batch_prefill_s(new, cost)
 
         def tokens_left(g: Generation) -> int:
-            if not g.prefilled:
-                return self.first_segment_tokens(g) if g.k == 0 else self.segment_tokens(g)
-            return max(self.segment_tokens(g) - g.tokens_in_segment, 1)
+            return self._segment_length(g) if not g.prefilled else max(self.segment_tokens(g) - g.tokens_in_segment, 1)
 
         mixed = sum(self.ready_utility(g, now + mixed_step + (tokens_left(g) - 1) * t_b) for g in batch)
         alone = (sum(self.ready_utility(g, now + alone_step + (tokens_left(g) - 1) * t_b) for g in new)
@@ -434,7 +436,7 @@ class TimelyPolicy(Policy):
             return memo[key][0]
 
         pre_b, size_b = batch_prefill_s(batch, cost), len(batch)
-        own = [self.first_segment_tokens(m) if m.k == 0 else self.segment_tokens(m) for m in batch]
+        own = [self._segment_length(m) for m in batch]
         done = max((wcet_in_s(m, t, pre_b, size_b, cost) for m, t in zip(batch, own)), default=0.0)
         best_k, best, best_end = 0, (-1, -1.0), done     # with an empty batch the first wave starts now
         if batch:                                # else the crowd waits for the batch's current segments

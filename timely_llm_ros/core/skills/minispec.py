@@ -283,9 +283,7 @@ def _parse_simple(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, 
     if more:
         values += [_plain_value(a) for a in _ARG.findall(more)]
     result = ParseResult([SkillCall(name, tuple(values))])
-    spec = skills.get(name)
-    if spec is None or len(spec.args) != len(values) or not all(map(_fits, spec.args, values)):
-        _check(name, m.start("name"), values, skills, result.problems)
+    _check(name, m.start("name"), values, skills, result.problems)
     return result
 
 
