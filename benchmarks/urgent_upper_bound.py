@@ -147,6 +147,12 @@ def cluster_optimum(arrivals: tuple[float, ...], lat, tuf, ctx: int, new: int, m
     return best(0, (), round(arrivals[0], 6))
 
 
+def bound_job(arrival: float, ctx: int, new: int, m: int, lat) -> tuple[float, float, float]:
+    """cluster_bound's (arrival, prefill work p, tail K) for a request of this shape: K = c + (m - 1) t_1 + network
+    delay, t_1 the batch-1 decode step at the prompt's context (no decode step of the real engine is shorter)."""
+    return arrival, lat.prefill_s(new, ctx), lat.prefill_c + (m - 1) * lat.decode_s(1, ctx) + lat.network_delay_s
+
+
 def request_shape(task, lat, tok) -> tuple[int, int, int]:
     """(context tokens, new tokens to prefill after the cached prefix, first-segment tokens) of one task."""
     ctx = task.prompt_tokens
@@ -178,11 +184,7 @@ def main(argv=None) -> int:
         tasks = sorted((t for t in wl.tasks if t.urgency == args.cls and not t.after), key=lambda t: t.arrival)
         if not tasks:
             continue
-        jobs = []
-        for t in tasks:
-            ctx, new, m = request_shape(t, lat, tok)
-            k = lat.prefill_c + (m - 1) * lat.decode_s(1, ctx + m) + lat.network_delay_s
-            jobs.append((t.arrival, lat.prefill_s(new, ctx), k))
+        jobs = [bound_job(t.arrival, *request_shape(t, lat, tok), lat) for t in tasks]
         tuf = DEFAULT_URGENCY_CLASSES[args.cls]
         total, cluster = 0.0, [jobs[0]]
         for job in jobs[1:]:

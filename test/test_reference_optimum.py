@@ -1,5 +1,7 @@
-"""The reference optima of benchmarks/urgent_upper_bound.py that the README quotes (4090 profile, urgent class:
-ERT 0.2 s, slope -6.67, beta 2; 284-token prompt suffix over 2,884 tokens of context, 5-token first segments)."""
+"""The upper bound and the reference optima of benchmarks/urgent_upper_bound.py that the README quotes (4090
+profile, urgent class: ERT 0.2 s, slope -6.67, beta 2; 284-token prompt suffix over 2,884 tokens of context,
+5-token first segments)."""
+import random
 import sys
 from pathlib import Path
 
@@ -59,3 +61,25 @@ def test_two_arrivals_during_a_segment_are_best_prefilled_without_its_decode_pas
     assert wave(1) + wave(2) == pytest.approx(6.0)
     # a request arriving after the engine went idle is served on arrival (the plan idles until it comes)
     assert cluster(0.0, 0.5) == pytest.approx(4.0)
+
+
+def test_the_bound_serializes_prefills_across_a_set_and_picks_the_best_order():
+    """Jobs (arrival, prefill p, tail K): two at 0 s and 0.05 s with p = K = 0.1 s. First-arrived first: ready
+    0.2 s (2.0), then the pair's prefills in a row from 0 s plus one tail, 0.3 s (response 0.25 s, 1.6665): 3.6665.
+    The other order: 0.25 s (2.0), then 0.3 s (response 0.3 s, 1.333): 3.333. Each alone (the simpler rule): 4.0.
+    Three at 0 s: 0.2, 0.3, 0.4 s: 2 + 1.333 + 0.666. With p = 0.3 s the second would count 0 either way."""
+    assert ub.cluster_bound([(0.0, 0.1, 0.1), (0.05, 0.1, 0.1)], URGENT) == pytest.approx(3.6665)
+    assert ub.cluster_bound([(0.0, 0.1, 0.1)] * 3, URGENT) == pytest.approx(3.999)
+    assert ub.cluster_bound([(0.0, 0.3, 0.1)] * 3, URGENT) == pytest.approx(0.666)
+
+
+def test_the_bound_is_never_below_a_schedule_of_the_latency_model():
+    """cluster_optimum's plans are schedules of the same latency model, so the relaxation must bound them: the
+    pinned arrival sets above and 40 random clusters (up to 6 arrivals within 0.4 s)."""
+    rng = random.Random(7)
+    sets = [(0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 0.11), (0.0, 0.1, 0.1), (0.0, 0.5)]
+    sets += [tuple(sorted([0.0] + [round(rng.uniform(0.0, 0.4), 3) for _ in range(rng.randint(0, 5))]))
+             for _ in range(40)]
+    for arrivals in sets:
+        jobs = [ub.bound_job(a, CTX, NEW, M, LAT) for a in arrivals]
+        assert ub.cluster_bound(jobs, URGENT) >= cluster(*arrivals) - 1e-9, arrivals

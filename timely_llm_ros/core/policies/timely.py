@@ -355,7 +355,8 @@ class TimelyPolicy(Policy):
         alone_step = batch_prefill_s(new, cost)
 
         def tokens_left(g: Generation) -> int:
-            return self._segment_length(g) if not g.prefilled else max(self.segment_tokens(g) - g.tokens_in_segment, 1)
+            n = self._segment_length(g)
+            return n if not g.prefilled else max(n - g.tokens_in_segment, 1)
 
         mixed = sum(self.ready_utility(g, now + mixed_step + (tokens_left(g) - 1) * t_b) for g in batch)
         alone = (sum(self.ready_utility(g, now + alone_step + (tokens_left(g) - 1) * t_b) for g in new)
