@@ -318,3 +318,21 @@ def test_engine_wrappers_report_how_their_engine_runs_a_step():
         inner.fused_steps = fused            # a stand-in for VllmEngine (fused_steps = True); vLLM is not built here
         assert EvictingEngine(inner, {}.get).fused_steps is fused
         assert RoutedEngine(inner, SimEngine(lat, VirtualClock())).fused_steps is fused
+
+
+def test_the_routed_engine_reports_the_prefill_its_chosen_engine_has_left():
+    """RT-LM's routed engine asks the engine a generation was routed to how much prompt it has left to prefill
+    (here a chunked primary, 30 tokens a step, and an unchunked secondary) and what its step budget is: admission
+    must see those, not the Engine defaults (None: the whole prompt; no budget)."""
+    lat = LatencyModel(prefill_a=0.0, prefill_b=1e-4, prefill_c=0.01, decode_base=0.02, decode_per_seq=0.001,
+                       decode_per_kv_token=0.0)
+    clock = VirtualClock()
+    routed = RoutedEngine(SimEngine(lat, clock, step_token_budget=30), SimEngine(lat, VirtualClock()),
+                          route={"b": True}.get, clock=clock, sim=True)
+    assert routed.step_token_budget == 30
+    for g in ("a", "b"):
+        routed.add(g, list(range(100)), 5)
+    assert routed.prefill_left("a") is None       # placed at its first step
+    out = routed.step(["a", "b"])
+    assert routed.prefill_left("a") == 70 and "a" not in out.tokens
+    assert routed.prefill_left("b") == 0          # the secondary prefills it whole (its tokens come when done)

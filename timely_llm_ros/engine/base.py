@@ -105,6 +105,35 @@ class Engine(ABC):
         """Free the model (lifecycle cleanup)."""
 
 
+class EngineWrapper(Engine):
+    """Base of engines that change how another engine's steps run (eviction, routing): the tokenizer, the text
+    stream and the flags policies plan with (eos, context, step budget, fused steps) are the wrapped engine's."""
+
+    def __init__(self, wrapped: Engine) -> None:
+        self.wrapped = wrapped
+        self.eos_token_id = wrapped.eos_token_id
+        self.max_context = wrapped.max_context
+        self.step_token_budget = wrapped.step_token_budget
+        self.fused_steps = wrapped.fused_steps
+
+    def encode(self, text: str) -> list[int]:
+        return self.wrapped.encode(text)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.wrapped.decode(token_ids)
+
+    def text_stream(self) -> TextStream:
+        return self.wrapped.text_stream()
+
+    @staticmethod
+    def _forward_prompt_tokens(engines: Sequence[Engine], gen_id: str, n: int) -> None:
+        """Simulated engines take a prompt-length override (set_prompt_tokens); real ones have none."""
+        for e in engines:
+            f = getattr(e, "set_prompt_tokens", None)
+            if callable(f):
+                f(gen_id, n)
+
+
 class GenerationTable:
     """Mixin for engines that keep per-generation state in ``self._gens`` (objects with gen_id, suspended and
     finished) and remember released ids in ``self._released``: lookups and step checks with errors that say why."""

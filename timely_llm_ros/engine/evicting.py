@@ -8,27 +8,23 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .base import Engine, EngineError, MemoryStats, StepResult
-from .detokenize import TextStream
+from .base import Engine, EngineError, EngineWrapper, MemoryStats, StepResult
 
 
-class EvictingEngine(Engine):
+class EvictingEngine(EngineWrapper):
     """Wraps an engine with evict_prompt_kv; ratios(gen_id) gives the wanted total eviction ratio."""
 
     def __init__(self, inner: Engine, ratios: Callable[[str], float]) -> None:
         if not callable(getattr(inner, "evict_prompt_kv", None)):
             raise EngineError(f"{type(inner).__name__} cannot evict prompt KV (no evict_prompt_kv)")
+        super().__init__(inner)
         self.inner, self.ratios = inner, ratios
-        self.eos_token_id = inner.eos_token_id
-        self.max_context = inner.max_context
-        self.step_token_budget = inner.step_token_budget   # class attributes on Engine: __getattr__ never sees them
-        self.fused_steps = inner.fused_steps
         self.applied: dict[str, float] = {}
         self._prefilled: set[str] = set()
 
     def __getattr__(self, name: str):
-        # anything else the scheduler may ask (prefill_left, reload_s, step_token_budget, ...) is the inner engine's
-        if name == "inner":
+        # anything else a caller may ask of an engine (evict_prompt_kv, kv_tokens, ...) is the inner engine's
+        if name in ("inner", "wrapped"):
             raise AttributeError(name)
         return getattr(self.inner, name)
 
@@ -38,19 +34,8 @@ class EvictingEngine(Engine):
     def reload_s(self, gen_id: str) -> float:
         return self.inner.reload_s(gen_id)
 
-    def encode(self, text: str) -> list[int]:
-        return self.inner.encode(text)
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self.inner.decode(token_ids)
-
-    def text_stream(self) -> TextStream:
-        return self.inner.text_stream()
-
     def set_prompt_tokens(self, gen_id: str, n: int) -> None:
-        f = getattr(self.inner, "set_prompt_tokens", None)
-        if callable(f):
-            f(gen_id, n)
+        self._forward_prompt_tokens((self.inner,), gen_id, n)
 
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
             forced_ids: Sequence[int] | None = None) -> None:

@@ -15,45 +15,39 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .base import Engine, EngineError, MemoryStats, StepResult
-from .detokenize import TextStream
+from .base import Engine, EngineError, EngineWrapper, MemoryStats, StepResult
 
 
-class RoutedEngine(Engine):
+class RoutedEngine(EngineWrapper):
     """primary + secondary engines; route(gen_id) True = secondary. clock: the caller's clock (now, advance_to);
-    needed only when the secondary is simulated on its own clock (sim=True)."""
+    needed only when the secondary is simulated on its own clock (sim=True). Tokenizer and planning flags are the
+    primary's (EngineWrapper)."""
 
     def __init__(self, primary: Engine, secondary: Engine, route: Callable[[str], bool] | None = None,
                  clock=None, sim: bool = False) -> None:
+        super().__init__(primary)
         self.primary, self.secondary = primary, secondary
         self.route = route or (lambda gen_id: False)
         self.clock, self.sim = clock, sim
         if sim and clock is None:
             raise ValueError("RoutedEngine(sim=True) needs the shared clock")
-        self.eos_token_id = primary.eos_token_id
-        self.max_context = primary.max_context
-        self.fused_steps = primary.fused_steps        # how the primary runs a step (policies plan for it)
         self._pending: dict[str, tuple] = {}        # gen id -> add() arguments, until its first step
         self._where: dict[str, Engine] = {}
         self._inflight: StepResult | None = None    # secondary step whose tokens are not delivered yet
         self._ready_at = 0.0
         self.secondary_ids: set[str] = set()
 
-    def encode(self, text: str) -> list[int]:
-        return self.primary.encode(text)
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self.primary.decode(token_ids)
-
-    def text_stream(self) -> TextStream:
-        return self.primary.text_stream()
-
     def set_prompt_tokens(self, gen_id: str, n: int) -> None:
-        """Simulated engines: forwarded to both (only the chosen one keeps it)."""
-        for e in (self.primary, self.secondary):
-            f = getattr(e, "set_prompt_tokens", None)
-            if callable(f):
-                f(gen_id, n)
+        """Forwarded to both (only the chosen one keeps it)."""
+        self._forward_prompt_tokens((self.primary, self.secondary), gen_id, n)
+
+    def prefill_left(self, gen_id: str) -> int | None:
+        eng = self._where.get(gen_id)
+        return eng.prefill_left(gen_id) if eng is not None else None
+
+    def reload_s(self, gen_id: str) -> float:
+        eng = self._where.get(gen_id)
+        return eng.reload_s(gen_id) if eng is not None else 0.0
 
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
             forced_ids: Sequence[int] | None = None) -> None:
