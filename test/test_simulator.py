@@ -34,6 +34,20 @@ def test_tokenizer_round_trips_and_counts():
     assert tok.encode("mf(50);") == tok.encode("mf(50);")
 
 
+def test_the_sim_engine_text_stream_adds_each_tokens_own_text():
+    """Token by token, the stream's pieces join to what decoding the whole output gives, pad and eos adding
+    nothing; pieces first seen after the stream was made (the vocabulary grows) included."""
+    engine = SimEngine(LAT, VirtualClock())
+    stream = engine.text_stream()
+    ids = engine.encode(" tp(1.5);mf(20) x\n\n{é}") + [engine.tokenizer.pad_id, engine.tokenizer.eos_id]
+    ids += engine.encode("  brand_new_piece 42")
+    out, whole = "", []
+    for i in ids:
+        out += stream.push(i)
+        whole.append(i)
+        assert out == engine.decode(whole)
+
+
 def test_sim_engine_replays_forced_plan_and_advances_clock():
     clock = VirtualClock()
     engine = SimEngine(LAT, clock)

@@ -8,7 +8,7 @@ from typing import Sequence
 from ...engine.base import Engine, EngineError, MemoryStats, StepResult
 from .clock import VirtualClock
 from .latency_model import LatencyModel
-from .tokenizer import PieceTokenizer
+from .tokenizer import PieceStream, PieceTokenizer
 
 
 @dataclass
@@ -67,6 +67,9 @@ class SimEngine(Engine):
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(token_ids)
+
+    def text_stream(self) -> PieceStream:
+        return self.tokenizer.stream()
 
     def set_prompt_tokens(self, gen_id: str, n: int) -> None:
         """Model gen_id's prompt as n tokens long, whatever add() receives."""

@@ -38,6 +38,23 @@ class PieceTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return "".join(self._pieces[i] for i in ids)
 
+    def stream(self) -> "PieceStream":
+        """The text of one generation's output token by token: decode is a concatenation of pieces, so each token
+        adds exactly its own piece (one lookup, where decoding the whole output each token is quadratic)."""
+        return PieceStream(self._pieces)
+
     def count(self, text: str) -> int:
         """Number of tokens text encodes to."""
         return len(_PIECE.findall(text))
+
+
+class PieceStream:
+    """A TextStream (engine.detokenize) over a PieceTokenizer's pieces."""
+
+    __slots__ = ("_pieces",)
+
+    def __init__(self, pieces: list[str]) -> None:
+        self._pieces = pieces
+
+    def push(self, token_id: int) -> str:
+        return self._pieces[token_id]
