@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Iterator
 
 import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 
 from timely_llm_ros.action import Plan
 from timely_llm_ros.ros.action_client import ActionClient, deep_queues
-from timely_llm_ros.ros.goal_sender import GoalSender
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -110,9 +110,9 @@ class SpinningActionClient:
         self.context = Context()
         rclpy.init(context=self.context)
         self.node = rclpy.create_node(node_name, context=self.context)
-        self.sender = GoalSender(self.node)
-        self.client = ActionClient(self.node, action_type, action_name, callback_group=self.sender.group,
-                                   **client_options)
+        # goals are sent from the test's thread (our ActionClient makes that safe)
+        self.client = ActionClient(self.node, action_type, action_name,
+                                   callback_group=MutuallyExclusiveCallbackGroup(), **client_options)
         self.add_entities()
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
@@ -146,8 +146,8 @@ class PlanClient(SpinningActionClient):
     def send_async(self, **fields) -> "GoalRun":
         """Send without waiting for the goal response (bursts); GoalRun.accepted() waits for it."""
         run = GoalRun(self.client)
-        run.handle_future = self.sender.send(self.client, Plan.Goal(**fields),
-                                             feedback_callback=lambda m: run.feedback.append(m.feedback))
+        run.handle_future = self.client.send_goal_async(Plan.Goal(**fields),
+                                                        feedback_callback=lambda m: run.feedback.append(m.feedback))
         return run
 
 

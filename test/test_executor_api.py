@@ -42,7 +42,7 @@ class _Client(SpinningActionClient):
         self.sub = self.node.create_subscription(RobotState, f"/{self.ns}/robot_state", self.states.append, latched)
 
     def send(self, goal, feedback: list | None = None):
-        handle = wait(self.sender.send(self.client, goal, feedback_callback=(
+        handle = wait(self.client.send_goal_async(goal, feedback_callback=(
             (lambda m: feedback.append(m.feedback)) if feedback is not None else None)), 20.0)
         assert handle is not None and handle.accepted
         return handle

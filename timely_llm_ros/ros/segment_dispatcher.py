@@ -1,8 +1,8 @@
 """Sends generated segments to each robot's ExecuteSegment action server and reports back.
 
-A segment's goal is sent by the thread that generated it, right after its feedback went to the Plan client
-(our ActionClient registers a goal under its lock, so this is safe while the executor spins); cancels go out
-through a GoalSender on the ROS executor. An ActionClient is made only for an agent
+A segment's goal is sent by the thread that generated it, right after its feedback went to the Plan client, and
+cancels from whichever thread decides them (our ActionClient registers a goal, and rclpy a cancel, under the
+client's lock, so both are safe while the executor spins). An ActionClient is made only for an agent
 whose executor is in the ROS graph (or listed in expected_agents): unknown agent ids leave nothing behind.
 
 Results (and timeouts) are posted into the scheduler thread as real execution feedback. The segment's
@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
 
 from timely_llm_ros.action import ExecuteSegment
@@ -27,7 +28,6 @@ from ..core.errors import ErrorCode
 from ..core.request import Segment
 from .action_client import ActionClient
 from .conversions import execute_goal
-from .goal_sender import GoalSender
 
 Post = Callable[[Callable], None]
 
@@ -45,15 +45,14 @@ class _InFlight:
 class SegmentDispatcher:
     """One ActionClient per robot namespace; a request's segments are sent as soon as they exist."""
 
-    def __init__(self, node: Node, post: Post, sender: GoalSender, timeout_s: float, ack_timeout_s: float = 2.0,
+    def __init__(self, node: Node, post: Post, group: CallbackGroup, timeout_s: float, ack_timeout_s: float = 2.0,
                  on_feedback: Callable[[str, int, object], None] | None = None, log_timing: bool = False) -> None:
-        """sender: the node's GoalSender, which outlives this dispatcher (its guard condition must not be
-        destroyed while an executor spins the node: rclpy's executor can then fail on it)."""
+        """group: the callback group of the per-agent ActionClients (mutually exclusive: their responses,
+        feedback and results are handled one at a time)."""
         self._node = node
         self.log_timing = log_timing
         self._post = post
-        self._sender = sender
-        self._group = self._sender.group
+        self._group = group
         self.timeout_s = timeout_s
         self.ack_timeout_s = ack_timeout_s
         self._last_presence_check = 0.0
@@ -136,7 +135,7 @@ class SegmentDispatcher:
         future.add_done_callback(lambda f: self._on_goal_response(key, f))
 
     def _cancel(self, handle) -> None:
-        self._sender.call(handle.cancel_goal_async)
+        handle.cancel_goal_async()
 
     def _on_feedback_msg(self, key: tuple[str, int], msg) -> None:
         now = time.monotonic()
@@ -213,7 +212,7 @@ class SegmentDispatcher:
                 r, i, t, ok=False, error=m, code=c))
 
     def destroy(self) -> None:
-        """Release the per-agent clients (safe while the node spins; the sender belongs to the node)."""
+        """Release the per-agent clients (safe while the node spins: see ActionClient.destroy)."""
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}
         for client in clients:

@@ -39,7 +39,6 @@ from ..core.runtime import SchedulerThread
 from ..core.scheduler import PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady, StateChanged
 from ..core.validation import GoalLimits, validate_goal
 from .conversions import error_result, goal_fields, outcome_to_result
-from .goal_sender import GoalSender
 from .parameters import ServerParams, declare_server_params, engine_options
 from .plan_session import GoalSession, bare_outcome, goal_request_id, plan_feedback
 from .segment_dispatcher import SegmentDispatcher
@@ -64,9 +63,7 @@ class PlanServerNode(LifecycleNode):
         self.scheduler: PlanScheduler | None = None
         self.loop: SchedulerThread | None = None
         self.dispatcher: SegmentDispatcher | None = None
-        # goal sends and cancels on the executor (goal_sender.py); lives as long as the node (destroyed in shutdown(),
-        # after the executor stopped: rclpy's executor can fail on a guard condition destroyed while it spins)
-        self._sender = GoalSender(self)
+        self._clients_group = MutuallyExclusiveCallbackGroup()   # the executors' ActionClients: one callback at a time
         self.skill_sets: dict = {}
         self.urgency_classes: dict = {}
         self.limits = GoalLimits()
@@ -141,7 +138,7 @@ class PlanServerNode(LifecycleNode):
         self.limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
                                  max_new_tokens=p.max_new_tokens)
         self.loop = SchedulerThread(self.scheduler, self._on_events, on_idle=self._on_idle)
-        self.dispatcher = SegmentDispatcher(self, self.loop.post, self._sender, p.executor_timeout_s,
+        self.dispatcher = SegmentDispatcher(self, self.loop.post, self._clients_group, p.executor_timeout_s,
                                             p.executor_ack_timeout_s, log_timing=p.log_timing)
         self._discovery_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="discovery")
         self._undiscovered = list(p.expected_agents)
@@ -232,7 +229,6 @@ class PlanServerNode(LifecycleNode):
     def shutdown(self) -> None:
         """Free ROS entities that destroy_node does not destroy (after the executor stopped)."""
         self._action.destroy()
-        self._sender.destroy()
 
     def policy_options(self) -> dict:
         """Options every policy gets (those a policy does not use are ignored): segment sizes from the skill

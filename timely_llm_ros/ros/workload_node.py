@@ -24,6 +24,7 @@ from pathlib import Path
 import rclpy
 import yaml
 from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.serialization import serialize_message
 
@@ -34,7 +35,6 @@ from ..core.workload.bag import RunRecord, load_any, write_run_bag
 from ..core.workload.generator import Workload, WorkloadTask
 from ..paths import config_dir
 from .action_client import ActionClient, deep_queues
-from .goal_sender import GoalSender
 from .outcome_table import OutcomeRow, format_table
 from .spin import spin_node
 
@@ -94,16 +94,16 @@ class FleetWorkloadNode(Node):
             path = Path(tasks_file) if tasks_file else config_dir() / "fleet_tasks.yaml"
             self.tasks = yaml.safe_load(path.read_text())
             self.agents = parse_agents(self.agent_entries, self.tasks, int(self.per_agent))
-        self.sender = GoalSender(self)  # goals are sent on the executor (see goal_sender.py)
-        # a replayed burst: responses and feedback of many goals at once
-        self.client = ActionClient(self, Plan, "plan", callback_group=self.sender.group, **deep_queues())
+        # goals are sent from the agent threads (our ActionClient makes that safe); a replayed burst gets responses
+        # and feedback of many goals at once
+        self.client = ActionClient(self, Plan, "plan", callback_group=MutuallyExclusiveCallbackGroup(),
+                                   **deep_queues())
         self.rows: list[OutcomeRow] = []
         self._rows_lock = threading.Lock()
 
     def shutdown(self) -> None:
         """Free what destroy_node does not (called by spin_node after the executor stopped)."""
         self.client.destroy()
-        self.sender.destroy()
 
     def stopping(self) -> bool:
         """True once a stop was requested; remembers when."""
@@ -126,7 +126,7 @@ class FleetWorkloadNode(Node):
             if now > end or (cancelled_at is not None and now > cancelled_at + 3.0):
                 return None
             if cancelled_at is None and self.give_up():
-                self.sender.call(handle.cancel_goal_async)
+                handle.cancel_goal_async()
                 cancelled_at = now
             time.sleep(0.01)
         return future.result()
@@ -178,7 +178,7 @@ class FleetWorkloadNode(Node):
                          context=task.get("context", ""), urgency_class=task.get("urgency", "normal"))
         row = OutcomeRow(agent=agent.name, robot_type=agent.robot_type, task=task["task"],
                          urgency=goal.urgency_class, sent_at=time.monotonic())
-        handle = _wait(self.sender.send(self.client, goal, feedback_callback=lambda fb: self._on_feedback(agent, fb)), 30)
+        handle = _wait(self.client.send_goal_async(goal, feedback_callback=lambda fb: self._on_feedback(agent, fb)), 30)
         if handle is None or not handle.accepted:
             row.status = "no result"
             row.message = "no goal response from /plan in 30 s" if handle is None else "goal not accepted by /plan"
@@ -238,7 +238,7 @@ class ReplayRun:
                     with self._lock:
                         handles = list(self._handles)
                     for handle in handles:
-                        node.sender.call(handle.cancel_goal_async)
+                        handle.cancel_goal_async()
                     cancel_deadline = now + 3.0
             else:
                 continue
@@ -269,7 +269,7 @@ class ReplayRun:
         with self._lock:
             self.records.append(rec)
             self.rows[task.task_id] = row
-        future = self.node.sender.send(self.node.client, goal)
+        future = self.node.client.send_goal_async(goal)
         future.add_done_callback(lambda f: self._on_goal_response(f, rec, row))
 
     def _on_goal_response(self, future, rec: RunRecord, row: OutcomeRow) -> None:

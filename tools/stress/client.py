@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile
@@ -14,7 +15,6 @@ from rclpy.qos import DurabilityPolicy, QoSProfile
 from timely_llm_ros.action import Plan
 from timely_llm_ros.msg import SchedulerState
 from timely_llm_ros.ros.action_client import ActionClient, deep_queues
-from timely_llm_ros.ros.goal_sender import GoalSender
 
 
 @dataclass
@@ -51,9 +51,9 @@ class StressClient:
         self.context = Context()
         rclpy.init(context=self.context)
         self.node = rclpy.create_node(name, context=self.context)
-        self.sender = GoalSender(self.node)
         # deep client-side queues, so that a goal lost in a burst is lost by the server, not by this client
-        self.client = ActionClient(self.node, Plan, "/plan", callback_group=self.sender.group, **deep_queues(4096))
+        self.client = ActionClient(self.node, Plan, "/plan", callback_group=MutuallyExclusiveCallbackGroup(),
+                                   **deep_queues(4096))
         self.state: SchedulerState | None = None
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._sub = self.node.create_subscription(SchedulerState, "/timely_server/state", self._on_state, latched)
@@ -80,8 +80,8 @@ class StressClient:
         rec = GoalRecord(phase, kind, frozenset(expect), fields, time.monotonic())
         with self._lock:
             self.records.append(rec)
-        fut = self.sender.send(self.client, Plan.Goal(**fields),
-                               feedback_callback=lambda m: self._on_feedback(rec, m.feedback, on_feedback))
+        fut = self.client.send_goal_async(Plan.Goal(**fields),
+                                          feedback_callback=lambda m: self._on_feedback(rec, m.feedback, on_feedback))
         fut.add_done_callback(lambda f: self._on_response(rec, f))
         return rec
 
@@ -119,9 +119,9 @@ class StressClient:
         rec.done = time.monotonic()
 
     def cancel(self, rec: GoalRecord) -> None:
-        """Request cancellation (any thread; the request goes out on the client's executor)."""
+        """Request cancellation (any thread)."""
         if rec.handle is not None:
-            self.sender.call(rec.handle.cancel_goal_async)
+            rec.handle.cancel_goal_async()
 
     def wait_terminal(self, records: list[GoalRecord], timeout: float) -> bool:
         end = time.monotonic() + timeout
@@ -136,6 +136,5 @@ class StressClient:
         self._spin.join(5.0)
         self.client.destroy()
         self.node.destroy_subscription(self._sub)
-        self.sender.destroy()
         self.node.destroy_node()
         rclpy.try_shutdown(context=self.context)
