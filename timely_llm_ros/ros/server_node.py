@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
@@ -75,6 +75,7 @@ class PlanServerNode(LifecycleNode):
         self._counts = {"total": 0, "done": 0, "dropped": 0, "failed": 0, "overloaded": 0}
         self._last_state = 0.0
         self._undiscovered: list[str] = []
+        self._handshakes: dict[str, Future] = {}   # expected agent -> its background discovery, while it runs
         self._discovery_timer = None
         self._discovery_lock = threading.Lock()
         self._discovery_pool: ThreadPoolExecutor | None = None
@@ -142,6 +143,7 @@ class PlanServerNode(LifecycleNode):
                                             p.executor_ack_timeout_s, log_timing=p.log_timing)
         self._discovery_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="discovery")
         self._undiscovered = list(p.expected_agents)
+        self._handshakes = {}
         for agent in self._undiscovered:  # start discovering their executors now, not on the first goal
             self.dispatcher.client(agent)
         if self._undiscovered:
@@ -238,8 +240,11 @@ class PlanServerNode(LifecycleNode):
                 "online_gen_time": True}
 
     def _report_discovery(self) -> None:
-        """Log each expected robot's executor once it is discoverable."""
-        dispatcher = self.dispatcher
+        """Shake hands with each expected robot's executor once it is matched (in the background), and log it
+        once it is ready for goals. Before, an expected robot was only matched at start-up, so its first goal
+        still waited for the handshake (and a graph query) on the discovery pool: in a burst of first goals, up to
+        0.3 s of its response time before the scheduler even saw it."""
+        dispatcher, pool = self.dispatcher, self._discovery_pool
         if dispatcher is None:
             return
         # A lock and a set difference, not list.remove: a second run of this callback (a re-configure's
@@ -249,8 +254,21 @@ class PlanServerNode(LifecycleNode):
             pending = list(self._undiscovered)
             if not pending:
                 return
-            found = [agent for agent in pending if dispatcher.client(agent).server_is_ready()]
+            found = [agent for agent in pending if dispatcher.ready(agent)]
+            for agent in pending:
+                running = self._handshakes.get(agent)
+                if agent in found or (running is not None and not running.done()) or pool is None:
+                    continue
+                if dispatcher.client(agent).server_is_ready():
+                    try:
+                        self._handshakes[agent] = pool.submit(dispatcher.discover, agent,
+                                                              self.params.executor_discovery_timeout_s,
+                                                              lambda: self._closing)
+                    except RuntimeError:   # the pool was shut down meanwhile (cleanup)
+                        return
             self._undiscovered = [agent for agent in pending if agent not in set(found)]
+            for agent in found:
+                self._handshakes.pop(agent, None)
             done = not self._undiscovered
         for agent in found:
             self.get_logger().info(f"executor discovered: {agent}/execute_segment")
@@ -355,6 +373,8 @@ class PlanServerNode(LifecycleNode):
             return False
         if dispatcher.ready(session.agent_id):
             return True
+        self.get_logger().info(f"[{session.req_id}] waiting for /{session.agent_id}/execute_segment to answer "
+                               "(a first goal to a robot not in expected_agents, or its executor restarted)")
         pool = self._discovery_pool
         if pool is None:
             return False
