@@ -63,8 +63,8 @@ _DESCRIPTIONS = {
                    "OVERLOADED (41): retry later", (1, 4096)),
     "urgency_classes_file": ("YAML of named urgency classes; empty = config/urgency_classes.yaml", None),
     "state_period_s": ("period of the latched ~/state topic", (0.05, 60.0)),
-    "expected_agents": ("robot namespaces whose executors are discovered at start-up (others on their first goal)",
-                        None),
+    "expected_agents": ("robot namespaces whose executors are discovered and handshaken at start-up (others on "
+                        "their first goal)", None),
     "autostart": ("configure and activate the lifecycle node at start-up (false: wait for a lifecycle manager "
                   "or `ros2 lifecycle set`)", None),
     "executor_ack_timeout_s": ("seconds an executor may take to accept or reject a segment before it counts as "
