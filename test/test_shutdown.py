@@ -42,7 +42,11 @@ def test_sigint_to_the_process_group_ends_every_process_cleanly_and_loses_no_goa
         rows = list(csv.DictReader(table.open()))
         assert rows, workload.output()[-3000:]
         assert all(r["status"] != "no result" for r in rows), rows
-        assert any(r["status"] == "SERVER_SHUTDOWN" for r in rows), [r["status"] for r in rows]
+        # A goal whose segment is at a robot ends SERVER_SHUTDOWN when the server has handled its SIGINT before the
+        # robot's "executor shutting down" result arrives, EXECUTION_FAILED with that message otherwise (a race
+        # between two processes that one loaded fresh-clone run lost: both goals were at their robots)
+        assert any(r["status"] == "SERVER_SHUTDOWN" or (
+            r["status"] == "EXECUTION_FAILED" and "executor shutting down" in r["message"]) for r in rows), rows
         assert "SERVER_SHUTDOWN" in server.output() or "shutting down" in server.output()
     finally:
         for node in reversed(nodes):
