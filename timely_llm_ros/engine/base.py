@@ -107,7 +107,9 @@ class Engine(ABC):
 
 class EngineWrapper(Engine):
     """Base of engines that change how another engine's steps run (eviction, routing): the tokenizer, the text
-    stream and the flags policies plan with (eos, context, step budget, fused steps) are the wrapped engine's."""
+    stream, the flags policies plan with (eos, context, step budget, fused steps) and the per-generation facts
+    admission asks (prompt left to prefill, reload time, a simulated prompt length) are the wrapped engine's unless
+    a subclass says otherwise."""
 
     def __init__(self, wrapped: Engine) -> None:
         self.wrapped = wrapped
@@ -124,6 +126,15 @@ class EngineWrapper(Engine):
 
     def text_stream(self) -> TextStream:
         return self.wrapped.text_stream()
+
+    def prefill_left(self, gen_id: str) -> int | None:
+        return self.wrapped.prefill_left(gen_id)
+
+    def reload_s(self, gen_id: str) -> float:
+        return self.wrapped.reload_s(gen_id)
+
+    def set_prompt_tokens(self, gen_id: str, n: int) -> None:
+        self._forward_prompt_tokens((self.wrapped,), gen_id, n)
 
     @staticmethod
     def _forward_prompt_tokens(engines: Sequence[Engine], gen_id: str, n: int) -> None:

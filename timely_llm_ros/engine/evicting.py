@@ -18,7 +18,7 @@ class EvictingEngine(EngineWrapper):
         if not callable(getattr(inner, "evict_prompt_kv", None)):
             raise EngineError(f"{type(inner).__name__} cannot evict prompt KV (no evict_prompt_kv)")
         super().__init__(inner)
-        self.inner, self.ratios = inner, ratios
+        self.inner, self.ratios = inner, ratios       # inner: the wrapped engine (EngineWrapper.wrapped)
         self.applied: dict[str, float] = {}
         self._prefilled: set[str] = set()
 
@@ -27,15 +27,6 @@ class EvictingEngine(EngineWrapper):
         if name in ("inner", "wrapped"):
             raise AttributeError(name)
         return getattr(self.inner, name)
-
-    def prefill_left(self, gen_id: str) -> int | None:
-        return self.inner.prefill_left(gen_id)
-
-    def reload_s(self, gen_id: str) -> float:
-        return self.inner.reload_s(gen_id)
-
-    def set_prompt_tokens(self, gen_id: str, n: int) -> None:
-        self._forward_prompt_tokens((self.inner,), gen_id, n)
 
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
             forced_ids: Sequence[int] | None = None) -> None:

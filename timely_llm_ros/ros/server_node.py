@@ -240,10 +240,8 @@ class PlanServerNode(LifecycleNode):
                 "online_gen_time": True}
 
     def _report_discovery(self) -> None:
-        """Shake hands with each expected robot's executor once it is matched (in the background), and log it
-        once it is ready for goals. Before, an expected robot was only matched at start-up, so its first goal
-        still waited for the handshake (and a graph query) on the discovery pool: in a burst of first goals, up to
-        0.3 s of its response time before the scheduler even saw it."""
+        """Shake hands with each expected robot's executor once it is matched (in the background, on the discovery
+        pool), and log it once it is ready for goals: its first goal then goes straight to the scheduler."""
         dispatcher, pool = self.dispatcher, self._discovery_pool
         if dispatcher is None:
             return

@@ -95,8 +95,8 @@ class SkillExecutorNode(Node):
                                     cancel_callback=self._on_cancel, callback_group=self._group)
         self._timer = (self.create_timer(self.feedback_period_s, self._periodic_feedback, callback_group=self._group)
                        if self.feedback_period_s > 0 else None)
-        # the timer runs only while a segment runs: an idle robot's timer woke the executor for nothing (50 idle
-        # robots in one host process took 0.70 of a core, 0.06 without timers)
+        # the timer runs only while a segment runs: an idle robot's timer woke the executor for nothing
+        # (benchmarks/executor_host_idle.py)
         self._pause_feedback()
         self._worker = threading.Thread(target=self._dispatch_loop, name="segment-dispatch", daemon=True)
         self._worker.start()
@@ -227,8 +227,7 @@ class SkillExecutorNode(Node):
         handle = job.handle
         job.started = job.skill_started = time.monotonic()
         self._timing(job, "started")
-        if self._timer is not None:
-            self._timer.reset()
+        self._resume_feedback()
         stop = lambda: self._stopping or handle.is_cancel_requested or not handle.is_active  # noqa: E731
         self.get_logger().info(f"[{job.request_id}] segment {job.index}: "
                                f"{' '.join(f'{c.name}{list(c.args)}' for c in job.calls)}")
@@ -298,6 +297,10 @@ class SkillExecutorNode(Node):
     def _pause_feedback(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+
+    def _resume_feedback(self) -> None:
+        if self._timer is not None:
+            self._timer.reset()
 
     def _periodic_feedback(self) -> None:
         job = self._running
