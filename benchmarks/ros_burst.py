@@ -2,7 +2,7 @@
 """The urgent-burst shape through the real ROS server on the embedded planner, next to the simulator.
 
     python benchmarks/ros_burst.py [--seeds 1,2,3,4,5] [--policies timely,edf-admit,edf,vllm-stream,fcfs]
-        [--time-scale 0.2] [--max-batch 16] [--out out/ros_burst] [--resummarize]
+        [--time-scale 0.2] [--max-batch 16] [--server-param NAME:=VALUE ...] [--out out/ros_burst] [--resummarize]
 
 Real processes over DDS on loopback, per seed: one server node (one torch thread, `max_batch`, every agent
 expected) and one simulated executor host for all agents; a 4-goal warm-up replay, then per policy (order rotated
@@ -60,6 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--result-timeout", type=float, default=40.0,
                    help="the client's result_timeout_s: a goal without a result this long after the last goal is sent "
                         "counts 'no result' (0 utility)")
+    p.add_argument("--server-param", action="append", default=[], metavar="NAME:=VALUE",
+                   help="one more server parameter (repeatable), e.g. segment_clients:=server")
     p.add_argument("--out", default="out/ros_burst")
     p.add_argument("--resummarize", action="store_true",
                    help="no runs: recompute the ROS rows of --out/runs.csv from the outcome CSVs and server logs")
@@ -86,7 +88,8 @@ class RosSession:
         self.server = Child("server", "timely_llm_ros.ros.server_node",
                             ["--ros-args", "-r", "__node:=timely_server", "-p", f"policy:={first_policy}",
                              "-p", "num_threads:=1", "-p", f"max_batch:={args.max_batch}",
-                             "-p", f"expected_agents:=[{','.join(names)}]"], "timely_server ready")
+                             "-p", f"expected_agents:=[{','.join(names)}]",
+                             *[a for p in args.server_param for a in ("-p", p)]], "timely_server ready")
         self.server.tail = deque(maxlen=100_000)   # the whole log, saved with the outcomes (evidence)
         self.host = Child("executors", "timely_llm_ros.ros.executor.host",
                           ["--agents", ",".join(f"{a}:{t}" for a, t in agents), "--ros-args", "-p",
@@ -105,7 +108,7 @@ class RosSession:
         from rcl_interfaces.srv import SetParameters
         self._rclpy = rclpy
         self._ctx = rclpy.context.Context()
-        rclpy.init(context=self._ctx)
+        rclpy.init(context=self._ctx, args=[])  # not sys.argv: --server-param values look like remaps
         self._node = rclpy.create_node("ros_burst_params", context=self._ctx)
         self._params = self._node.create_client(SetParameters, "/timely_server/set_parameters")
 
@@ -129,9 +132,10 @@ class RosSession:
             raise RuntimeError(f"setting policy:={policy} failed: {res}")
         self.server.wait_for(f"policy={policy}", 0.5)
 
-    def replay(self, workload_yaml: Path, csv_out: Path) -> tuple[list[dict], int | None]:
-        """Run the replay client to its end; (its outcome rows, its exit code)."""
+    def replay(self, workload_yaml: Path, csv_out: Path) -> tuple[list[dict], int | None, float]:
+        """Run the replay client to its end; (its outcome rows, its exit code, the server's CPU seconds meanwhile)."""
         mark = len(self.server.tail)
+        cpu0 = cpu_seconds(self.server.proc.pid)
         client = Child("client", "timely_llm_ros.ros.workload_node",
                        ["--ros-args", "-p", f"workload_file:={workload_yaml}", "-p", f"results_csv:={csv_out}",
                         "-p", f"result_timeout_s:={self.args.result_timeout}"], "replaying")
@@ -143,9 +147,10 @@ class RosSession:
         if code != 0:
             print(f"  client exited {code}:\n    " + "\n    ".join(
                 [ln for ln in client.tail if "no result" in ln][:5] + list(client.tail)[-3:]), flush=True)
+        server_cpu = cpu_seconds(self.server.proc.pid) - cpu0
         csv_out.with_suffix(".server.log").write_text("\n".join(list(self.server.tail)[mark:]) + "\n")
         rows = list(csv.DictReader(csv_out.open())) if csv_out.exists() else []
-        return rows, code
+        return rows, code, server_cpu
 
     def close(self) -> dict[str, int | None]:
         """SIGINT to server and executor host; their exit codes."""
@@ -157,6 +162,12 @@ class RosSession:
             if codes[name] != 0:
                 print(f"  {name} exited {codes[name]}:\n    " + "\n    ".join(list(child.tail)[-15:]), flush=True)
         return codes
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (all its threads), from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def warmup_workload(w: Workload) -> Workload:
@@ -289,6 +300,11 @@ def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
     for src in SOURCES[1:]:
         taus = [kendall_tau(urgent_of(rows, "ros", seed), urgent_of(rows, src, seed)) for seed in seeds]
         lines.append(f"- per-seed Kendall tau ros vs {src}: " + ", ".join(f"{t:+.2f}" for t in taus))
+    cpu = {p: [float(r["server_cpu_s"]) for r in rows if r["source"] == "ros" and r["policy"] == p
+               and r.get("server_cpu_s") not in (None, "")] for p in policies}
+    if all(cpu.values()):
+        lines.append("- server CPU seconds per replay (all threads): "
+                     + ", ".join(f"{p} {span(v)}" for p, v in cpu.items()))
     return "\n".join(lines) + "\n"
 
 
@@ -351,8 +367,8 @@ def main(argv=None) -> int:
                 for policy in order:
                     t0 = time.monotonic()
                     session.set_policy(policy)
-                    ros_rows, code = session.replay(path, out / f"outcomes_{policy}_s{seed}.csv")
-                    entries = [("ros", ros_utilities(ros_rows, w)),
+                    ros_rows, code, cpu = session.replay(path, out / f"outcomes_{policy}_s{seed}.csv")
+                    entries = [("ros", {**ros_utilities(ros_rows, w), "server_cpu_s": round(cpu, 2)}),
                                ("sim-embedded", sim_embedded(policy, seed, w, plans, latency, args)),
                                ("sim-4090", sim_4090(policy, seed, args))]
                     for src, m in entries:
