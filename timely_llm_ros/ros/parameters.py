@@ -37,6 +37,7 @@ class ServerParams:
     vllm_distributed_executor_backend: str = ""
     replan_on_failure: int = 0
     log_timing: bool = False
+    segment_clients: str = "events"
 
 
 _DESCRIPTIONS = {
@@ -80,6 +81,9 @@ _DESCRIPTIONS = {
                           "failed skill); 0 = the goal ends EXECUTION_FAILED", (0, 100)),
     "log_timing": ("log 'segment timing <request> <index> published|sent <monotonic s>' per segment (make stress "
                    "measures delivery to the executors with it)", None),
+    "segment_clients": ("what spins the per-robot ExecuteSegment clients: events (a node of their own on rclpy's "
+                        "EventsExecutor, its own thread) | single (that node on a SingleThreadedExecutor) | server "
+                        "(the server node's own executor); see ros/client_host.py", None),
 }
 
 

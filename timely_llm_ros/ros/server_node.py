@@ -38,6 +38,7 @@ from ..core.request import RequestState
 from ..core.runtime import SchedulerThread
 from ..core.scheduler import PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady, StateChanged
 from ..core.validation import GoalLimits, validate_goal
+from .client_host import KINDS as CLIENT_HOST_KINDS, ClientHost
 from .conversions import error_result, goal_fields, outcome_to_result
 from .parameters import ServerParams, declare_server_params, engine_options
 from .plan_session import GoalSession, bare_outcome, goal_request_id, plan_feedback
@@ -63,6 +64,7 @@ class PlanServerNode(LifecycleNode):
         self.scheduler: PlanScheduler | None = None
         self.loop: SchedulerThread | None = None
         self.dispatcher: SegmentDispatcher | None = None
+        self._client_host: ClientHost | None = None
         self._clients_group = MutuallyExclusiveCallbackGroup()   # the executors' ActionClients: one callback at a time
         self.skill_sets: dict = {}
         self.urgency_classes: dict = {}
@@ -111,6 +113,10 @@ class PlanServerNode(LifecycleNode):
         p = self.params
         log = self.get_logger()
         log.info(f"configuring: engine={p.engine} model={p.model_path or '(embedded default)'} device={p.device}")
+        if p.segment_clients not in CLIENT_HOST_KINDS:
+            log.error(f"configure failed: segment_clients must be one of {', '.join(CLIENT_HOST_KINDS)}, "
+                      f"got {p.segment_clients!r}")
+            return TransitionCallbackReturn.FAILURE
         t0 = time.monotonic()
         try:
             from ..engine.factory import make_engine  # torch is imported only here
@@ -139,7 +145,10 @@ class PlanServerNode(LifecycleNode):
         self.limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
                                  max_new_tokens=p.max_new_tokens)
         self.loop = SchedulerThread(self.scheduler, self._on_events, on_idle=self._on_idle)
-        self.dispatcher = SegmentDispatcher(self, self.loop.post, self._clients_group, p.executor_timeout_s,
+        if p.segment_clients != "server":
+            self._client_host = ClientHost(self, p.segment_clients)
+        client_node = self._client_host.node if self._client_host is not None else self
+        self.dispatcher = SegmentDispatcher(client_node, self.loop.post, self._clients_group, p.executor_timeout_s,
                                             p.executor_ack_timeout_s, log_timing=p.log_timing)
         self._discovery_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="discovery")
         self._undiscovered = list(p.expected_agents)
@@ -188,9 +197,12 @@ class PlanServerNode(LifecycleNode):
         if self._discovery_pool is not None:
             self._discovery_pool.shutdown(wait=True, cancel_futures=True)
             self._discovery_pool = None
-        if self.dispatcher is not None:
-            self.dispatcher.destroy()
-            self.dispatcher = None
+        dispatcher, host = self.dispatcher, self._client_host
+        self.dispatcher = self._client_host = None
+        if host is not None:
+            host.close(dispatcher.destroy if dispatcher is not None else (lambda: None))
+        elif dispatcher is not None:
+            dispatcher.destroy()
         if self.scheduler is not None:
             self.scheduler.engine.close()
             self.scheduler = None

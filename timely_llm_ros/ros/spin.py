@@ -77,10 +77,10 @@ class StopFlag:
 class Spinner:
     """Spins an executor on its own thread until stop(); stop() joins that thread."""
 
-    def __init__(self, executor, context) -> None:
+    def __init__(self, executor, context, name: str = "ros-spin") -> None:
         self._executor, self._context = executor, context
         self._halt = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ros-spin")
+        self._thread = threading.Thread(target=self._run, name=name)
 
     def start(self) -> None:
         self._thread.start()

@@ -1,0 +1,111 @@
+"""ClientHost (ros/client_host.py): the server's per-robot ActionClients on a node of their own, spun on their own
+thread by rclpy's EventsExecutor or a SingleThreadedExecutor. Our ActionClient's guarantees (handshake before the
+first goal, every feedback before the result) must hold there too, the node must keep its own name whatever the
+server's command line remaps, and close() must leave no thread behind."""
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+import rclpy
+from rclpy.action import ActionServer
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import QoSProfile
+
+from timely_llm_ros.action import ExecuteSegment
+from timely_llm_ros.ros.action_client import ActionClient
+from timely_llm_ros.ros.client_host import ClientHost
+
+
+@contextmanager
+def _robot(name: str, feedbacks: int):
+    """An ExecuteSegment server in a context (DDS participant) of its own: every goal publishes ``feedbacks``
+    feedback messages and succeeds at once."""
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = Node(f"robot_{name}", context=context)
+
+    def execute(handle):
+        for i in range(feedbacks):
+            handle.publish_feedback(ExecuteSegment.Feedback(skills_done=i, skills_total=feedbacks))
+        handle.succeed()
+        return ExecuteSegment.Result(success=True, execution_time=0.25)
+
+    server = ActionServer(node, ExecuteSegment, f"{name}/execute_segment", execute_callback=execute)
+    executor = MultiThreadedExecutor(num_threads=2, context=context)
+    executor.add_node(node)
+    spin = threading.Thread(target=executor.spin, daemon=True)
+    spin.start()
+    try:
+        yield
+    finally:
+        executor.shutdown(timeout_sec=5.0)
+        spin.join(5.0)
+        server.destroy()
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+
+
+@contextmanager
+def _server(args: list[str] | None = None):
+    context = rclpy.Context()
+    rclpy.init(context=context, args=args)
+    node = Node("plan_server", namespace="/edge", context=context)
+    try:
+        yield node
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+
+
+def _wait(future, timeout: float):
+    end = time.monotonic() + timeout
+    while not future.done() and time.monotonic() < end:
+        time.sleep(0.01)
+    return future.result() if future.done() else None
+
+
+@pytest.mark.parametrize("kind", ["events", "single"])
+def test_a_hosted_client_gets_its_answers_and_every_feedback_before_the_result(kind):
+    with _robot(f"r_{kind}", feedbacks=30), _server() as server:
+        host = ClientHost(server, kind)
+        client = ActionClient(host.node, ExecuteSegment, f"/r_{kind}/execute_segment", recovery_timer=False,
+                              feedback_sub_qos_profile=QoSProfile(depth=100))
+        try:
+            assert client.wait_until_answering(timeout_sec=10.0)
+            seen: list[int] = []
+
+            def slow_caller(message) -> None:   # falls behind the 30 messages sent at once
+                seen.append(message.feedback.skills_done)
+                time.sleep(0.01)
+
+            handle = _wait(client.send_goal_async(ExecuteSegment.Goal(request_id="q", index=0),
+                                                  feedback_callback=slow_caller), 5.0)
+            assert handle is not None and handle.accepted
+            answer = _wait(client.result_async(handle), 5.0)
+            assert answer is not None and answer.result.execution_time == 0.25
+            assert seen == list(range(30))
+        finally:
+            host.close(client.destroy)
+        assert not [t for t in threading.enumerate() if t.name == "segment-clients"]
+
+
+def test_the_host_node_keeps_its_name_when_the_server_is_renamed_on_the_command_line():
+    """A launch file renames the server with ``-r __node:=...``: that remap applies to every node in the process
+    unless a node ignores the global arguments; two nodes would then share one name."""
+    with _server(["--ros-args", "-r", "__node:=timely_server"]) as server:
+        assert server.get_name() == "timely_server"
+        host = ClientHost(server, "events")
+        try:
+            assert host.node.get_fully_qualified_name() == "/edge/timely_server_segment_clients"
+        finally:
+            host.close(lambda: None)
+
+
+def test_an_unknown_kind_is_refused_naming_the_kinds():
+    with _server() as server:
+        with pytest.raises(ValueError, match="events, single, server"):
+            ClientHost(server, "multi")

@@ -1,0 +1,52 @@
+"""A node of its own for the server's per-robot ActionClients, spun on its own thread.
+
+With one ActionClient per robot on the server node, rclpy's Python executor rebuilds a wait set over every one of
+them (five entities each) on every wake-up, holding the GIL while it does: with 50 robots that thread held the
+server's GIL 41-46% of the time during an urgent burst, time the engine's step loop waited for. Here the clients
+live on a separate node spun by rclpy's EventsExecutor (C++, event callbacks instead of a rebuilt wait set; kind
+"events", the default) or by a SingleThreadedExecutor of its own (kind "single"); the server's own executor then
+waits only on the server's few entities. Kind "server" keeps the clients on the server node (the earlier layout).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+
+from .spin import Spinner
+
+KINDS = ("events", "single", "server")
+
+
+class ClientHost:
+    """A plain node (no global ROS arguments: a ``__node`` remap meant for the server must not rename it) in the
+    server's namespace and context, and the thread that spins it."""
+
+    def __init__(self, server: Node, kind: str) -> None:
+        if kind not in ("events", "single"):
+            raise ValueError(f"segment_clients must be one of {', '.join(KINDS)}, got {kind!r}")
+        context = server.context
+        self.kind = kind
+        self.node = Node(f"{server.get_name()}_segment_clients", namespace=server.get_namespace(),
+                         context=context, use_global_arguments=False, start_parameter_services=False)
+        if kind == "events":
+            from rclpy.experimental.events_executor import EventsExecutor
+            self._executor = EventsExecutor(context=context)
+        else:
+            self._executor = SingleThreadedExecutor(context=context)
+        self._executor.add_node(self.node)
+        self._spinner = Spinner(self._executor, context, name="segment-clients")
+        self._spinner.start()
+        self._closed = False
+
+    def close(self, destroy_clients: Callable[[], None], timeout_s: float = 5.0) -> None:
+        """Stop and join the spin thread, shut the executor down, then ``destroy_clients()`` (nothing waits on
+        them any more; destroy_node does not destroy waitables) and destroy the node."""
+        if self._closed:
+            return
+        self._closed = True
+        self._spinner.stop(timeout_s)
+        self._executor.shutdown(timeout_sec=timeout_s)
+        destroy_clients()
+        self.node.destroy_node()
