@@ -15,7 +15,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 
-from timely_llm_ros.action import Plan
+from timely_llm_ros.action import ExecuteSegment, Plan
 from timely_llm_ros.ros.action_client import ActionClient, deep_queues
 
 REPO = Path(__file__).resolve().parent.parent
@@ -181,6 +181,17 @@ class GoalRun:
                 return True
             time.sleep(0.01)
         return False
+
+
+def feedback_then_success(feedbacks: int, execution_time: float):
+    """An ExecuteSegment execute callback: every goal publishes ``feedbacks`` feedback messages, then succeeds at
+    once reporting ``execution_time``."""
+    def execute(handle):
+        for i in range(feedbacks):
+            handle.publish_feedback(ExecuteSegment.Feedback(skills_done=i, skills_total=feedbacks))
+        handle.succeed()
+        return ExecuteSegment.Result(success=True, execution_time=execution_time)
+    return execute
 
 
 def wait(future, timeout: float):

@@ -14,6 +14,7 @@ from rclpy.node import Node
 
 from timely_llm_ros.action import ExecuteSegment
 from timely_llm_ros.ros.action_client import ActionClient
+from ros_harness import feedback_then_success
 
 
 @pytest.mark.parametrize("cls, usable", [(RclpyActionClient, False), (ActionClient, True)])
@@ -84,14 +85,8 @@ def _server_and_client(name: str, server_cls, client_cls, execution_time: float 
     context = rclpy.Context()
     rclpy.init(context=context)
     node = Node(f"action_client_{name}", context=context)
-
-    def execute(handle):
-        for i in range(feedbacks):
-            handle.publish_feedback(ExecuteSegment.Feedback(skills_done=i, skills_total=feedbacks))
-        handle.succeed()
-        return ExecuteSegment.Result(success=True, execution_time=execution_time)
-
-    server = server_cls(node, ExecuteSegment, f"{name}/execute_segment", execute_callback=execute)
+    server = server_cls(node, ExecuteSegment, f"{name}/execute_segment",
+                        execute_callback=feedback_then_success(feedbacks, execution_time))
     client = client_cls(node, ExecuteSegment, f"{name}/execute_segment", **client_qos)
     executor = MultiThreadedExecutor(num_threads=2, context=context)
     executor.add_node(node)

@@ -18,6 +18,7 @@ from rclpy.qos import QoSProfile
 from timely_llm_ros.action import ExecuteSegment
 from timely_llm_ros.ros.action_client import ActionClient
 from timely_llm_ros.ros.client_host import ClientHost
+from ros_harness import feedback_then_success, wait
 
 
 @contextmanager
@@ -27,14 +28,8 @@ def _robot(name: str, feedbacks: int):
     context = rclpy.Context()
     rclpy.init(context=context)
     node = Node(f"robot_{name}", context=context)
-
-    def execute(handle):
-        for i in range(feedbacks):
-            handle.publish_feedback(ExecuteSegment.Feedback(skills_done=i, skills_total=feedbacks))
-        handle.succeed()
-        return ExecuteSegment.Result(success=True, execution_time=0.25)
-
-    server = ActionServer(node, ExecuteSegment, f"{name}/execute_segment", execute_callback=execute)
+    server = ActionServer(node, ExecuteSegment, f"{name}/execute_segment",
+                          execute_callback=feedback_then_success(feedbacks, 0.25))
     executor = MultiThreadedExecutor(num_threads=2, context=context)
     executor.add_node(node)
     spin = threading.Thread(target=executor.spin, daemon=True)
@@ -61,13 +56,6 @@ def _server(args: list[str] | None = None):
         rclpy.shutdown(context=context)
 
 
-def _wait(future, timeout: float):
-    end = time.monotonic() + timeout
-    while not future.done() and time.monotonic() < end:
-        time.sleep(0.01)
-    return future.result() if future.done() else None
-
-
 @pytest.mark.parametrize("kind", ["events", "single"])
 def test_a_hosted_client_gets_its_answers_and_every_feedback_before_the_result(kind):
     with _robot(f"r_{kind}", feedbacks=30), _server() as server:
@@ -82,10 +70,10 @@ def test_a_hosted_client_gets_its_answers_and_every_feedback_before_the_result(k
                 seen.append(message.feedback.skills_done)
                 time.sleep(0.01)
 
-            handle = _wait(client.send_goal_async(ExecuteSegment.Goal(request_id="q", index=0),
+            handle = wait(client.send_goal_async(ExecuteSegment.Goal(request_id="q", index=0),
                                                   feedback_callback=slow_caller), 5.0)
             assert handle is not None and handle.accepted
-            answer = _wait(client.result_async(handle), 5.0)
+            answer = wait(client.result_async(handle), 5.0)
             assert answer is not None and answer.result.execution_time == 0.25
             assert seen == list(range(30))
         finally:
