@@ -18,7 +18,7 @@ from rclpy.qos import QoSProfile
 from timely_llm_ros.action import ExecuteSegment
 from timely_llm_ros.ros.action_client import ActionClient
 from timely_llm_ros.ros.client_host import ClientHost
-from ros_harness import feedback_then_success, wait
+from ros_harness import feedback_then_success, start_server, wait
 
 
 @contextmanager
@@ -93,7 +93,18 @@ def test_the_host_node_keeps_its_name_when_the_server_is_renamed_on_the_command_
             host.close(lambda: None)
 
 
-def test_an_unknown_kind_is_refused_naming_the_kinds():
+def test_an_unknown_kind_is_refused():
     with _server() as server:
-        with pytest.raises(ValueError, match="events, single, server"):
+        with pytest.raises(ValueError, match="'events' or 'single', got 'multi'"):
             ClientHost(server, "multi")
+
+
+def test_a_server_given_an_unknown_layout_says_which_exist_and_exits_1():
+    """Checked before the model loads: the message names the values, autostart's failed configure exits 1."""
+    server = start_server("segment_clients:=multi", ready="configure failed")
+    try:
+        assert server.proc.wait(30) == 1
+        assert "segment_clients must be one of events, single, server, got 'multi'" in server.output()
+        assert "engine loaded" not in server.output() and "Traceback" not in server.output()
+    finally:
+        server.stop()

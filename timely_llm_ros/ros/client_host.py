@@ -25,7 +25,7 @@ class ClientHost:
 
     def __init__(self, server: Node, kind: str) -> None:
         if kind not in ("events", "single"):
-            raise ValueError(f"segment_clients must be one of {', '.join(KINDS)}, got {kind!r}")
+            raise ValueError(f"a ClientHost spins its node with 'events' or 'single', got {kind!r}")
         context = server.context
         self.kind = kind
         self.node = Node(f"{server.get_name()}_segment_clients", namespace=server.get_namespace(),
