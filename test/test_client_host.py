@@ -71,7 +71,7 @@ def test_a_hosted_client_gets_its_answers_and_every_feedback_before_the_result(k
                 time.sleep(0.01)
 
             handle = wait(client.send_goal_async(ExecuteSegment.Goal(request_id="q", index=0),
-                                                  feedback_callback=slow_caller), 5.0)
+                                                 feedback_callback=slow_caller), 5.0)
             assert handle is not None and handle.accepted
             answer = wait(client.result_async(handle), 5.0)
             assert answer is not None and answer.result.execution_time == 0.25

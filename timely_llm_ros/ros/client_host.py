@@ -27,7 +27,6 @@ class ClientHost:
         if kind not in ("events", "single"):
             raise ValueError(f"a ClientHost spins its node with 'events' or 'single', got {kind!r}")
         context = server.context
-        self.kind = kind
         self.node = Node(f"{server.get_name()}_segment_clients", namespace=server.get_namespace(),
                          context=context, use_global_arguments=False, start_parameter_services=False)
         if kind == "events":
