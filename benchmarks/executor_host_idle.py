@@ -19,11 +19,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
 
-
-def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])     # utime + stime
+from report import cpu_seconds  # noqa: E402
 
 
 def idle_cores(agents: str, extra: list[str], warmup_s: float, seconds: float) -> float:
@@ -36,9 +34,9 @@ def idle_cores(agents: str, extra: list[str], warmup_s: float, seconds: float) -
         time.sleep(warmup_s)
         if proc.poll() is not None:
             raise RuntimeError(f"executor host exited with {proc.returncode} during start-up")
-        t0, c0 = time.monotonic(), cpu_ticks(proc.pid)
+        t0, c0 = time.monotonic(), cpu_seconds(proc.pid)
         time.sleep(seconds)
-        t1, c1 = time.monotonic(), cpu_ticks(proc.pid)
+        t1, c1 = time.monotonic(), cpu_seconds(proc.pid)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -46,7 +44,7 @@ def idle_cores(agents: str, extra: list[str], warmup_s: float, seconds: float) -
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-    return (c1 - c0) / os.sysconf("SC_CLK_TCK") / (t1 - t0)
+    return (c1 - c0) / (t1 - t0)
 
 
 def main(argv=None) -> int:

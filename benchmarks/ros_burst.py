@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import engine_workload as ew  # noqa: E402
-from report import write_csv  # noqa: E402
+from report import cpu_seconds, write_csv  # noqa: E402
 
 from timely_llm_ros.core.workload import Workload, save_workload  # noqa: E402
 from tools.stress.procs import Child  # noqa: E402
@@ -162,12 +162,6 @@ class RosSession:
             if codes[name] != 0:
                 print(f"  {name} exited {codes[name]}:\n    " + "\n    ".join(list(child.tail)[-15:]), flush=True)
         return codes
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used (all its threads), from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def warmup_workload(w: Workload) -> Workload:

@@ -31,9 +31,8 @@ prefilled, ~t_1: most of a decode step is the fixed part). Ending the step after
 in the next step gains the new members that pass and costs the D members t_dec(B) - t_dec(D) (B = the whole batch),
 a few ms. The chosen batch is checked with this cost model: if its predicted utility (ready_utility, summed) is
 higher with the prefills alone, the step prefills alone and the others are suspended for it (KV kept). Off by
-default: on the 4090 profile it earns a little; through the ROS server on this box's CPU engine it lost in 12 of 15
-paired seed runs of the urgent burst before the server handshook expected executors at start-up, and won 9 of 10
-after (README, "Prefill steps alone on the embedded planner"); switching the default is left to the next stop.
+default; its measurements on the 4090 profile and through the ROS server on the embedded planner are in the README
+("Prefill steps alone on the embedded planner").
 
 Options: segment_gen_time_s {robot_type: s}, online_gen_time (G tracks measured segments), max_segment_tokens
 {robot_type: n}, network_delay_s, token_time_s (batch-1 decode step assumed before one is measured), decode_seq_ratio
