@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from report import write_csv  # noqa: E402
+from report import parse_seeds, write_csv  # noqa: E402
 
 from timely_llm_ros.core.metrics import by_urgency, request_utility, summarize  # noqa: E402
 from timely_llm_ros.core.policies import POLICIES, make_policy  # noqa: E402
@@ -165,7 +165,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", default="WID1", help="preset names (comma-separated) or a saved workload YAML")
     p.add_argument("--policies", default=DEFAULT_POLICIES)
-    p.add_argument("--seeds", default="1,2,3,4,5", help="workload seeds (one workload per seed)")
+    p.add_argument("--seeds", default="1,2,3,4,5", help="workload seeds, one workload each (list or ranges: 1-30)")
+    p.add_argument("--blocks", type=int, default=0,
+                   help="also write blocks.md: the mean of each run of this many consecutive seeds (how much a "
+                        "figure over 5 seeds depends on which 5)")
     p.add_argument("--batch-sweep", default="", help="comma-separated max batch sizes (Fig. 7)")
     p.add_argument("--max-batch", type=int, default=16, help="max batch size without a sweep")
     p.add_argument("--latency", default="llama3-8b-rtx4090", help="config/latency profile name or YAML path")
@@ -177,7 +180,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def workloads(args) -> list[tuple[str, int, Workload, dict]]:
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    seeds = parse_seeds(args.seeds)
     out = []
     for name in [w.strip() for w in args.workload.split(",") if w.strip()]:
         if name.endswith((".yaml", ".yml")):
@@ -191,12 +194,14 @@ def workloads(args) -> list[tuple[str, int, Workload, dict]]:
 
 
 def run(args) -> list[dict]:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    base_latency = load_latency_model(args.latency)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     batches = [int(b) for b in args.batch_sweep.split(",") if b.strip()] or [args.max_batch]
     caches = [int(c) for c in args.cache_sweep.split(",") if c.strip()] or [None]
+    if args.blocks > 0 and (batches != [args.max_batch] or caches != [None]):
+        raise SystemExit("--blocks: leave out --batch-sweep and --cache-sweep (one figure per policy and seed)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    base_latency = load_latency_model(args.latency)
     rows: list[dict] = []
     print(f"latency profile {args.latency} ({base_latency.source}); cached prefix "
           f"{base_latency.cached_prefix_tokens} tokens unless swept")
@@ -230,6 +235,9 @@ def run(args) -> list[dict]:
     text = markdown(summary, args)
     (out / "summary.md").write_text(text, encoding="utf-8")
     print(text)
+    if args.blocks > 0:
+        (out / "blocks.md").write_text(blocks_md(rows, args.blocks), encoding="utf-8")
+        print(f"per-block means: {out / 'blocks.md'}")
     if not args.no_plots:
         plot(rows, out, caches != [None], len(batches) > 1)
     print(f"wrote {out / 'runs.csv'}, {out / 'summary.csv'}, {out / 'summary.md'}")
@@ -260,6 +268,31 @@ def summarize_rows(rows: list[dict]) -> list[dict]:
                     "dropped_bound_positive": span([float(r["dropped_bound_positive"]) for r in sel]),
                     "utility_mean": statistics.fmean(r["utility"] for r in sel)})
     return out
+
+
+def blocks_md(rows: list[dict], size: int) -> str:
+    """Share of max per preset, policy and group: the mean over all seeds, then over each run of `size`
+    consecutive seeds (in the order given; a last, shorter run is left out), and the class-alone bound's."""
+    lines = [f"Share of max (U/beta), mean over all seeds and over each {size} consecutive seeds.", ""]
+    for preset in dict.fromkeys(r["preset"] for r in rows):
+        seeds = list(dict.fromkeys(r["seed"] for r in rows if r["preset"] == preset))
+        runs = [seeds[i:i + size] for i in range(0, len(seeds) - size + 1, size)]
+        lines += [f"### {preset}", "", "| policy | group | all seeds | " + " | ".join(
+            f"seeds {b[0]}-{b[-1]}" for b in runs) + " |", "|---|---|---|" + "---|" * len(runs)]
+        for key in dict.fromkeys((r["policy"], r["group"]) for r in rows if r["preset"] == preset):
+            sel = {r["seed"]: r for r in rows if r["preset"] == preset and (r["policy"], r["group"]) == key}
+            cells = [statistics.fmean(sel[s]["share_of_max"] for s in b) for b in runs]
+            lines.append(f"| {key[0]} | {key[1]} | {statistics.fmean(r['share_of_max'] for r in sel.values()):.3f}"
+                         f" | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+        bound = {}      # the urgent bound in share-of-max units (share_of_max = utility / beta for every row)
+        for r in rows:
+            if r["preset"] == preset and r["group"] == "urgent" and r["utility"] and not math.isnan(r["bound"]):
+                bound.setdefault(r["seed"], r["bound"] * r["share_of_max"] / r["utility"])
+        if bound and len(bound) == len(seeds):
+            lines.append(f"| class-alone bound | urgent | {statistics.fmean(bound.values()):.3f} | "
+                         + " | ".join(f"{statistics.fmean(bound[s] for s in b):.3f}" for b in runs) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def markdown(summary: list[dict], args) -> str:

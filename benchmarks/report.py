@@ -27,6 +27,25 @@ def print_table(rows: list[dict], with_batch: bool = False) -> None:
         print(head + " ".join(f"{fmt(r[c]):>13s}" for c in METRIC_COLUMNS))
 
 
+def parse_seeds(text: str) -> list[int]:
+    """Seeds from a comma-separated list whose items may be ranges: "1,2,5-7" -> [1, 2, 5, 6, 7]."""
+    seeds: list[int] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        lo, sep, hi = item.partition("-")
+        try:
+            first, last = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise SystemExit(f"--seeds: {item!r} is neither a seed nor a range like 1-30") from None
+        if last < first:
+            raise SystemExit(f"--seeds: range {item!r} ends before it starts")
+        seeds.extend(range(first, last + 1))
+    if not seeds:
+        raise SystemExit("--seeds: no seed given (e.g. --seeds 1,2,3 or --seeds 1-30)")
+    return seeds
+
+
 def write_csv(path: Path, rows: list[dict], fields: list[str]) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=fields)

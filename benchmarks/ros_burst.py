@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import engine_workload as ew  # noqa: E402
-from report import cpu_seconds, write_csv  # noqa: E402
+from report import cpu_seconds, parse_seeds, write_csv  # noqa: E402
 
 from timely_llm_ros.core.workload import Workload, save_workload  # noqa: E402
 from tools.stress.procs import Child  # noqa: E402
@@ -323,7 +323,7 @@ def resummarize(out: Path, policies: list[str], seeds: list[int]) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",") if s]
+    seeds = parse_seeds(args.seeds)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     out = REPO / args.out if not Path(args.out).is_absolute() else Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

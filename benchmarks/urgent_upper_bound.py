@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import compare_policies as cp  # noqa: E402
+from report import parse_seeds  # noqa: E402
 from timely_llm_ros.core.sim import load_latency_model  # noqa: E402
 from timely_llm_ros.core.sim.tokenizer import PieceTokenizer  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
@@ -179,7 +180,7 @@ def main(argv=None) -> int:
     lat = load_latency_model(args.latency)
     tok = PieceTokenizer()
     out, waves, clustered = [], [], []
-    for seed in [int(s) for s in args.seeds.split(",")]:
+    for seed in parse_seeds(args.seeds):
         wl = cp.PRESETS[args.workload].make(seed)
         tasks = sorted((t for t in wl.tasks if t.urgency == args.cls and not t.after), key=lambda t: t.arrival)
         if not tasks:
