@@ -2,9 +2,10 @@
 """The transformers engine and the vLLM engine side by side, in one run, on the same model and prompts.
 
     python benchmarks/engine_vllm.py [--repeats 5] [--decode-steps 64] [--batches 1,8] [--workload-s 8]
-        [--long 1500] [--out out/engine_vllm]
+        [--long 1500] [--vllm-compile] [--out out/engine_vllm]
 
-1. decode: tokens/s and step time at each batch size (same prompts, greedy), engines alternated per repeat.
+1. decode: tokens/s and step time at each batch size (same prompts, greedy), engines alternated per repeat;
+   with --vllm-compile also a vLLM engine that compiles the model (option vllm_compile).
 2. resume on vLLM at ~70 and ~--long tokens of context: resume-to-next-token of a parked generation (this
    project's way: the request keeps its KV blocks, ChosenSetScheduler just does not schedule it), prefix-cached
    re-submission (abort, re-add prompt + output; block size 32), and a cold re-prefill (prefix cache reset).
@@ -46,6 +47,8 @@ def parse(argv=None):
     p.add_argument("--workload-s", type=float, default=8.0, help="seconds of arrivals (0 = skip part 3)")
     p.add_argument("--eps", type=float, default=8.0)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--vllm-compile", action="store_true",
+                   help="part 1 also on a vLLM engine that compiles the model (option vllm_compile)")
     p.add_argument("--out", default="out/engine_vllm")
     return p.parse_args(argv)
 
@@ -163,9 +166,16 @@ def transformers_resume(engine, n: int, seed: int) -> dict[str, float]:
     return {"parked": resumed, "cold": cold}
 
 
-def both(path: str | None, threads: int) -> dict:
-    return {"transformers": make_engine("transformers", path, device="cpu", dtype="float32", num_threads=threads),
-            "vllm": make_engine("vllm", path, device="cpu", dtype="float32", kv_budget_mb=64, num_threads=threads)}
+def both(path: str | None, threads: int, compiled: bool = False) -> dict:
+    """The transformers and the vLLM engine (and, if compiled, a vLLM engine with vllm_compile) on one model."""
+    engines = {"transformers": make_engine("transformers", path, device="cpu", dtype="float32", num_threads=threads),
+               "vllm": make_engine("vllm", path, device="cpu", dtype="float32", kv_budget_mb=64, num_threads=threads)}
+    if compiled:
+        t0 = time.perf_counter()
+        engines["vllm-compiled"] = make_engine("vllm", path, device="cpu", dtype="float32", kv_budget_mb=64,
+                                               num_threads=threads, vllm_compile=True)
+        print(f"  vllm-compiled started in {time.perf_counter() - t0:.1f} s")
+    return engines
 
 
 def close(engines: dict) -> None:
@@ -202,14 +212,15 @@ def decode_part(engines: dict, args, rows: list[dict]) -> None:
                 if r:                                     # repeat 0 warms up
                     res[kind][0].append(tps)
                     res[kind][1].append(step_ms)
-        ratio = [v / t for v, t in zip(res["vllm"][0], res["transformers"][0])]
         for kind, (tps, step_ms) in res.items():
-            print(f"  batch {batch:2d} {kind:12s} tokens/s {stats(tps)}  step ms {stats(step_ms)}")
+            print(f"  batch {batch:2d} {kind:13s} tokens/s {stats(tps)}  step ms {stats(step_ms)}")
             rows.append({"part": "decode", "engine": kind, "case": f"batch {batch}", "mean": statistics.mean(tps),
                          "min": min(tps), "max": max(tps), "unit": "tokens/s"})
-        print(f"  batch {batch:2d} vLLM / transformers tokens/s: {stats(ratio)}")
-        rows.append({"part": "decode", "engine": "vllm/transformers", "case": f"batch {batch}",
-                     "mean": statistics.mean(ratio), "min": min(ratio), "max": max(ratio), "unit": "ratio"})
+        for kind in (k for k in res if k.startswith("vllm")):
+            ratio = [v / t for v, t in zip(res[kind][0], res["transformers"][0])]
+            print(f"  batch {batch:2d} {kind} / transformers tokens/s: {stats(ratio)}")
+            rows.append({"part": "decode", "engine": f"{kind}/transformers", "case": f"batch {batch}",
+                         "mean": statistics.mean(ratio), "min": min(ratio), "max": max(ratio), "unit": "ratio"})
 
 
 def main(argv=None) -> int:
@@ -234,7 +245,7 @@ def main(argv=None) -> int:
     close(engines)
 
     path = str(random_model_dir())
-    engines = both(path, args.threads)
+    engines = both(path, args.threads, args.vllm_compile)
     print(f"\n1. decode on random weights of the planner's shape ({path}: no early EOS), 40-token prompts")
     decode_part(engines, args, rows)
     print(f"\n2b. resume-to-next-token vs cold re-prefill, ~{args.long} tokens of context (same random model)")

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from timely_llm_ros.engine.vllm_engine import configure_environment
+
+configure_environment()             # caches under build/, set before vLLM (and torch's compiler) are imported
 pytest.importorskip("vllm")
 
 from timely_llm_ros.core.exec_time import load_exec_models  # noqa: E402
@@ -18,9 +21,12 @@ from timely_llm_ros.engine.factory import make_engine  # noqa: E402
 SKILLS = load_skill_sets()
 
 
-@pytest.fixture(scope="module")
-def engine():
-    eng = make_engine("vllm", None, device="cpu", dtype="float32", kv_budget_mb=32, num_threads=1)
+@pytest.fixture(scope="module", params=[False, True], ids=["eager", "compiled"])
+def engine(request):
+    """Each test runs on an eager engine and on one that lets vLLM compile the model (option vllm_compile)."""
+    eng = make_engine("vllm", None, device="cpu", dtype="float32", kv_budget_mb=32, num_threads=1,
+                      vllm_compile=request.param)
+    assert (eng.llm.vllm_config.compilation_config.mode != 0) is request.param   # the option reached vLLM
     yield eng
     eng.close()
 
@@ -174,8 +180,10 @@ def test_the_policy_decides_which_generation_steps_on_vllm(engine):
     assert engine.memory().generations == 0
 
 
-def test_ros_server_end_to_end_on_vllm():
-    """The real timely_server with engine:=vllm, a real executor, a Plan goal over DDS on loopback."""
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_ros_server_end_to_end_on_vllm(compiled):
+    """The real timely_server with engine:=vllm (eager, and with vllm_compile:=true), a real executor, a Plan goal
+    over DDS on loopback."""
     rclpy = pytest.importorskip("rclpy")  # noqa: F841
     from action_msgs.msg import GoalStatus
     from ros_harness import plan_client, start_executor, start_server
@@ -183,7 +191,7 @@ def test_ros_server_end_to_end_on_vllm():
     nodes = []
     try:
         nodes.append(start_server("engine:=vllm", "kv_budget_mb:=32.0", "vllm_block_size:=32", "max_batch:=2",
-                                  "expected_agents:=[drone_1]"))
+                                  "expected_agents:=[drone_1]", f"vllm_compile:={str(compiled).lower()}"))
         nodes.append(start_executor("drone_1", "drone", 0.05))
         nodes[0].wait_for("all expected executors discovered", 30.0)
         with plan_client() as client:

@@ -21,7 +21,7 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
     planner). kv_budget_mb sizes vLLM's KV pool (None = 256 MiB); dtype auto = float32 on CPU, bfloat16 on
     CUDA (never vLLM's own "auto"). Options: vllm_block_size (default 32), vllm_tensor_parallel_size,
     vllm_pipeline_parallel_size, vllm_max_num_seqs, vllm_distributed_executor_backend, vllm_max_model_len,
-    plus temperature, top_p, seed, num_threads. vllm_* options are ignored by the transformers engine, so a
+    vllm_compile (True: vLLM compiles the model, CUDA graphs on a GPU; default eager), plus temperature, top_p, seed, num_threads. vllm_* options are ignored by the transformers engine, so a
     server passes them whatever its engine.
     """
     vllm_kw = {k: kw.pop(k) for k in list(kw) if k.startswith("vllm_")}
@@ -71,6 +71,7 @@ def _make_vllm(model_path: str | None, device: str, dtype: str, kv_budget_mb: fl
         dtype = "bfloat16" if device != "cpu" and torch.cuda.is_available() else "float32"
     names = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
     opts = VllmOptions(kv_bytes=kv_bytes_from_mb(kv_budget_mb), dtype=names.get(dtype, dtype))
+    opts.enforce_eager = not bool(vllm_kw.pop("vllm_compile", False))
     for key, value in vllm_kw.items():
         name = key[len("vllm_"):]
         if name == "max_model_len":

@@ -38,6 +38,8 @@ def configure_environment(cache_root: str | Path | None = None) -> None:
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor"))
+    # option vllm_compile: inductor's precompiled C++ headers go to the system temp dir whatever the cache dir
+    os.environ.setdefault("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", "0")
 
 
 @dataclass
@@ -52,7 +54,7 @@ class VllmOptions:
     max_num_seqs: int = 64
     max_num_batched_tokens: int | None = None   # default: max_model_len x 4 (a step's prefills fit at once)
     prefix_caching: bool = True
-    enforce_eager: bool = True           # no graph capture / torch.compile: starts in ~2 s on CPU
+    enforce_eager: bool = True           # no graph capture / torch.compile: starts in seconds (option vllm_compile)
     distributed_executor_backend: str | None = None   # vLLM's own ("mp", "ray") when spanning devices
     seed: int = 0
 
@@ -95,6 +97,10 @@ class VllmEngine(GenerationTable, Engine):
             raise EngineError(f"vllm: no model at {path} (expected config.json and weights)")
         self.source = str(path)
         self.tokenizer = _load_tokenizer(path)
+        if not opts.enforce_eager:       # read at import: a torch already imported keeps its setting otherwise
+            import torch._inductor.config as inductor_config
+
+            inductor_config.cpp_cache_precompile_headers = False
         set_threads = torch.set_num_threads          # vLLM's CPU worker replaces it process-wide: keep ours
         args = EngineArgs(
             model=str(path), tokenizer=str(path), skip_tokenizer_init=True, dtype=opts.dtype, seed=opts.seed,

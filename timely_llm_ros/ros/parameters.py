@@ -35,6 +35,7 @@ class ServerParams:
     vllm_pipeline_parallel_size: int = 1
     vllm_max_num_seqs: int = 64
     vllm_distributed_executor_backend: str = ""
+    vllm_compile: bool = False
     replan_on_failure: int = 0
     log_timing: bool = False
     segment_clients: str = "events"
@@ -77,6 +78,8 @@ _DESCRIPTIONS = {
     "vllm_max_num_seqs": ("engine vllm: most generations vLLM holds running at once", (1, 65536)),
     "vllm_distributed_executor_backend": ("engine vllm: vLLM's executor across devices: '' (vLLM decides) | mp | ray",
                                           None),
+    "vllm_compile": ("engine vllm: let vLLM compile the model (torch.compile; CUDA graphs on a GPU): shorter steps, "
+                     "a slower start (about 30 s more for the embedded planner on a CPU); false = eager", None),
     "replan_on_failure": ("replans per request after a failed segment (a new generation whose context names the "
                           "failed skill); 0 = the goal ends EXECUTION_FAILED", (0, 100)),
     "log_timing": ("log 'segment timing <request> <index> published|sent <monotonic s>' per segment (make stress "
