@@ -173,10 +173,38 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-batch", type=int, default=16, help="max batch size without a sweep")
     p.add_argument("--latency", default="llama3-8b-rtx4090", help="config/latency profile name or YAML path")
     p.add_argument("--cache-sweep", default="", help="cached prefix tokens to sweep (0..prompt length)")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=POLICY:KEY=VALUE,...",
+                   help="register a policy variant for --policies (repeatable), e.g. "
+                        "timely-cap05=timely:step_prefill_s=0.05 (values are read as YAML scalars)")
     p.add_argument("--no-bound", action="store_true", help="skip the class-alone upper bound runs")
     p.add_argument("--out", default="out/bench")
     p.add_argument("--no-plots", action="store_true")
     return p.parse_args(argv)
+
+
+def variant_from_arg(text: str) -> None:
+    """Register --variant NAME=POLICY:KEY=VALUE,... (no options after POLICY is allowed: a plain alias)."""
+    import yaml
+
+    name, eq, rest = text.partition("=")
+    policy, _, opts = rest.partition(":")
+    if not eq or not name.strip() or not policy.strip():
+        raise SystemExit(f"--variant {text!r}: expected NAME=POLICY:KEY=VALUE,... "
+                         "(e.g. timely-cap05=timely:step_prefill_s=0.05)")
+    options = {}
+    for item in (i for i in opts.split(",") if i.strip()):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise SystemExit(f"--variant {text!r}: option {item!r} is not KEY=VALUE")
+        options[key.strip()] = yaml.safe_load(value)
+    try:
+        unread = make_policy(policy.strip(), options=options).unread_options()
+    except ValueError as e:
+        raise SystemExit(f"--variant {text!r}: {e}") from None
+    if unread:
+        raise SystemExit(f"--variant {text!r}: policy {policy.strip()!r} has no option {', '.join(sorted(unread))} "
+                         "(docs/scheduling.md lists each policy's options)")
+    register_variant(name.strip(), policy.strip(), options)
 
 
 def workloads(args) -> list[tuple[str, int, Workload, dict]]:
@@ -194,6 +222,8 @@ def workloads(args) -> list[tuple[str, int, Workload, dict]]:
 
 
 def run(args) -> list[dict]:
+    for text in args.variant:
+        variant_from_arg(text)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     batches = [int(b) for b in args.batch_sweep.split(",") if b.strip()] or [args.max_batch]
     caches = [int(c) for c in args.cache_sweep.split(",") if c.strip()] or [None]

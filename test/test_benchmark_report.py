@@ -42,3 +42,21 @@ def test_blocks_refuse_a_swept_run_before_writing_anything(tmp_path):
     with pytest.raises(SystemExit, match="--blocks"):
         cp.run(args)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_variant_from_the_command_line_carries_typed_options():
+    cp.variant_from_arg("t-cap=timely:step_prefill_s=0.05,prefill_alone=true")
+    assert cp.VARIANTS["t-cap"] == ("timely", {"step_prefill_s": 0.05, "prefill_alone": True}, {})
+    policy, _ = cp.build("t-cap", 16, cp.load_latency_model("llama3-8b-rtx4090"), 2884)
+    assert policy.step_prefill_s == 0.05 and policy.prefill_alone is True
+
+
+@pytest.mark.parametrize("text, message", [
+    ("t=timely:step_prefil_s=0.05", "has no option step_prefil_s"),   # misspelt: would be ignored silently
+    ("t=no-such-policy", "unknown policy"),
+    ("t=timely:step_prefill_s", "is not KEY=VALUE"),
+    ("timely", "expected NAME=POLICY"),
+])
+def test_a_bad_variant_stops_with_a_message(text, message):
+    with pytest.raises(SystemExit, match=message):
+        cp.variant_from_arg(text)

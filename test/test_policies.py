@@ -29,6 +29,20 @@ def test_every_policy_of_the_paper_is_registered():
     assert {"timely", "edf", "fcfs", "vllm", "vllm-stream"} <= set(POLICIES)
 
 
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_policy_reports_the_options_it_never_read(name):
+    policy = make_policy(name, options={"max_segment_tokens": {"drone": 10}, "no_such_option": 1})
+    assert "no_such_option" in policy.unread_options()
+    assert policy.options["no_such_option"] == 1     # still there: reading it now marks it read
+    assert "no_such_option" not in policy.unread_options()
+
+
+def test_timely_reads_every_option_its_docstring_lists():
+    listed = {"step_prefill_s": 0.05, "prefill_alone": True, "crowd_plan": False, "utility_floor": 0.1,
+              "drop": "never", "segment_estimate": "max", "late_delay_s": 0.02, "admit_per_step": 2}
+    assert make_policy("timely", options=listed).unread_options() == set()
+
+
 def test_urgent_request_outranks_normal_one_arriving_together():
     timely = make_policy("timely")
     assert timely.priority(gen("u", tuf=URGENT), 0.0) > timely.priority(gen("n"), 0.0)

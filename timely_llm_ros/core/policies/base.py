@@ -24,6 +24,26 @@ class SchedulingContext:
     fused_steps: bool = False             # the engine runs a step's prefills and decodes in one forward
 
 
+class Options(dict):
+    """A policy's options: a dict that remembers which names were looked up (get, [], in)."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        super().__init__(values)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(key)  # type: ignore[arg-type]
+        return super().__contains__(key)
+
+
 class Policy(ABC):
     """A scheduling policy. The same object drives the simulator and the real engines.
 
@@ -40,7 +60,11 @@ class Policy(ABC):
 
     def __init__(self, max_batch: int = 8, options: Mapping[str, Any] | None = None) -> None:
         self.max_batch = max_batch
-        self.options = dict(options or {})
+        self.options = Options(options or {})
+
+    def unread_options(self) -> set[str]:
+        """Option names given to this policy that it never looked up (a misspelt or foreign option)."""
+        return set(self.options) - self.options.read
 
     @abstractmethod
     def priority(self, gen: Generation, now: float) -> float:
