@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Compare scheduling policies on the SAME simulated workloads, over several seeds, against an upper bound.
 
-    python benchmarks/compare_policies.py --workload WID1 [--policies timely,edf,vllm-stream] [--seeds 1,2,3,4,5] \
+    python benchmarks/compare_policies.py --workload WID1 [--policies timely,edf,vllm-stream] [--seeds 1,2,3,4,5] \\
         [--batch-sweep 1,2,4,6,8,12,16] [--latency llama3-8b-rtx4090] --out out/bench_wid1
     python benchmarks/compare_policies.py --workload WID1,WID2,WID3,burst,closed-loop --out out/ablation
     python benchmarks/compare_policies.py --workload WID1 --cache-sweep 0,1000,2000,2400,2600,2800,2883 --out out/cache
+    python benchmarks/compare_policies.py --workload WID1 --seeds 1-30 --blocks 5 --policies timely,cap05 \\
+        --variant cap05=timely:step_prefill_s=0.05 --out out/cap05
 
 --workload: preset names (PRESETS; register_preset adds one) or a saved workload YAML. --policies: any name
 make_policy knows (core/policies, e.g. timely, edf, fcfs, vllm, vllm-stream, timely-open-loop, edf-admit,
-fcfs-admit) or a variant in VARIANTS (register_variant adds one). Every figure is the mean [min-max] over the
+fcfs-admit) or a variant in VARIANTS (register_variant adds one; --variant on the command line). Every figure is the mean [min-max] over the
 seeds; each seed draws its own workload and every policy replays that same workload. Upper bound per class: the
 same latency model serving that class alone (its requests only), best of BOUND_POLICIES; "share" = utility /
 bound. Writes <out>/runs.csv (one row per preset, seed, policy, max batch, group), <out>/summary.csv and
