@@ -18,19 +18,19 @@ class EvictingEngine(EngineWrapper):
         if not callable(getattr(inner, "evict_prompt_kv", None)):
             raise EngineError(f"{type(inner).__name__} cannot evict prompt KV (no evict_prompt_kv)")
         super().__init__(inner)
-        self.inner, self.ratios = inner, ratios       # inner: the wrapped engine (EngineWrapper.wrapped)
+        self.ratios = ratios
         self.applied: dict[str, float] = {}
         self._prefilled: set[str] = set()
 
     def __getattr__(self, name: str):
         # anything else a caller may ask of an engine (evict_prompt_kv, kv_tokens, ...) is the inner engine's
-        if name in ("inner", "wrapped"):
+        if name == "wrapped":        # not set yet (during __init__): no recursion through __getattr__
             raise AttributeError(name)
-        return getattr(self.inner, name)
+        return getattr(self.wrapped, name)
 
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
             forced_ids: Sequence[int] | None = None) -> None:
-        self.inner.add(gen_id, prompt_ids, max_new_tokens, forced_ids)
+        self.wrapped.add(gen_id, prompt_ids, max_new_tokens, forced_ids)
 
     def step(self, gen_ids: Sequence[str]) -> StepResult:
         for g in gen_ids:
@@ -38,27 +38,27 @@ class EvictingEngine(EngineWrapper):
                 continue
             want, done = min(self.ratios(g), 0.99), self.applied.get(g, 0.0)
             if want > done + 1e-9:
-                self.inner.evict_prompt_kv(g, 1.0 - (1.0 - want) / (1.0 - done))
+                self.wrapped.evict_prompt_kv(g, 1.0 - (1.0 - want) / (1.0 - done))
                 self.applied[g] = want
-        res = self.inner.step(gen_ids)
+        res = self.wrapped.step(gen_ids)
         self._prefilled.update(res.prefilled)
         return res
 
     def suspend(self, gen_id: str) -> None:
-        self.inner.suspend(gen_id)
+        self.wrapped.suspend(gen_id)
 
     def resume(self, gen_id: str) -> None:
-        self.inner.resume(gen_id)
+        self.wrapped.resume(gen_id)
 
     def release(self, gen_id: str) -> None:
         self._prefilled.discard(gen_id)
-        self.inner.release(gen_id)
+        self.wrapped.release(gen_id)
 
     def memory(self) -> MemoryStats:
-        return self.inner.memory()
+        return self.wrapped.memory()
 
     def close(self) -> None:
-        self.inner.close()
+        self.wrapped.close()
 
 
 def with_policy_eviction(engine: Engine, policy) -> Engine:
