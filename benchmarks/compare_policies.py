@@ -10,11 +10,12 @@
 
 --workload: preset names (PRESETS; register_preset adds one) or a saved workload YAML. --policies: any name
 make_policy knows (core/policies, e.g. timely, edf, fcfs, vllm, vllm-stream, timely-open-loop, edf-admit,
-fcfs-admit) or a variant in VARIANTS (register_variant adds one; --variant on the command line). Every figure is the mean [min-max] over the
-seeds; each seed draws its own workload and every policy replays that same workload. Upper bound per class: the
-same latency model serving that class alone (its requests only), best of BOUND_POLICIES; "share" = utility /
-bound. Writes <out>/runs.csv (one row per preset, seed, policy, max batch, group), <out>/summary.csv and
-<out>/summary.md (mean [min-max]), and PNG plots (utility per policy; batch sweep; cache sweep).
+fcfs-admit) or a variant in VARIANTS (register_variant adds one, --variant on the command line). Every figure is
+the mean [min-max] over the seeds; each seed draws its own workload and every policy replays that same workload.
+Upper bound per class: the same latency model serving that class alone (its requests only), best of
+BOUND_POLICIES; "share" = utility / bound. Writes <out>/runs.csv (one row per preset, seed, policy, max batch,
+group), <out>/summary.csv and <out>/summary.md (mean [min-max]), with --blocks <out>/blocks.md, and PNG plots
+(utility per policy; batch sweep; cache sweep).
 """
 from __future__ import annotations
 
@@ -185,7 +186,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def variant_from_arg(text: str) -> None:
-    """Register --variant NAME=POLICY:KEY=VALUE,... (no options after POLICY is allowed: a plain alias)."""
+    """Register --variant NAME=POLICY:KEY=VALUE,... (NAME=POLICY alone is an alias); stops on an option the
+    policy does not read."""
     import yaml
 
     name, eq, rest = text.partition("=")
@@ -304,7 +306,7 @@ def summarize_rows(rows: list[dict]) -> list[dict]:
 
 def blocks_md(rows: list[dict], size: int) -> str:
     """Share of max per preset, policy and group: the mean over all seeds, then over each run of `size`
-    consecutive seeds (in the order given; a last, shorter run is left out), and the class-alone bound's."""
+    consecutive seeds (in the order given; a last, shorter run is left out); and the urgent class-alone bound's."""
     lines = [f"Share of max (U/beta), mean over all seeds and over each {size} consecutive seeds.", ""]
     for preset in dict.fromkeys(r["preset"] for r in rows):
         seeds = list(dict.fromkeys(r["seed"] for r in rows if r["preset"] == preset))
