@@ -21,8 +21,9 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
     planner). kv_budget_mb sizes vLLM's KV pool (None = 256 MiB); dtype auto = float32 on CPU, bfloat16 on
     CUDA (never vLLM's own "auto"). Options: vllm_block_size (default 32), vllm_tensor_parallel_size,
     vllm_pipeline_parallel_size, vllm_max_num_seqs, vllm_distributed_executor_backend, vllm_max_model_len,
-    vllm_compile (True: vLLM compiles the model, CUDA graphs on a GPU; default eager), plus temperature, top_p, seed, num_threads. vllm_* options are ignored by the transformers engine, so a
-    server passes them whatever its engine.
+    vllm_compile (True: vLLM compiles the model, CUDA graphs on a GPU; default eager), plus temperature, top_p,
+    seed, num_threads. vllm_* options are ignored by the transformers engine, so a server passes them whatever its
+    engine.
     """
     vllm_kw = {k: kw.pop(k) for k in list(kw) if k.startswith("vllm_")}
     if kind == "vllm":

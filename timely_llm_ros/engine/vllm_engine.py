@@ -97,7 +97,7 @@ class VllmEngine(GenerationTable, Engine):
             raise EngineError(f"vllm: no model at {path} (expected config.json and weights)")
         self.source = str(path)
         self.tokenizer = _load_tokenizer(path)
-        if not opts.enforce_eager:       # read at import: a torch already imported keeps its setting otherwise
+        if not opts.enforce_eager:    # the environment variable counts only if inductor's config is not loaded yet
             import torch._inductor.config as inductor_config
 
             inductor_config.cpp_cache_precompile_headers = False
