@@ -4,7 +4,7 @@ import math
 import pytest
 
 from timely_llm_ros.core.admission import budget_s, segment_deadline, wcet_s
-from timely_llm_ros.core.policies import POLICIES, SchedulingContext, make_policy
+from timely_llm_ros.core.policies import POLICIES, SchedulingContext, builtin, make_policy  # noqa: F401
 from timely_llm_ros.core.request import Generation, PlanRequest, Segment
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
 
@@ -29,7 +29,7 @@ def test_every_policy_of_the_paper_is_registered():
     assert {"timely", "edf", "fcfs", "vllm", "vllm-stream"} <= set(POLICIES)
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", sorted(POLICIES))       # the shipped ones: registered by importing builtin
 def test_every_policy_reports_the_options_it_never_read(name):
     policy = make_policy(name, options={"max_segment_tokens": {"drone": 10}, "no_such_option": 1})
     assert "no_such_option" in policy.unread_options()
