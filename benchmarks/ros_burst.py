@@ -51,7 +51,7 @@ SOURCES = ("ros", "sim-embedded", "sim-4090")
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", default="1,2,3,4,5")
+    p.add_argument("--seeds", default="1,2,3,4,5", help="workload seeds (list or ranges: 6-10)")
     p.add_argument("--policies", default=DEFAULT_POLICIES)
     p.add_argument("--time-scale", type=float, default=0.2,
                    help="multiplies robot execution times (executors and simulator; 0.2 as in the replay demo)")

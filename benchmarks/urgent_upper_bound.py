@@ -164,7 +164,7 @@ def request_shape(task, lat, tok) -> tuple[int, int, int]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", default="WID1")
-    ap.add_argument("--seeds", default="1,2,3,4,5")
+    ap.add_argument("--seeds", default="1,2,3,4,5", help="workload seeds (list or ranges: 6-10)")
     ap.add_argument("--cls", default="urgent")
     ap.add_argument("--latency", default="llama3-8b-rtx4090")
     ap.add_argument("--split", type=float, default=1.0, help="drop constraints across gaps longer than this (s)")
