@@ -108,3 +108,28 @@ def test_a_server_given_an_unknown_layout_says_which_exist_and_exits_1():
         assert "engine loaded" not in server.output() and "Traceback" not in server.output()
     finally:
         server.stop()
+
+
+def test_a_server_with_the_clients_on_its_own_node_serves_a_plan_and_hosts_no_sibling_node():
+    """segment_clients:=server (the earlier layout) end to end: the robot's client is on the server node."""
+    from action_msgs.msg import GoalStatus
+    from rclpy.action import get_action_client_names_and_types_by_node
+
+    from ros_harness import plan_client, start_executor
+
+    nodes = [start_server("segment_clients:=server", "expected_agents:=[drone_1]")]
+    try:
+        nodes.append(start_executor("drone_1", "drone", 0.05))
+        nodes[0].wait_for("all expected executors discovered", 30.0)
+        with plan_client() as client:
+            status, result = client.send(agent_id="drone_1", robot_type="drone", task="look for the cat",
+                                         context="cat, chair, table, lamp", urgency_class="normal").result()
+            names = client.node.get_node_names()
+            clients = {n for n, _ in get_action_client_names_and_types_by_node(client.node, "timely_server", "/")}
+    finally:
+        for n in reversed(nodes):
+            n.stop()
+    assert status == GoalStatus.STATUS_SUCCEEDED, (result.error_code, result.error_message)
+    assert "/drone_1/execute_segment" in clients
+    assert "timely_server_segment_clients" not in names
+    assert nodes[0].proc.returncode == 0, nodes[0].output()[-2000:]

@@ -1,4 +1,4 @@
-"""A node of its own for the server's per-robot ActionClients, spun on its own thread.
+"""Where the server's per-robot ActionClients live: by default a node of its own, spun on its own thread.
 
 With one ActionClient per robot on the server node, rclpy's Python executor rebuilds a wait set over every one of
 them (five entities each) on every wake-up, holding the GIL while it does: with 50 robots that thread held the
@@ -20,12 +20,20 @@ KINDS = ("events", "single", "server")
 
 
 class ClientHost:
-    """A plain node (no global ROS arguments: a ``__node`` remap meant for the server must not rename it) in the
-    server's namespace and context, and the thread that spins it."""
+    """Where the server's per-robot clients live. Kind "server": on the server node itself, spun by the server's
+    own executor (nothing to start). Kinds "events" and "single": on a plain node in the server's namespace and
+    context (no global ROS arguments: a ``__node`` remap meant for the server must not rename it), spun by a thread
+    of its own."""
 
     def __init__(self, server: Node, kind: str) -> None:
-        if kind not in ("events", "single"):
-            raise ValueError(f"a ClientHost spins its node with 'events' or 'single', got {kind!r}")
+        if kind not in KINDS:
+            raise ValueError(f"a ClientHost leaves the clients on the server node ('server') or spins a node of its "
+                             f"own with 'events' or 'single', got {kind!r}")
+        self._closed = False
+        self._spinner: Spinner | None = None
+        if kind == "server":
+            self.node = server
+            return
         context = server.context
         self.node = Node(f"{server.get_name()}_segment_clients", namespace=server.get_namespace(),
                          context=context, use_global_arguments=False, start_parameter_services=False)
@@ -37,14 +45,17 @@ class ClientHost:
         self._executor.add_node(self.node)
         self._spinner = Spinner(self._executor, context, name="segment-clients")
         self._spinner.start()
-        self._closed = False
 
     def close(self, destroy_clients: Callable[[], None], timeout_s: float = 5.0) -> None:
         """Stop and join the spin thread, shut the executor down, then ``destroy_clients()`` (nothing waits on
-        them any more; destroy_node does not destroy waitables) and destroy the node."""
+        them any more; destroy_node does not destroy waitables) and destroy the node. Kind "server": only
+        ``destroy_clients()`` (the server node is the server's to destroy)."""
         if self._closed:
             return
         self._closed = True
+        if self._spinner is None:
+            destroy_clients()
+            return
         self._spinner.stop(timeout_s)
         self._executor.shutdown(timeout_sec=timeout_s)
         destroy_clients()

@@ -145,11 +145,9 @@ class PlanServerNode(LifecycleNode):
         self.limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
                                  max_new_tokens=p.max_new_tokens)
         self.loop = SchedulerThread(self.scheduler, self._on_events, on_idle=self._on_idle)
-        if p.segment_clients != "server":
-            self._client_host = ClientHost(self, p.segment_clients)
-        client_node = self._client_host.node if self._client_host is not None else self
-        self.dispatcher = SegmentDispatcher(client_node, self.loop.post, self._clients_group, p.executor_timeout_s,
-                                            p.executor_ack_timeout_s, log_timing=p.log_timing)
+        self._client_host = ClientHost(self, p.segment_clients)
+        self.dispatcher = SegmentDispatcher(self._client_host.node, self.loop.post, self._clients_group,
+                                            p.executor_timeout_s, p.executor_ack_timeout_s, log_timing=p.log_timing)
         self._discovery_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="discovery")
         self._undiscovered = list(p.expected_agents)
         self._handshakes = {}
@@ -201,8 +199,6 @@ class PlanServerNode(LifecycleNode):
         self.dispatcher = self._client_host = None
         if host is not None:
             host.close(dispatcher.destroy if dispatcher is not None else (lambda: None))
-        elif dispatcher is not None:
-            dispatcher.destroy()
         if self.scheduler is not None:
             self.scheduler.engine.close()
             self.scheduler = None
