@@ -21,8 +21,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from report import parse_seeds  # noqa: E402
 
 from timely_llm_ros.core.predictors.ete import alpha_star, wcet_tokens  # noqa: E402
 from timely_llm_ros.engine.evicting import EvictingEngine  # noqa: E402
@@ -88,7 +90,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=40, help="held-out prompts per seed")
     ap.add_argument("--context-tokens", type=int, default=300, help="prompt length to pad to (model max 512)")
-    ap.add_argument("--seeds", default="1,2,3,4,5")
+    ap.add_argument("--seeds", default="1,2,3,4,5", help="seeds (list or ranges: 1-5)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -98,7 +100,7 @@ def main() -> None:
     rows: dict[str, list[float]] = {}
     mean_alpha: list[float] = []
     t0 = time.perf_counter()
-    for seed in [int(s) for s in args.seeds.split(",")]:
+    for seed in parse_seeds(args.seeds):
         rng = random.Random(seed)
         prompts = long_prompts(examples, loaded.tokenizer, args.context_tokens, rng)
         alphas = adaptive(examples, prompts, rng)
