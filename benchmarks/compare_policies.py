@@ -42,7 +42,7 @@ from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.workload import generate, load_spec, load_workload  # noqa: E402
 from timely_llm_ros.core.workload.generator import Workload, burst  # noqa: E402
 
-DEFAULT_POLICIES = ("timely,timely-fixed,timely-nodrop,timely-open-loop,timely-nopreempt,timely-prefill-alone,"
+DEFAULT_POLICIES = ("timely,timely-fixed,timely-nodrop,timely-open-loop,timely-nopreempt,timely-mixed-steps,"
                     "timely-chunked,timely-maxseg,timely-reloads-free,timely-fixed-cap,edf,edf-admit,fcfs,fcfs-admit,"
                     "vllm-stream,vllm")
 BOUND_POLICIES = ("timely", "edf-admit", "edf", "vllm-stream")

@@ -117,9 +117,13 @@ def test_admission_holds_back_relaxed_requests_while_an_urgent_one_is_tight():
     batch = timely.select([normal, gen("u2", tuf=URGENT)], [urgent], ctx(0.05))
     assert [g.req_id for g in batch] == ["u"]
     # utility rule with the worst-case segment: u2 joins, since u loses less than u2 would lose by waiting for
-    # u's segment; n (1 s of slack) waits
-    utility = make_policy("timely", max_batch=16, options={"segment_estimate": "max"})
+    # u's segment; n (1 s of slack) waits (admission alone: the ablation without prefill-only steps)
+    utility = make_policy("timely-mixed-steps", max_batch=16, options={"segment_estimate": "max"})
     assert [g.req_id for g in utility.select([normal, gen("u2", tuf=URGENT)], [urgent], ctx(0.05))] == ["u", "u2"]
+    # timely then prefills u2 alone: both are ready past their 0.2 s ERT, u2 gains the 22 ms decode pass and u
+    # loses t_dec(2) - t_dec(1) = 1.5 ms
+    utility = make_policy("timely", max_batch=16, options={"segment_estimate": "max"})
+    assert [g.req_id for g in utility.select([normal, gen("u2", tuf=URGENT)], [urgent], ctx(0.05))] == ["u2"]
     # utility rule (default, expected segment of 5 tokens): u is ready at about 0.05 + 4 x 24 ms + 8 ms < its
     # 0.2 s ERT with both newcomers, so nobody loses anything and n joins too
     utility = make_policy("timely", max_batch=16)
@@ -303,13 +307,17 @@ def test_crowd_plan_lets_a_crowd_share_one_longer_step_when_that_earns_more_than
     # the first wave shares its step with the members admitted before it, and their predicted utility counts:
     # a running urgent segment (5 decode steps left, due at 0.15 s) is ready at 0.24 s (1.35) next to three
     # prompts, at 0.28 s (1.09) next to four, so five at once now get 3 (+ 2), not 4 (+ 1)
-    # (with prefill_alone the step would then prefill the three alone, r decoding in the next step)
+    # (timely then prefills the three alone, r decoding in the next step; the plan is the same without that rule)
     running = gen("r", tuf=URGENT, prefilled=True, arrival=-0.05)
     five = [gen(f"t{i}", tuf=URGENT, prompt=284) for i in range(5)]
     for g in [running, *five]:
         g.req.urgency = "urgent"
-    batch = crowd.select(five, [running], ctx(0.0))
+    mixed = make_policy("timely-mixed-steps", max_batch=16, options=opts)
+    for _ in range(4):
+        mixed.observe_segment_tokens("drone", 5, first=True, urgency="urgent")
+    batch = mixed.select(five, [running], ctx(0.0))
     assert batch[0] is running and len(batch) == 1 + 3
+    assert [g.req_id for g in crowd.select(five, [running], ctx(0.0))] == ["t0", "t1", "t2"]
 
 
 def test_a_prefill_step_leaves_its_decode_pass_out_when_the_new_members_gain_more_than_the_others_lose():
@@ -320,19 +328,18 @@ def test_a_prefill_step_leaves_its_decode_pass_out_when_the_new_members_gain_mor
     106.8 + 25.1 ms and 4 decode steps of 29.7 ms follow: the prompts' segments are ready at 0.251 s (response
     0.259 s, TUF_0 1.61 each, 4.83). Ending the step after the prefills: ready at 0.226 s (1.78 each, 5.33);
     the later segments' tokens come t_dec(6) - t_dec(3) = 4.6 ms later, still inside their flat part. The step
-    prefills alone; the decoding three are suspended for it (policy timely-prefill-alone; plain timely, with
-    prefill_alone off by default, keeps the mixed step)."""
-    p = _urgent_crowd_policy("timely-prefill-alone")
+    prefills alone; the decoding three are suspended for it (timely; its ablation timely-mixed-steps, with
+    prefill_alone off, keeps the mixed step)."""
+    p = _urgent_crowd_policy()
     three = [_urgent(f"u{i}", 0.0) for i in range(3)]
     decoding = [gen(f"n{i}", arrival=-2.0, prefilled=True, segments=1, exec_end=0.05) for i in range(3)]
     assert sorted(g.req_id for g in p.select(three, decoding, ctx(0.0))) == ["u0", "u1", "u2"]
-    mixed = _urgent_crowd_policy()
+    mixed = _urgent_crowd_policy("timely-mixed-steps")
     assert len(mixed.select([_urgent(f"u{i}", 0.0) for i in range(3)], decoding, ctx(0.0))) == 6
     # vLLM runs a step's prefills and decodes in one forward: nothing to gain, the batch stays whole
     fused = SchedulingContext(now=0.0, kv_free_bytes=math.inf, kv_bytes_per_token=1.0, step_time_s=None,
                               fused_steps=True)
-    assert len(_urgent_crowd_policy("timely-prefill-alone").select([_urgent(f"u{i}", 0.0) for i in range(3)],
-                                                                  decoding, fused)) == 6
+    assert len(_urgent_crowd_policy().select([_urgent(f"u{i}", 0.0) for i in range(3)], decoding, fused)) == 6
 
 
 def test_a_prefill_step_keeps_its_decode_pass_when_the_others_would_lose_and_the_new_member_gains_nothing():
@@ -341,7 +348,7 @@ def test_a_prefill_step_keeps_its_decode_pass_when_the_others_would_lose_and_the
     0.15 s old with 4 tokens to go: with the pass they are ready at 0.045 + 0.025 + 3 x 26.6 ms = 0.150 s
     (response 0.308 s, past ERT); alone at 0.045 + 4 x 26.6 ms = 0.151 s, 1.5 ms later, which costs each 0.010:
     the step keeps its decode pass. A prompt already 50 ms old gains 0.17 (response 0.235 -> 0.210 s)."""
-    p = _urgent_crowd_policy("timely-prefill-alone")
+    p = _urgent_crowd_policy()
     for _ in range(4):
         p.observe_segment_tokens("drone", 5)
     newcomer = _urgent("new", 0.0)

@@ -24,15 +24,15 @@ either the batch is full or w would miss its segment deadline next to them, runn
 w and can afford to wait for w's segment (budget - own WCET > WCET(w)) are left out of the batch, lowest priority
 first, until w fits; the scheduler suspends them mid-segment (KV kept) and they resume token-exact later.
 
-Prefill steps alone (option prefill_alone, default off; policy timely-prefill-alone turns it on): on an engine that runs a
-step's decode pass after its prefill forwards (transformers, the simulator; not vLLM's fused steps), a step that
+Prefill steps alone (option prefill_alone, default on; the ablation timely-mixed-steps turns it off): on an engine that
+runs a step's decode pass after its prefill forwards (transformers, the simulator; not vLLM's fused steps), a step that
 prefills and also decodes makes its new members wait for a decode pass they are not in (t_dec(D), D members already
 prefilled, ~t_1: most of a decode step is the fixed part). Ending the step after the prefills and decoding everyone
 in the next step gains the new members that pass and costs the D members t_dec(B) - t_dec(D) (B = the whole batch),
 a few ms. The chosen batch is checked with this cost model: if its predicted utility (ready_utility, summed) is
-higher with the prefills alone, the step prefills alone and the others are suspended for it (KV kept). Off by
-default; its measurements on the 4090 profile and through the ROS server on the embedded planner are in the README
-("Prefill steps alone on the embedded planner").
+higher with the prefills alone, the step prefills alone and the others are suspended for it (KV kept). On by default
+since it passed a check planned before it ran (held-out seeds 31-60); its measurements on the 4090 profile and
+through the ROS server on the embedded planner are in the README ("Prefill steps alone on the embedded planner").
 
 Options: segment_gen_time_s {robot_type: s}, online_gen_time (G tracks measured segments), max_segment_tokens
 {robot_type: n}, network_delay_s, token_time_s (batch-1 decode step assumed before one is measured), decode_seq_ratio
@@ -149,7 +149,7 @@ class TimelyPolicy(Policy):
         if self.crowd_objective not in ("utility", "served"):
             raise ValueError(f"timely: crowd_objective must be 'utility' or 'served', got {self.crowd_objective!r}")
         self.crowd_promise = bool(o.get("crowd_promise", False))  # members a split deferred keep their place
-        self.prefill_alone = bool(o.get("prefill_alone", False))    # a prefill step may leave the decode pass out
+        self.prefill_alone = bool(o.get("prefill_alone", True))     # a prefill step may leave the decode pass out
         self._promised: dict[str, float] = {}   # req_id -> when a plan deferred it to a later wave
         self.utility_floor = float(o.get("utility_floor", 0.05))
         self.drop = str(o.get("drop", "hopeless"))
@@ -546,13 +546,13 @@ class TimelyOpenLoop(TimelyPolicy):
 
 
 @register
-class TimelyPrefillAlone(TimelyPolicy):
-    """timely with option prefill_alone on: a prefill step leaves its decode pass out when that earns more."""
+class TimelyMixedSteps(TimelyPolicy):
+    """Ablation: timely with option prefill_alone off: a step that prefills always carries the decode pass too."""
 
-    name = "timely-prefill-alone"
+    name = "timely-mixed-steps"
 
     def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | None = None) -> None:
-        super().__init__(max_batch, {**(options or {}), "prefill_alone": True})
+        super().__init__(max_batch, {**(options or {}), "prefill_alone": False})
 
 
 @register
