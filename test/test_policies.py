@@ -292,7 +292,8 @@ def test_crowd_plan_lets_a_crowd_share_one_longer_step_when_that_earns_more_than
     opts = {"prefill_token_s": 1.0884e-4, "prefill_step_s": 0.0141}
     fixed = make_policy("timely", max_batch=16, options={**opts, "crowd_plan": False})
     crowd = make_policy("timely", max_batch=16, options=opts)
-    for p in (fixed, crowd):
+    mixed = make_policy("timely-mixed-steps", max_batch=16, options=opts)
+    for p in (fixed, crowd, mixed):
         for _ in range(4):
             p.observe_segment_tokens("drone", 5, first=True, urgency="urgent")
     sizes = {}
@@ -312,9 +313,6 @@ def test_crowd_plan_lets_a_crowd_share_one_longer_step_when_that_earns_more_than
     five = [gen(f"t{i}", tuf=URGENT, prompt=284) for i in range(5)]
     for g in [running, *five]:
         g.req.urgency = "urgent"
-    mixed = make_policy("timely-mixed-steps", max_batch=16, options=opts)
-    for _ in range(4):
-        mixed.observe_segment_tokens("drone", 5, first=True, urgency="urgent")
     batch = mixed.select(five, [running], ctx(0.0))
     assert batch[0] is running and len(batch) == 1 + 3
     assert [g.req_id for g in crowd.select(five, [running], ctx(0.0))] == ["t0", "t1", "t2"]
