@@ -500,3 +500,27 @@ def test_an_idle_engine_keeps_its_store_only_when_asked(tiny):
         assert (engine._store is not None) == keep
         engine.add("b", prompt(71, 15), 20)             # the kept store (rows of a released plan) serves anew
         assert run_to_end(engine, "b") == solo_greedy(tiny, prompt(71, 15), 20)
+
+
+def test_a_reserved_store_is_made_at_its_size_kept_when_idle_and_never_grown_below_it(tiny):
+    """kv_store_rows/kv_store_tokens: the first generation gets a store of at least that size; twelve more join
+    without the store being reallocated (a growth makes a new buffer); it stays when the engine goes idle; and
+    every output still equals its solo greedy one. The default engine starts at 8 rows and grows."""
+    grown = make(tiny)
+    reserved = make(tiny, kv_store_rows=16, kv_store_tokens=120)
+    for engine in (grown, reserved):
+        engine.add("g0", prompt(80, 10), 12)
+        engine.step(["g0"])
+    first = reserved._store
+    assert first.rows >= 16 and first.capacity >= 120 and grown._store.rows == 8
+    ids = {f"g{i}": prompt(80 + i, 8 + i) for i in range(1, 13)}
+    for engine in (grown, reserved):
+        for g, p in ids.items():
+            engine.add(g, p, 12)
+        engine.step(list(ids))
+    assert reserved._store.buffer is first.buffer and grown._store.rows == 16   # only the default one grew
+    for g, p in ids.items():
+        assert run_to_end(reserved, g) == solo_greedy(tiny, p, 12), g
+    for g in ["g0", *ids]:
+        reserved.release(g)
+    assert reserved._store is first

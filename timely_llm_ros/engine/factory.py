@@ -15,7 +15,9 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
     step's new generations together, default True), prefill_tokens (padded tokens per prefill forward),
     prefix_cache_mb (reuse the KV of prompt prefixes seen before, up to this many MiB; default off),
     prefix_min_tokens (shortest prefix worth reusing, default 32), step_token_budget (chunked prefill: tokens
-    per step, decodes included; default off).
+    per step, decodes included; default off), kv_store_rows and kv_store_tokens (a KV store of at least this
+    many rows x token columns, made with the first generation and kept: no growth stalls below that size;
+    default 0, grown on demand and given back when idle).
 
     kind "vllm": vLLM's engine in-process (engine/vllm_engine.py) on a model folder (None = the embedded
     planner). kv_budget_mb sizes vLLM's KV pool (None = 256 MiB); dtype auto = float32 on CPU, bfloat16 on
@@ -26,6 +28,7 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
     engine.
     """
     vllm_kw = {k: kw.pop(k) for k in list(kw) if k.startswith("vllm_")}
+    store_kw = {k: kw.pop(k) for k in ("kv_store_rows", "kv_store_tokens") if k in kw}   # vLLM: kv_budget_mb
     if kind == "vllm":
         return _make_vllm(model_path, device, dtype, kv_budget_mb, vllm_kw, kw)
     if kind != "transformers":
@@ -53,7 +56,7 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
                                       "prefix_min_tokens", "step_token_budget") if k in kw}
     if kw:
         raise ValueError(f"make_engine: unknown options {sorted(kw)}")
-    return TransformersEngine(loaded, kv_budget_mb=kv_budget_mb, sampling=sampling, **options)
+    return TransformersEngine(loaded, kv_budget_mb=kv_budget_mb, sampling=sampling, **options, **store_kw)
 
 
 def _make_vllm(model_path: str | None, device: str, dtype: str, kv_budget_mb: float | None,

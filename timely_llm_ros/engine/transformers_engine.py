@@ -63,7 +63,7 @@ class TransformersEngine(GenerationTable, Engine):
                  sampling: SamplingParams | None = None, headroom_tokens: int = 256,
                  batch_prefill: bool = True, prefill_tokens: int = 16384,
                  prefix_cache_mb: float | None = None, prefix_min_tokens: int = 32,
-                 step_token_budget: int | None = None) -> None:
+                 step_token_budget: int | None = None, kv_store_rows: int = 0, kv_store_tokens: int = 0) -> None:
         if step_token_budget is not None and step_token_budget < 1:
             raise EngineError(f"step_token_budget must be >= 1 or None, got {step_token_budget}")
         self.step_token_budget = step_token_budget     # chunked prefill (None: whole prompts in one step)
@@ -95,7 +95,11 @@ class TransformersEngine(GenerationTable, Engine):
         self.slide_window = True
         # keep the slot store when the last generation is released: its memory pages stay mapped, so the next
         # busy period's first writes and row moves do not page-fault (a fresh row costs ~4x a warm one on CPU)
-        self.keep_idle_store = False
+        self.keep_idle_store = kv_store_rows > 0
+        # a store reserved at this size (rows x token columns) when the first generation needs one, and kept: a
+        # burst then claims rows without growing it (a growth zero-fills and copies the whole store, 25-100 ms on
+        # this CPU, 4-7x that on a loaded host); 0 = start at 8 rows and grow on demand
+        self.kv_store_rows, self.kv_store_tokens = max(0, int(kv_store_rows)), max(0, int(kv_store_tokens))
         # decode over the rows the batch occupies, gaps included, instead of compacting them into a window: no row
         # copies, but every gap row costs decode compute. Off: on the embedded planner (CPU) a gap row adds
         # ~0.5 ms to a step while a row move costs ~0.2 ms (benchmarks/segmentation_overhead.py)
@@ -510,7 +514,8 @@ class TransformersEngine(GenerationTable, Engine):
         """The slot store, created or grown to hold ``rows`` rows of ``capacity`` columns."""
         headroom = self._headroom(gens)
         if self._store is None:
-            self._store = SlotKV(self.kv_shape, self.device, rows=max(rows, 8), capacity=capacity + headroom)
+            self._store = SlotKV(self.kv_shape, self.device, rows=max(rows, 8, self.kv_store_rows),
+                                 capacity=max(capacity + headroom, self.kv_store_tokens))
         self._store.ensure(rows, capacity, headroom)
         self._slots.extend([None] * (self._store.rows - len(self._slots)))
         return self._store

@@ -39,6 +39,8 @@ class ServerParams:
     replan_on_failure: int = 0
     log_timing: bool = False
     segment_clients: str = "events"
+    kv_store_rows: int = 0
+    kv_store_tokens: int = 0
 
 
 _DESCRIPTIONS = {
@@ -87,12 +89,18 @@ _DESCRIPTIONS = {
     "segment_clients": ("what spins the per-robot ExecuteSegment clients: events (a node of their own on rclpy's "
                         "EventsExecutor, its own thread) | single (that node on a SingleThreadedExecutor) | server "
                         "(the server node's own executor); see ros/client_host.py", None),
+    "kv_store_rows": ("engine transformers: rows (generations) of the KV store reserved at the first generation "
+                      "and kept; a burst below it claims rows without growing the store (a growth zero-fills and "
+                      "copies it all, 100-200 ms under load); 0 = grow on demand, give back when idle",
+                      (0, 65536)),
+    "kv_store_tokens": ("engine transformers: token columns per row of that reserved store (memory: rows x "
+                        "tokens x the model's KV bytes per token)", (0, 1_000_000)),
 }
 
 
 def engine_options(p: ServerParams) -> dict:
-    """The engine options the server passes to make_engine beyond the common ones (vLLM's)."""
-    return {f.name: getattr(p, f.name) for f in fields(ServerParams) if f.name.startswith("vllm_")}
+    """The engine options the server passes to make_engine beyond the common ones (vLLM's, the KV store's)."""
+    return {f.name: getattr(p, f.name) for f in fields(ServerParams) if f.name.startswith(("vllm_", "kv_store_"))}
 
 
 _RUNTIME = {"policy", "max_batch", "executor_timeout_s"}
