@@ -97,7 +97,7 @@ class TransformersEngine(GenerationTable, Engine):
         # busy period's first writes and row moves do not page-fault (a fresh row costs ~4x a warm one on CPU)
         self.keep_idle_store = kv_store_rows > 0
         # a store reserved at this size (rows x token columns) when the first generation needs one, and kept: a
-        # burst then claims rows without growing it (a growth zero-fills and copies the whole store, 25-100 ms on
+        # burst then claims rows without growing it (a growth zero-fills and copies the whole store, 17-100 ms on
         # this CPU, 4-7x that on a loaded host); 0 = start at 8 rows and grow on demand
         self.kv_store_rows, self.kv_store_tokens = max(0, int(kv_store_rows)), max(0, int(kv_store_tokens))
         # decode over the rows the batch occupies, gaps included, instead of compacting them into a window: no row
