@@ -28,7 +28,6 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
     engine.
     """
     vllm_kw = {k: kw.pop(k) for k in list(kw) if k.startswith("vllm_")}
-    store_kw = {k: kw.pop(k) for k in ("kv_store_rows", "kv_store_tokens") if k in kw}   # vLLM: kv_budget_mb
     if kind == "vllm":
         return _make_vllm(model_path, device, dtype, kv_budget_mb, vllm_kw, kw)
     if kind != "transformers":
@@ -53,10 +52,11 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
             model_path = str(default_model_dir())
         loaded = load_pretrained(model_path, device, dtype)
     options = {k: kw.pop(k) for k in ("headroom_tokens", "batch_prefill", "prefill_tokens", "prefix_cache_mb",
-                                      "prefix_min_tokens", "step_token_budget") if k in kw}
+                                      "prefix_min_tokens", "step_token_budget", "kv_store_rows", "kv_store_tokens")
+               if k in kw}
     if kw:
         raise ValueError(f"make_engine: unknown options {sorted(kw)}")
-    return TransformersEngine(loaded, kv_budget_mb=kv_budget_mb, sampling=sampling, **options, **store_kw)
+    return TransformersEngine(loaded, kv_budget_mb=kv_budget_mb, sampling=sampling, **options)
 
 
 def _make_vllm(model_path: str | None, device: str, dtype: str, kv_budget_mb: float | None,
@@ -86,8 +86,9 @@ def _make_vllm(model_path: str | None, device: str, dtype: str, kv_budget_mb: fl
             current = getattr(opts, name)
             setattr(opts, name, value if current is None else type(current)(value))
     engine_kw = {k: kw.pop(k) for k in ("temperature", "top_p", "seed", "num_threads") if k in kw}
-    for ignored in ("headroom_tokens", "batch_prefill", "prefill_tokens", "prefix_cache_mb", "prefix_min_tokens"):
-        kw.pop(ignored, None)          # transformers-engine tunables: vLLM has its own equivalents
+    for ignored in ("headroom_tokens", "batch_prefill", "prefill_tokens", "prefix_cache_mb", "prefix_min_tokens",
+                    "kv_store_rows", "kv_store_tokens"):
+        kw.pop(ignored, None)          # transformers-engine tunables: vLLM has its own equivalents (kv_budget_mb)
     if kw:
         raise ValueError(f"make_engine: unknown options {sorted(kw)}")
     return VllmEngine(model_path, opts, max_model_len=vllm_kw.get("vllm_max_model_len") or None,

@@ -95,11 +95,11 @@ class TransformersEngine(GenerationTable, Engine):
         self.slide_window = True
         # keep the slot store when the last generation is released: its memory pages stay mapped, so the next
         # busy period's first writes and row moves do not page-fault (a fresh row costs ~4x a warm one on CPU)
-        self.keep_idle_store = kv_store_rows > 0
         # a store reserved at this size (rows x token columns) when the first generation needs one, and kept: a
         # burst then claims rows without growing it (a growth zero-fills and copies the whole store, 17-100 ms on
         # this CPU, 4-7x that on a loaded host); 0 = start at 8 rows and grow on demand
         self.kv_store_rows, self.kv_store_tokens = max(0, int(kv_store_rows)), max(0, int(kv_store_tokens))
+        self.keep_idle_store = self.kv_store_rows > 0
         # decode over the rows the batch occupies, gaps included, instead of compacting them into a window: no row
         # copies, but every gap row costs decode compute. Off: on the embedded planner (CPU) a gap row adds
         # ~0.5 ms to a step while a row move costs ~0.2 ms (benchmarks/segmentation_overhead.py)
