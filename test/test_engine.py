@@ -502,6 +502,58 @@ def test_an_idle_engine_keeps_its_store_only_when_asked(tiny):
         assert run_to_end(engine, "b") == solo_greedy(tiny, prompt(71, 15), 20)
 
 
+def test_the_cpu_store_grows_inside_its_reservation_without_a_copy_and_stays_token_exact(tiny):
+    """The default CPU store sits in a reservation of address space: twelve generations joining grow its rows and
+    columns by widening a view of the same memory (the buffer's data pointer stays), and every output still equals
+    its solo greedy one. With the reservation off (ablation) the same joins reallocate the buffer."""
+    reserved, copying = make(tiny), make(tiny)
+    copying.reserve_store = False
+    for engine in (reserved, copying):
+        engine.add("g0", prompt(80, 10), 12)
+        engine.step(["g0"])
+    first = reserved._store
+    ptrs = {e: e._store.buffer.data_ptr() for e in (reserved, copying)}
+    rows, cols = first.rows, first.capacity
+    assert first.reservation[0] >= 256 and copying._store.reservation == (copying._store.rows, copying._store.capacity)
+    ids = {f"g{i}": prompt(80 + i, 8 + 2 * i) for i in range(1, 13)}      # longer prompts: the columns grow too
+    for engine in (reserved, copying):
+        for g, p in ids.items():
+            engine.add(g, p, 12)
+        engine.step(list(ids))
+    store = reserved._store
+    assert store is first and store.rows > rows and store.capacity > cols
+    assert store.buffer.data_ptr() == ptrs[reserved] and store.reservation == first.reservation
+    assert copying._store.rows == store.rows and copying._store.buffer.data_ptr() != ptrs[copying]
+    for g, p in ids.items():
+        assert run_to_end(reserved, g) == solo_greedy(tiny, p, 12), g
+
+
+def test_lazy_zeros_costs_address_space_until_written_and_gives_memory_back_when_freed():
+    """A 2 GiB lazy_zeros tensor reads as zeros and adds almost nothing to resident memory; writing 64 MiB of it
+    adds about that much; freeing it returns the memory (no cycle collector needed)."""
+    import gc
+    import os
+
+    from timely_llm_ros.engine.kv_cache import lazy_zeros
+
+    def rss() -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    base = rss()
+    t = lazy_zeros((512, 2**20), torch.float32)                       # 2 GiB of address space
+    assert t.shape == (512, 2**20) and float(t[::64, ::4096].abs().sum()) == 0.0
+    assert rss() - base < 64
+    t[:16].fill_(1.0)                                                  # 64 MiB written
+    assert 56 < rss() - base < 128 and float(t[15, -1]) == 1.0 and float(t[16, 0]) == 0.0
+    gc.disable()
+    try:
+        del t
+        assert rss() - base < 16
+    finally:
+        gc.enable()
+
+
 def test_a_reserved_store_is_made_at_its_size_kept_when_idle_and_never_grown_below_it(tiny):
     """kv_store_rows/kv_store_tokens: the first generation gets a store of at least that size; twelve more join
     without the store being reallocated (a growth makes a new buffer); it stays when the engine goes idle; and

@@ -7,9 +7,16 @@ step runs over a window of rows ``[lo, lo + active)``: each row writes its new k
 column (one indexed write per layer) and attention reads a view masked to each row's length. Rows of that range
 may be gaps (a parked generation, or an empty row): they ride along in the forward with a dummy
 token, attend to one column, write nothing and do not advance, so their KV stays untouched.
+
+On CPU the buffer can be a view of a larger reservation of address space (``lazy_zeros``): growing within it
+only widens the view, so a burst claiming rows costs no reallocation and no copy, and only pages that are
+written become resident memory.
 """
 from __future__ import annotations
 
+import math
+import mmap
+import sys
 import weakref
 from typing import Sequence
 
@@ -36,6 +43,21 @@ class KVShape:
         """KV bytes of one token of context, all layers, keys and values."""
         elem = torch.empty((), dtype=self.dtype).element_size()
         return self.layers * 2 * self.kv_heads * self.head_dim * elem
+
+
+_NORESERVE = 0x4000 if sys.platform.startswith("linux") else 0   # MAP_NORESERVE: address space, no swap claim
+
+
+def lazy_zeros(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """A CPU tensor of zeros over an anonymous memory mapping: the kernel maps a zero page where it is first
+    touched, so a large one costs address space, not memory, until written. The mapping is unmapped when the
+    last tensor viewing it is freed (the tensor holds the mmap object; no cycle). Raises OSError if the
+    system refuses the mapping (e.g. strict overcommit)."""
+    numel = math.prod(shape)
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    mem = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE,
+                    prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    return torch.frombuffer(mem, dtype=dtype, count=numel).view(*shape)
 
 
 class _SlotLayer(CacheLayerMixin):
@@ -105,10 +127,14 @@ class _SlotLayer(CacheLayerMixin):
 class SlotKV(Cache):
     """Rows of KV for resident generations; a forward either prefills fresh rows or decodes rows [lo, lo + active)."""
 
-    def __init__(self, shape: KVShape, device: torch.device | str, rows: int = 4, capacity: int = 256) -> None:
+    def __init__(self, shape: KVShape, device: torch.device | str, rows: int = 4, capacity: int = 256,
+                 reserve: tuple[int, int] | None = None) -> None:
+        """``reserve`` (rows, columns), CPU only: map address space for that many up front (``lazy_zeros``);
+        the store still starts at ``rows`` x ``capacity`` and grows within the reservation without copying."""
         self.shape = shape
         self.device = torch.device(device)
-        self.buffer = self._zeros(rows, capacity)
+        self._backing = self._reserve(rows, capacity, reserve)
+        self.buffer = self._backing[:, :, :rows, :, :capacity]
         self.prefill_rows: list[int] | None = None    # set while a prefill forward runs
         self.prefill_offset = 0                        # columns already filled (a reused prompt prefix)
         self.prefill_index = torch.zeros(0, dtype=torch.long, device=self.device)
@@ -132,6 +158,21 @@ class SlotKV(Cache):
         s = self.shape
         return torch.zeros((s.layers, 2, rows, s.kv_heads, capacity, s.head_dim), dtype=s.dtype, device=self.device)
 
+    def _reserve(self, rows: int, capacity: int, reserve: tuple[int, int] | None) -> torch.Tensor:
+        if reserve is not None and self.device.type == "cpu":
+            s = self.shape
+            dims = (s.layers, 2, max(rows, reserve[0]), s.kv_heads, max(capacity, reserve[1]), s.head_dim)
+            try:
+                return lazy_zeros(dims, s.dtype)
+            except OSError:       # no address space to spare: allocate as it grows
+                pass
+        return self._zeros(rows, capacity)
+
+    @property
+    def reservation(self) -> tuple[int, int]:
+        """(rows, columns) the store can grow to without a copy."""
+        return self._backing.shape[2], self._backing.shape[-2]
+
     @property
     def rows(self) -> int:
         return self.buffer.shape[2]
@@ -141,7 +182,7 @@ class SlotKV(Cache):
         return self.buffer.shape[-2]
 
     def nbytes(self) -> int:
-        """Bytes physically allocated."""
+        """Bytes of the store's rows x columns (allocated; with a reservation, at most this much is ever written)."""
         return self.buffer.numel() * self.buffer.element_size()
 
     def ensure(self, rows: int, capacity: int, headroom: int = 0) -> None:
@@ -150,9 +191,13 @@ class SlotKV(Cache):
             return
         new_rows = self.rows if rows <= self.rows else max(rows, 2 * self.rows)
         new_cap = self.capacity if capacity <= self.capacity else max(capacity + headroom, self.capacity * 3 // 2)
-        grown = self._zeros(new_rows, new_cap)
-        grown[:, :, :self.rows, :, :self.capacity].copy_(self.buffer)
-        self.buffer = grown
+        back_rows, back_cap = self.reservation
+        if new_rows <= back_rows and new_cap <= back_cap:     # inside the reservation: a wider view, no copy
+            self.buffer = self._backing[:, :, :new_rows, :, :new_cap]
+        else:
+            grown = self._zeros(new_rows, new_cap)
+            grown[:, :, :self.rows, :, :self.capacity].copy_(self.buffer)
+            self._backing = self.buffer = grown
         self._cols = torch.arange(new_cap, device=self.device)
 
     # ----- rows -----

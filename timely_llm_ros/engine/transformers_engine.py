@@ -28,6 +28,10 @@ from .loader import LoadedModel
 from .prefix_cache import PrefixCache
 from .sampling import SamplingParams, choose_tokens, generator_for
 
+# address space the CPU slot store reserves (rows x token columns, the columns capped by the model's context);
+# only written pages become memory: 256 x 512 columns of the embedded planner is 1 GiB of address space
+RESERVE_ROWS, RESERVE_TOKENS = 256, 4096
+
 
 @dataclass(eq=False)
 class _Generation:
@@ -95,11 +99,15 @@ class TransformersEngine(GenerationTable, Engine):
         self.slide_window = True
         # keep the slot store when the last generation is released: its memory pages stay mapped, so the next
         # busy period's first writes and row moves do not page-fault (a fresh row costs ~4x a warm one on CPU)
-        # a store reserved at this size (rows x token columns) when the first generation needs one, and kept: a
-        # burst then claims rows without growing it (a growth zero-fills and copies the whole store, 17-100 ms on
-        # this CPU, 4-7x that on a loaded host); 0 = start at 8 rows and grow on demand
+        # a store of at least this size (rows x token columns) when the first generation needs one, kept when
+        # idle; 0 = start at 8 rows, grow on demand, give it back when idle
         self.kv_store_rows, self.kv_store_tokens = max(0, int(kv_store_rows)), max(0, int(kv_store_tokens))
         self.keep_idle_store = self.kv_store_rows > 0
+        # on CPU the store sits in a reservation of address space (RESERVE_ROWS x the model's context, pages
+        # mapped only where written): it grows inside it by widening a view. Without it (False; ablation) a growth
+        # allocates a larger buffer and copies the whole store: 17-100 ms on an idle CPU, 175-210 ms under a
+        # ROS burst's load (benchmarks/kv_store_growth.py)
+        self.reserve_store = True
         # decode over the rows the batch occupies, gaps included, instead of compacting them into a window: no row
         # copies, but every gap row costs decode compute. Off: on the embedded planner (CPU) a gap row adds
         # ~0.5 ms to a step while a row move costs ~0.2 ms (benchmarks/segmentation_overhead.py)
@@ -514,8 +522,10 @@ class TransformersEngine(GenerationTable, Engine):
         """The slot store, created or grown to hold ``rows`` rows of ``capacity`` columns."""
         headroom = self._headroom(gens)
         if self._store is None:
+            reserve = (RESERVE_ROWS, min(self.max_context or RESERVE_TOKENS, RESERVE_TOKENS)) \
+                if self.reserve_store else None
             self._store = SlotKV(self.kv_shape, self.device, rows=max(rows, 8, self.kv_store_rows),
-                                 capacity=max(capacity + headroom, self.kv_store_tokens))
+                                 capacity=max(capacity + headroom, self.kv_store_tokens), reserve=reserve)
         self._store.ensure(rows, capacity, headroom)
         self._slots.extend([None] * (self._store.rows - len(self._slots)))
         return self._store
