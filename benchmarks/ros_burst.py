@@ -2,14 +2,23 @@
 """The urgent-burst shape through the real ROS server on the embedded planner, next to the simulator.
 
     python benchmarks/ros_burst.py [--seeds 1,2,3,4,5] [--policies timely,edf-admit,edf,vllm-stream,fcfs]
-        [--time-scale 0.2] [--max-batch 16] [--server-param NAME:=VALUE ...] [--out out/ros_burst] [--resummarize]
+        [--scale auto|K] [--load 1.0] [--time-scale 0.2] [--max-batch 16] [--server-param NAME:=VALUE ...]
+        [--out out/ros_burst] [--resummarize]
 
 Real processes over DDS on loopback, per seed: one server node (one torch thread, `max_batch`, every agent
 expected) and one simulated executor host for all agents; a 4-goal warm-up replay, then per policy (order rotated
 per seed) the runtime parameter `policy` is set and the replay client (`workload_node`, `workload_file:=` the seed's
 workload YAML, `results_csv:=`) sends the workload. Server and host get SIGINT at the end and must exit 0; the
-client must exit 0 (every goal answered). Workload: `engine_workload.py --shape burst` (core.workload.generator.burst
-at the embedded planner's scale: burst at 1 s, corpus phrasing for the drone traces, the model writes every plan).
+client must exit 0 (every goal answered). Workload: `engine_workload.py --shape burst` (core.workload.generator.burst:
+burst at 1 s, corpus phrasing for the drone traces, the model writes every plan), its arm and urgent counts times K.
+
+Scaled to the planner's speed (--scale auto): a burst is an overload when its urgent requests alone need more engine
+time than the urgent TUF leaves them (its zero crossing, ERT + beta/|alpha| = 0.5 s). That demand is measured the
+same way on both profiles (urgent_demand_s: one step prefilling every urgent prompt after the cached prefix, then
+every urgent plan decoded in batches of max_batch), and K is the smallest multiple of 0.5 whose bursts have a mean
+demand of at least --load zero crossings on the embedded planner's profile. The 4090 preset is at about 3.4 (its
+figure is printed); matching that here would take about 12x the requests (some 550 robots, each a ROS node with
+an action server), more than a 2-core box hosts beside the server, so the default asks for the least overload, 1.0.
 
 The same workloads go through the discrete-event simulator twice:
   sim-embedded: a latency profile of the embedded planner measured on this machine (engine/profiler.py, written to
@@ -53,6 +62,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", default="1,2,3,4,5", help="workload seeds (list or ranges: 6-10)")
     p.add_argument("--policies", default=DEFAULT_POLICIES)
+    p.add_argument("--scale", default="auto",
+                   help="K: arm and urgent request counts times K (16-20 and 20-30 at K=1); auto: from --load")
+    p.add_argument("--load", type=float, default=1.0,
+                   help="--scale auto: the urgent demand to reach, in urgent-TUF zero crossings (see above)")
     p.add_argument("--time-scale", type=float, default=0.2,
                    help="multiplies robot execution times (executors and simulator; 0.2 as in the replay demo)")
     p.add_argument("--max-batch", type=int, default=16)
@@ -68,9 +81,60 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def burst_workload(seed: int) -> Workload:
-    """The burst shape exactly as engine_workload.py --shape burst makes it (model-written plans)."""
-    return ew.make_workload(ew.parse_args(["--shape", "burst", "--seed", str(seed)]))
+def burst_workload(seed: int, scale: float = 1.0) -> Workload:
+    """The burst shape as engine_workload.py --shape burst makes it (model-written plans), counts times scale."""
+    arms, urgent = f"{round(16 * scale)},{round(20 * scale)}", f"{round(20 * scale)},{round(30 * scale)}"
+    return ew.make_workload(ew.parse_args(["--shape", "burst", "--seed", str(seed), "--arms", arms,
+                                           "--urgent", urgent]))
+
+
+def urgent_demand_s(workload: Workload, latency, max_batch: int, plan_tokens, prompt_tokens) -> float:
+    """Engine seconds the latency model gives the workload's urgent requests alone: one step prefilling every
+    urgent prompt (the suffix after the cached prefix), then their plans decoded in batches of max_batch (each
+    batch as long as its longest plan, over its prompts and half its plans of context)."""
+    urgent = [t for t in workload.tasks if t.urgency == "urgent"]
+    cached = latency.cached_prefix_tokens
+    seconds = latency.step_s([(prompt_tokens(t) - min(cached, prompt_tokens(t) - 1), prompt_tokens(t))
+                              for t in urgent], 0, 0)
+    for i in range(0, len(urgent), max_batch):
+        batch = urgent[i:i + max_batch]
+        kv = sum(prompt_tokens(t) + plan_tokens(t) / 2 for t in batch)
+        seconds += max(plan_tokens(t) for t in batch) * latency.decode_s(len(batch), kv)
+    return seconds
+
+
+def urgent_horizon_s() -> float:
+    """When an urgent request's first segment stops earning utility (the urgent TUF's zero crossing)."""
+    from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
+    return DEFAULT_URGENCY_CLASSES["urgent"].zero_crossing()
+
+
+def preset_load(seeds: list[int], max_batch: int) -> float:
+    """The 4090 burst preset's urgent demand in zero crossings (mean over seeds; its plans in simulator tokens)."""
+    from timely_llm_ros.core.sim.latency_model import load_latency_model
+    from timely_llm_ros.core.sim.tokenizer import PieceTokenizer
+    from timely_llm_ros.core.workload.generator import burst
+
+    latency, tok = load_latency_model(REPO / "config/latency/llama3-8b-rtx4090.yaml"), PieceTokenizer()
+    return mean(urgent_demand_s(burst(seed), latency, max_batch, lambda t: tok.count(" " + t.plan) + 1,
+                                lambda t: t.prompt_tokens) for seed in seeds) / urgent_horizon_s()
+
+
+def embedded_load(seeds: list[int], scale: float, latency, plans: dict[int, dict], max_batch: int) -> float:
+    """The scaled burst's urgent demand on the embedded planner's profile, in zero crossings (mean over seeds)."""
+    return mean(urgent_demand_s(burst_workload(seed, scale), latency, max_batch,
+                                lambda t: plans[t.trace_id]["tokens"], lambda t: plans[t.trace_id]["prompt_tokens"])
+                for seed in seeds) / urgent_horizon_s()
+
+
+def choose_scale(args, seeds: list[int], latency, plans: dict[int, dict]) -> float:
+    """--scale as given, or the smallest multiple of 0.5 (up to 16) whose bursts reach --load zero crossings."""
+    if args.scale != "auto":
+        return float(args.scale)
+    for k in [1 + 0.5 * i for i in range(31)]:
+        if embedded_load(seeds, k, latency, plans, args.max_batch) >= args.load:
+            return k
+    raise SystemExit(f"no scale up to 16 gives an urgent load of {args.load}: lower --load or pass --scale")
 
 
 def agents_of(workload: Workload) -> list[tuple[str, str]]:
@@ -277,7 +341,9 @@ def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
     lines = []
     means = {src: {p: mean(r["urgent"] for r in rows if r["source"] == src and r["policy"] == p) for p in policies}
              for src in SOURCES}
-    lines.append(f"Urgent-class utility (max 2) and normal (max 1), mean [min, max] over seeds "
+    scales = sorted({float(r.get("scale") or 1.0) for r in rows if r["source"] == "ros"})
+    lines.append(f"Burst counts x{', x'.join(f'{k:g}' for k in scales)} (sim-4090: the preset, x1). "
+                 f"Urgent-class utility (max 2) and normal (max 1), mean [min, max] over seeds "
                  f"{','.join(map(str, seeds))}:\n")
     lines.append("| policy | " + " | ".join(f"{s} urgent" for s in SOURCES) + " | ros normal | sim-embedded normal |"
                  " ros urgent served |")
@@ -310,7 +376,8 @@ def resummarize(out: Path, policies: list[str], seeds: list[int]) -> int:
             r[k] = float(r[k])
         if r["source"] == "ros":
             csv_out = out / f"outcomes_{r['policy']}_s{r['seed']}.csv"
-            got = ros_utilities(list(csv.DictReader(csv_out.open())), burst_workload(r["seed"]))
+            got = ros_utilities(list(csv.DictReader(csv_out.open())),
+                                burst_workload(r["seed"], float(r.get("scale") or 1.0)))
             r.update({k: v for k, v in got.items() if k != "lost_results"})
             r["lost_results"] = got["lost_results"]
     fields = list(dict.fromkeys(k for r in rows for k in r))
@@ -337,11 +404,15 @@ def main(argv=None) -> int:
     latency = load_latency_model(ensure_profile(Path(args.profile)))
     print(f"embedded-planner profile {args.profile}: prefill c={latency.prefill_c * 1e3:.1f} ms, "
           f"decode base={latency.decode_base * 1e3:.1f} ms", flush=True)
-    workloads = {seed: burst_workload(seed) for seed in seeds}
-    plans = model_plans(next(iter(workloads.values())))
+    plans = model_plans(burst_workload(seeds[0]))
     for tid, p in sorted(plans.items()):
         print(f"  trace {tid}: prompt {p['prompt_tokens']} tok, plan {p['tokens']} tok, "
               f"{'parses' if p['valid'] else 'DOES NOT PARSE'}: {p['plan'][:60]}", flush=True)
+    scale = choose_scale(args, seeds, latency, plans)
+    print(f"burst counts x{scale:g}: urgent demand {embedded_load(seeds, scale, latency, plans, args.max_batch):.2f} "
+          f"urgent-TUF zero crossings on this profile (x1: {embedded_load(seeds, 1.0, latency, plans, args.max_batch):.2f}"
+          f"; the 4090 preset: {preset_load(seeds, args.max_batch):.2f})", flush=True)
+    workloads = {seed: burst_workload(seed, scale) for seed in seeds}
     rows: list[dict] = []
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ros_burst_", dir=REPO / "build") as tmp:
@@ -366,7 +437,7 @@ def main(argv=None) -> int:
                                ("sim-embedded", sim_embedded(policy, seed, w, plans, latency, args)),
                                ("sim-4090", sim_4090(policy, seed, args))]
                     for src, m in entries:
-                        seed_rows.append({"seed": seed, "policy": policy, "source": src, **m,
+                        seed_rows.append({"seed": seed, "scale": scale, "policy": policy, "source": src, **m,
                                           "exit_codes": f"client={code}" if src == "ros" else ""})
                     print(f"  {policy:12s} " + "  ".join(f"{s} urgent {m['urgent']:+.2f} normal {m['normal']:+.2f}"
                                                            for s, m in entries)
