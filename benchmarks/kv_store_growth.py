@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,7 +32,6 @@ MODES = ("reserved", "copy")
 
 def rss_mb() -> float:
     """Resident memory of this process (MiB)."""
-    import os
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
@@ -42,7 +42,7 @@ def burst(loaded, reserve: bool, args) -> dict[str, float]:
     engine.reserve_store = reserve
     gc.collect()
     base = rss_mb()
-    steps, copies, backing = [], 0, None
+    steps, copies, reservation = [], 0, None
     start = time.perf_counter()
     for w in range(args.waves):
         ids = [f"w{w}g{i}" for i in range(args.wave)]
@@ -53,10 +53,9 @@ def burst(loaded, reserve: bool, args) -> dict[str, float]:
             t0 = time.perf_counter()
             engine.step(ids)
             steps.append(time.perf_counter() - t0)
-            store = engine._store
-            if backing is not None and store._backing is not backing:
-                copies += 1
-            backing = store._backing
+            now = engine._store.reservation     # changes only when a growth reallocates and copies
+            copies += reservation is not None and now != reservation
+            reservation = now
         for gen_id in ids:
             engine.suspend(gen_id)
     wall = time.perf_counter() - start
@@ -65,7 +64,7 @@ def burst(loaded, reserve: bool, args) -> dict[str, float]:
     for gen_id in list(engine._gens):
         engine.release(gen_id)
     engine.close()
-    del engine, store, backing
+    del engine
     after = rss_mb() - base
     return {"wall": wall, "max_step": max(steps), "copies": copies, "rows": rows, "held_mb": held,
             "after_mb": after}

@@ -528,6 +528,22 @@ def test_the_cpu_store_grows_inside_its_reservation_without_a_copy_and_stays_tok
         assert run_to_end(reserved, g) == solo_greedy(tiny, p, 12), g
 
 
+def test_a_growth_that_fits_the_reservation_is_clamped_to_it_and_one_past_it_copies_the_rows():
+    """Amortised growth asks for more than needed (rows x2, columns x1.5 + headroom); when what is needed fits the
+    reservation the growth stops at its edge instead of leaving it, and a growth past it copies every row."""
+    from timely_llm_ros.engine.kv_cache import KVShape, SlotKV
+
+    store = SlotKV(KVShape(2, 2, 4, torch.float32), "cpu", rows=8, capacity=100, reserve=(16, 120))
+    kv = torch.arange(2 * 2 * 2 * 30 * 4, dtype=torch.float32).view(2, 2, 2, 30, 4)
+    store.write_row(5, kv)
+    ptr = store.buffer.data_ptr()
+    store.ensure(12, 110, headroom=50)                 # asks for 16 x 160; 12 x 110 fits 16 x 120
+    assert (store.rows, store.capacity) == (16, 120) and store.buffer.data_ptr() == ptr
+    store.ensure(20, 110)                               # past the reservation: a new buffer, rows copied
+    assert store.rows == 32 and store.buffer.data_ptr() != ptr and store.reservation == (32, 120)
+    assert torch.equal(store.read_row(5, 30), kv)
+
+
 def test_lazy_zeros_costs_address_space_until_written_and_gives_memory_back_when_freed():
     """A 2 GiB lazy_zeros tensor reads as zeros and adds almost nothing to resident memory; writing 64 MiB of it
     adds about that much; freeing it returns the memory (no cycle collector needed)."""

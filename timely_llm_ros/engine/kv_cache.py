@@ -192,7 +192,8 @@ class SlotKV(Cache):
         new_rows = self.rows if rows <= self.rows else max(rows, 2 * self.rows)
         new_cap = self.capacity if capacity <= self.capacity else max(capacity + headroom, self.capacity * 3 // 2)
         back_rows, back_cap = self.reservation
-        if new_rows <= back_rows and new_cap <= back_cap:     # inside the reservation: a wider view, no copy
+        if rows <= back_rows and capacity <= back_cap:        # inside the reservation: a wider view, no copy
+            new_rows, new_cap = min(new_rows, back_rows), min(new_cap, back_cap)
             self.buffer = self._backing[:, :, :new_rows, :, :new_cap]
         else:
             grown = self._zeros(new_rows, new_cap)
