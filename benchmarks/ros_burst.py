@@ -3,7 +3,7 @@
 
     python benchmarks/ros_burst.py [--seeds 1,2,3,4,5] [--policies timely,edf-admit,edf,vllm-stream,fcfs]
         [--scale auto|K] [--load 1.0] [--time-scale 0.2] [--max-batch 16] [--server-param NAME:=VALUE ...]
-        [--out out/ros_burst] [--resummarize]
+        [--out out/ros_burst] [--resummarize] [--sim-sweep 1,2,3,4,5,6,8,12]
 
 Real processes over DDS on loopback, per seed: one server node (one torch thread, `max_batch`, every agent
 expected) and one simulated executor host for all agents; a 4-goal warm-up replay, then per policy (order rotated
@@ -76,6 +76,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--server-param", action="append", default=[], metavar="NAME:=VALUE",
                    help="one more server parameter (repeatable), e.g. segment_clients:=server")
     p.add_argument("--out", default="out/ros_burst")
+    p.add_argument("--sim-sweep", default="",
+                   help="no ROS runs: sim-embedded's urgent utility per policy, its class-alone bound and the "
+                        "urgent demand at each of these scales (e.g. 1,2,3,4,5,6,8,12), to --out/sim_sweep.md")
     p.add_argument("--resummarize", action="store_true",
                    help="no runs: recompute the ROS rows of --out/runs.csv from the outcome CSVs and server logs")
     return p.parse_args(argv)
@@ -368,6 +371,34 @@ def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
+BOUND_POLICIES = ("timely", "edf-admit", "edf", "vllm-stream")   # as compare_policies.py's class-alone bound
+
+
+def sim_sweep(scales: list[float], policies: list[str], seeds: list[int], latency, plans, args, out: Path) -> int:
+    """How sim-embedded's order depends on the scale: the sensitivity of the ROS comparison to --scale."""
+    lines = [f"sim-embedded urgent utility (max 2), mean over seeds {','.join(map(str, seeds))}; bound: the best of "
+             f"{', '.join(BOUND_POLICIES)} serving the urgent requests alone; load: urgent demand in urgent-TUF zero "
+             "crossings\n", "| scale | load | " + " | ".join(policies) + " | bound | order |",
+             "|---|---|" + "---|" * (len(policies) + 2)]
+    for k in scales:
+        got: dict[str, list[float]] = {p: [] for p in policies}
+        bound = []
+        for seed in seeds:
+            w = burst_workload(seed, k)
+            for p in policies:
+                got[p].append(sim_embedded(p, seed, w, plans, latency, args)["urgent"])
+            alone = replace(w, tasks=[t for t in w.tasks if t.urgency == "urgent"])
+            bound.append(max(sim_embedded(p, seed, alone, plans, latency, args)["urgent"] for p in BOUND_POLICIES))
+        means = {p: mean(v) for p, v in got.items()}
+        load = embedded_load(seeds, k, latency, plans, args.max_batch)
+        lines.append(f"| x{k:g} | {load:.2f} | " + " | ".join(f"{means[p]:.2f}" for p in policies)
+                     + f" | {mean(bound):.2f} | {order_text(means)} |")
+        print(lines[-1], flush=True)
+    (out / "sim_sweep.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out / 'sim_sweep.md'}")
+    return 0
+
+
 def resummarize(out: Path, policies: list[str], seeds: list[int]) -> int:
     rows = list(csv.DictReader((out / "runs.csv").open()))
     for r in rows:
@@ -408,6 +439,8 @@ def main(argv=None) -> int:
     for tid, p in sorted(plans.items()):
         print(f"  trace {tid}: prompt {p['prompt_tokens']} tok, plan {p['tokens']} tok, "
               f"{'parses' if p['valid'] else 'DOES NOT PARSE'}: {p['plan'][:60]}", flush=True)
+    if args.sim_sweep:
+        return sim_sweep([float(k) for k in args.sim_sweep.split(",")], policies, seeds, latency, plans, args, out)
     scale = choose_scale(args, seeds, latency, plans)
     print(f"burst counts x{scale:g}: urgent demand {embedded_load(seeds, scale, latency, plans, args.max_batch):.2f} "
           f"urgent-TUF zero crossings on this profile (x1: {embedded_load(seeds, 1.0, latency, plans, args.max_batch):.2f}"
