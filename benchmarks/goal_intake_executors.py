@@ -14,7 +14,8 @@ goals at once (deep queues on both sides, as the server has). Layouts:
               sets, then ``executor.wake()`` (nothing else wakes an executor whose task's future completes from
               another thread);
   events      the same coroutine on rclpy's experimental EventsExecutor.
-Each run is its own process (killed after 60 s; a run that does not finish is reported as such). Printed per run:
+Every executor is spun by short spin_once calls on its own thread, as the nodes do (ros/spin.py). Each run is its
+own process (killed after 60 s; a run that does not finish is reported as such). Printed per run:
 the span over which the execute callbacks started (intake) per goal, when the last result reached the client,
 and the process CPU seconds; then the mean per layout and the ratio to ``threads``.
 """
@@ -31,6 +32,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def spin_forever(executor) -> None:
+    """Spin as the nodes do (ros/spin.py): short spin_once calls. With the EventsExecutor's own blocking spin()
+    on a thread, this probe's process stopped making progress (no thread printed or answered)."""
+    while True:
+        executor.spin_once(timeout_sec=0.05)
 
 
 def run_one(mode: str, n: int, hold: float) -> dict:
@@ -95,14 +103,14 @@ def run_one(mode: str, n: int, hold: float) -> dict:
         ActionServer(node, Plan, "plan", execute_callback=execute, goal_callback=lambda _: GoalResponse.ACCEPT,
                      **queues)
     executor.add_node(node)
-    threading.Thread(target=executor.spin, daemon=True).start()
+    threading.Thread(target=spin_forever, args=(executor,), daemon=True).start()
     threading.Thread(target=completer, daemon=True).start()
 
     client_node = rclpy.create_node("intake_probe_client")
     client = ActionClient(client_node, Plan, "plan", **deep_queues(4096))
     client_executor = SingleThreadedExecutor()
     client_executor.add_node(client_node)
-    threading.Thread(target=client_executor.spin, daemon=True).start()
+    threading.Thread(target=spin_forever, args=(client_executor,), daemon=True).start()
     client.wait_until_answering(timeout_sec=20)
     time.sleep(1.0)
     results: list[float] = []
