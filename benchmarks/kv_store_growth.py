@@ -17,23 +17,18 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from report import rss_mb  # noqa: E402
+
 from timely_llm_ros.engine import benchkit as bk  # noqa: E402
 from timely_llm_ros.engine.transformers_engine import TransformersEngine  # noqa: E402
 
 MODES = ("reserved", "copy")
-
-
-def rss_mb() -> float:
-    """Resident memory of this process (MiB)."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def burst(loaded, reserve: bool, args) -> dict[str, float]:

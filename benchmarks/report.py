@@ -57,3 +57,8 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a process has used (all its threads), from /proc/<pid>/stat (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int | str = "self") -> float:
+    """Resident memory of a process (MiB), from /proc/<pid>/statm (Linux)."""
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20

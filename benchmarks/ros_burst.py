@@ -371,11 +371,10 @@ def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-BOUND_POLICIES = ("timely", "edf-admit", "edf", "vllm-stream")   # as compare_policies.py's class-alone bound
-
-
 def sim_sweep(scales: list[float], policies: list[str], seeds: list[int], latency, plans, args, out: Path) -> int:
     """How sim-embedded's order depends on the scale: the sensitivity of the ROS comparison to --scale."""
+    from compare_policies import BOUND_POLICIES   # the class-alone bound's policies, as in the simulator tables
+
     lines = [f"sim-embedded urgent utility (max 2), mean over seeds {','.join(map(str, seeds))}; bound: the best of "
              f"{', '.join(BOUND_POLICIES)} serving the urgent requests alone; load: urgent demand in urgent-TUF zero "
              "crossings\n", "| scale | load | " + " | ".join(policies) + " | bound | order |",

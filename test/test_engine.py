@@ -544,32 +544,6 @@ def test_a_growth_that_fits_the_reservation_is_clamped_to_it_and_one_past_it_cop
     assert torch.equal(store.read_row(5, 30), kv)
 
 
-def test_lazy_zeros_costs_address_space_until_written_and_gives_memory_back_when_freed():
-    """A 2 GiB lazy_zeros tensor reads as zeros and adds almost nothing to resident memory; writing 64 MiB of it
-    adds about that much; freeing it returns the memory (no cycle collector needed)."""
-    import gc
-    import os
-
-    from timely_llm_ros.engine.kv_cache import lazy_zeros
-
-    def rss() -> float:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-    base = rss()
-    t = lazy_zeros((512, 2**20), torch.float32)                       # 2 GiB of address space
-    assert t.shape == (512, 2**20) and float(t[::64, ::4096].abs().sum()) == 0.0
-    assert rss() - base < 64
-    t[:16].fill_(1.0)                                                  # 64 MiB written
-    assert 56 < rss() - base < 128 and float(t[15, -1]) == 1.0 and float(t[16, 0]) == 0.0
-    gc.disable()
-    try:
-        del t
-        assert rss() - base < 16
-    finally:
-        gc.enable()
-
-
 def test_a_reserved_store_is_made_at_its_size_kept_when_idle_and_never_grown_below_it(tiny):
     """kv_store_rows/kv_store_tokens: the first generation gets a store of at least that size; twelve more join
     without the store being reallocated (a growth makes a new buffer); it stays when the engine goes idle; and

@@ -102,3 +102,25 @@ def test_kv_returns_to_baseline_after_rounds_with_the_cycle_collector_off():
     assert after_tensors - base_tensors < store_bytes / 4, (base_tensors, after_tensors)
     assert after_rss - base_rss < 32 * 2**20, (base_rss, after_rss)
     engine.close()
+
+
+def test_lazy_zeros_costs_address_space_until_written_and_gives_memory_back_when_freed():
+    """A 2 GiB lazy_zeros tensor (the CPU slot store's reservation) reads as zeros and adds almost nothing to
+    resident memory; writing 64 MiB of it adds about that much; freeing it returns the memory (collector off)."""
+    from timely_llm_ros.engine.kv_cache import lazy_zeros
+
+    def rss() -> float:
+        return _rss_bytes() / 2**20
+
+    base = rss()
+    t = lazy_zeros((512, 2**20), torch.float32)                       # 2 GiB of address space
+    assert t.shape == (512, 2**20) and float(t[::64, ::4096].abs().sum()) == 0.0
+    assert rss() - base < 64
+    t[:16].fill_(1.0)                                                  # 64 MiB written
+    assert 56 < rss() - base < 128 and float(t[15, -1]) == 1.0 and float(t[16, 0]) == 0.0
+    gc.disable()
+    try:
+        del t
+        assert rss() - base < 16
+    finally:
+        gc.enable()

@@ -16,7 +16,7 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
     prefix_cache_mb (reuse the KV of prompt prefixes seen before, up to this many MiB; default off),
     prefix_min_tokens (shortest prefix worth reusing, default 32), step_token_budget (chunked prefill: tokens
     per step, decodes included; default off), kv_store_rows and kv_store_tokens (a KV store of at least this
-    many rows x token columns, made with the first generation and kept: no growth stalls below that size;
+    many rows x token columns, made with the first generation and kept when idle, so its pages stay mapped;
     default 0, grown on demand and given back when idle).
 
     kind "vllm": vLLM's engine in-process (engine/vllm_engine.py) on a model folder (None = the embedded

@@ -89,10 +89,10 @@ _DESCRIPTIONS = {
     "segment_clients": ("what spins the per-robot ExecuteSegment clients: events (a node of their own on rclpy's "
                         "EventsExecutor, its own thread) | single (that node on a SingleThreadedExecutor) | server "
                         "(the server node's own executor); see ros/client_host.py", None),
-    "kv_store_rows": ("engine transformers: rows (generations) of the KV store reserved at the first generation "
-                      "and kept; a burst below it claims rows without growing the store (a growth zero-fills and "
-                      "copies it all: 175-210 ms under the urgent burst through ROS); 0 = grow on demand, give back when idle",
-                      (0, 65536)),
+    "kv_store_rows": ("engine transformers: rows (generations) of the KV store made at the first generation and "
+                      "kept when idle, so its memory pages stay mapped for the next burst (on CPU the store grows "
+                      "without copying anyway, inside a reservation of address space); 0 = grow on demand, give "
+                      "back when idle", (0, 65536)),
     "kv_store_tokens": ("engine transformers: token columns per row of that reserved store (memory: rows x "
                         "tokens x the model's KV bytes per token)", (0, 1_000_000)),
 }
