@@ -3,7 +3,7 @@
 
     python benchmarks/ros_burst.py [--seeds 1,2,3,4,5] [--policies timely,edf-admit,edf,vllm-stream,fcfs]
         [--scale auto|K] [--load 1.0] [--time-scale 0.2] [--max-batch 16] [--server-param NAME:=VALUE ...]
-        [--out out/ros_burst] [--resummarize] [--sim-sweep 1,2,3,4,5,6,8,12]
+        [--out out/ros_burst] [--resummarize] [--sim-sweep 1,2,3,4,5,6,8,12 [--sim-loads 1:0,1.5:1]]
 
 Real processes over DDS on loopback, per seed: one server node (one torch thread, `max_batch`, every agent
 expected) and one simulated executor host for all agents; a 4-goal warm-up replay, then per policy (order rotated
@@ -24,10 +24,16 @@ The same workloads go through the discrete-event simulator twice:
   sim-embedded: a latency profile of the embedded planner measured on this machine (engine/profiler.py, written to
       build/latency/embedded_planner.yaml when missing), each trace's plan as the model writes it alone (greedy),
       prompts of the real length, and the policy options the server gives (online G);
+  sim-as-run: sim-embedded on the machine the ROS runs had: the server writes a step trace (step_trace_csv, one
+      row per engine step: what it prefilled and decoded, the forward's time, the scheduler loop's time around it),
+      and core.step_trace.load_factors measures from the seed's replays (all policies pooled, the warm-up left out)
+      how much slower each forward was than the profile says (a ratio of sums) and the loop's own time per step;
+      the profile under that load (LatencyModel.under_load) replays the seed. Calibrated by the run's own
+      engine steps, never by any policy's utility; --sim-sweep with --sim-loads prints how the order moves with it;
   sim-4090: the README's burst preset (burst(seed) on the Llama-3-8B/RTX 4090 profile, compare_policies options).
 Urgent- and normal-class utility (mean over the class's requests; dropped = 0) as mean [min-max] over seeds, each
 source's ordering and Kendall's tau against the ROS one. Outputs in --out: runs.csv (seed, policy, source),
-summary.md, and per ROS run the client's outcome CSV and the server's log.
+summary.md, per ROS run the client's outcome CSV and the server's log, per seed the server's step trace.
 """
 from __future__ import annotations
 
@@ -55,7 +61,7 @@ from tools.stress.procs import Child  # noqa: E402
 
 DEFAULT_POLICIES = "timely,edf-admit,edf,vllm-stream,fcfs"
 PROFILE = REPO / "build" / "latency" / "embedded_planner.yaml"
-SOURCES = ("ros", "sim-embedded", "sim-4090")
+SOURCES = ("ros", "sim-embedded", "sim-as-run", "sim-4090")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -79,8 +85,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sim-sweep", default="",
                    help="no ROS runs: sim-embedded's urgent utility per policy, its class-alone bound and the "
                         "urgent demand at each of these scales (e.g. 1,2,3,4,5,6,8,12), to --out/sim_sweep.md")
+    p.add_argument("--sim-loads", default="1:0",
+                   help="with --sim-sweep: machine loads as SLOWDOWN:OVERHEAD_MS pairs (the profile's forward times "
+                        "SLOWDOWN, plus OVERHEAD_MS per step; 1:0 = the profile as measured), e.g. 1:0,1.25:1,1.5:1")
     p.add_argument("--resummarize", action="store_true",
-                   help="no runs: recompute the ROS rows of --out/runs.csv from the outcome CSVs and server logs")
+                   help="no runs: recompute the ROS rows of --out/runs.csv from the outcome CSVs and server logs, "
+                        "and its sim-as-run rows from the step traces")
     return p.parse_args(argv)
 
 
@@ -149,13 +159,13 @@ class RosSession:
     """One server and one executor host for a seed's agents; replays run against it, the policy switched between
     them through the runtime-settable `policy` parameter (the engine loads once: ~40 s on the loaded 2-core box)."""
 
-    def __init__(self, agents: list[tuple[str, str]], seed: int, first_policy: str, args) -> None:
+    def __init__(self, agents: list[tuple[str, str]], seed: int, first_policy: str, args, trace: Path) -> None:
         names = [a for a, _ in agents]
         self.args = args
         self.server = Child("server", "timely_llm_ros.ros.server_node",
                             ["--ros-args", "-r", "__node:=timely_server", "-p", f"policy:={first_policy}",
                              "-p", "num_threads:=1", "-p", f"max_batch:={args.max_batch}",
-                             "-p", f"expected_agents:=[{','.join(names)}]",
+                             "-p", f"expected_agents:=[{','.join(names)}]", "-p", f"step_trace_csv:={trace}",
                              *[a for p in args.server_param for a in ("-p", p)]], "timely_server ready")
         self.server.tail = deque(maxlen=100_000)   # the whole log, saved with the outcomes (evidence)
         self.host = Child("executors", "timely_llm_ros.ros.executor.host",
@@ -309,7 +319,40 @@ def sim_4090(policy: str, seed: int, args):
     return sim_utilities(result.outcomes, w)
 
 
+def run_factors(trace: Path, latency, since: float) -> tuple[object, dict[str, object]]:
+    """The seed's machine from its step trace: load factors of all its replays' steps (from `since`, the first
+    replay after the warm-up), and per policy for the record."""
+    from timely_llm_ros.core.step_trace import load_factors, read_step_trace
+
+    steps = [r for r in read_step_trace(trace) if r.t >= since]
+    per_policy = {p: load_factors([r for r in steps if r.policy == p], latency)
+                  for p in dict.fromkeys(r.policy for r in steps)}
+    return load_factors(steps, latency), per_policy
+
+
 # ----------------------------------------------------------------------------------------------- comparison
+def sim_as_run(trace: Path, since: float, seed: int, scale: float, policies: list[str], w: Workload, plans,
+               latency, args) -> list[dict]:
+    """sim-embedded on the machine the seed's ROS replays measured (see the module docstring): one row per policy."""
+    pooled, per_policy = run_factors(trace, latency, since)
+    machine = latency.under_load(pooled.slowdown, pooled.step_overhead_s)
+    print(f"  step trace: {pooled.steps} engine steps, forward x{pooled.slowdown:.2f} the profile, "
+          f"{pooled.step_overhead_s * 1e3:.2f} ms of loop per step; "
+          + ", ".join(f"{p} x{f.slowdown:.2f} + {f.step_overhead_s * 1e3:.2f} ms" for p, f in per_policy.items()),
+          flush=True)
+    rows = []
+    for policy in policies:
+        own = per_policy.get(policy)
+        m = sim_embedded(policy, seed, w, plans, machine, args)
+        rows.append({"seed": seed, "scale": scale, "policy": policy, "source": "sim-as-run", **m, "exit_codes": "",
+                     "trace_since": since,
+                     "slowdown": round(pooled.slowdown, 4), "overhead_ms": round(pooled.step_overhead_s * 1e3, 4),
+                     "policy_slowdown": round(own.slowdown, 4) if own else "",
+                     "policy_overhead_ms": round(own.step_overhead_s * 1e3, 4) if own else ""})
+        print(f"  {policy:12s} sim-as-run urgent {m['urgent']:+.2f} normal {m['normal']:+.2f}", flush=True)
+    return rows
+
+
 def kendall_tau(a: dict[str, float], b: dict[str, float]) -> float:
     """Kendall's tau-a between two scorings of the same policies: a pair tied in either counts as neither
     concordant nor discordant (so a tie never passes for agreement)."""
@@ -342,27 +385,36 @@ def urgent_of(rows: list[dict], source: str, seed: int) -> dict[str, float]:
 
 def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
     lines = []
+    sources = [s for s in SOURCES if any(r["source"] == s for r in rows)]
     means = {src: {p: mean(r["urgent"] for r in rows if r["source"] == src and r["policy"] == p) for p in policies}
-             for src in SOURCES}
+             for src in sources}
     scales = sorted({float(r.get("scale") or 1.0) for r in rows if r["source"] == "ros"})
     lines.append(f"Burst counts x{', x'.join(f'{k:g}' for k in scales)} (sim-4090: the preset, x1). "
                  f"Urgent-class utility (max 2) and normal (max 1), mean [min, max] over seeds "
                  f"{','.join(map(str, seeds))}:\n")
-    lines.append("| policy | " + " | ".join(f"{s} urgent" for s in SOURCES) + " | ros normal | sim-embedded normal |"
+    lines.append("| policy | " + " | ".join(f"{s} urgent" for s in sources) + " | ros normal | sim-embedded normal |"
                  " ros urgent served |")
-    lines.append("|---|" + "---|" * (len(SOURCES) + 3))
+    lines.append("|---|" + "---|" * (len(sources) + 3))
     for p in policies:
         get = lambda src, k: [r[k] for r in rows if r["source"] == src and r["policy"] == p]  # noqa: E731
-        cells = [span(get(s, "urgent")) for s in SOURCES]
+        cells = [span(get(s, "urgent")) for s in sources]
         cells += [span(get("ros", "normal")), span(get("sim-embedded", "normal")), span(get("ros", "urgent_served"))]
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
     lines.append("")
-    for src in SOURCES:
+    for src in sources:
         tau = kendall_tau(means["ros"], means[src])
         lines.append(f"- {src}: {order_text(means[src])} (Kendall tau vs ros {tau:+.2f})")
-    for src in SOURCES[1:]:
+    for src in sources[1:]:
         taus = [kendall_tau(urgent_of(rows, "ros", seed), urgent_of(rows, src, seed)) for seed in seeds]
         lines.append(f"- per-seed Kendall tau ros vs {src}: " + ", ".join(f"{t:+.2f}" for t in taus))
+    machine = [r for r in rows if r["source"] == "sim-as-run"]
+    if machine:
+        lines.append("- sim-as-run's machine per seed (the step trace of all its replays): "
+                     + ", ".join(f"seed {r['seed']} forward x{float(r['slowdown']):.2f} + {float(r['overhead_ms']):.2f} "
+                                 f"ms a step" for r in machine if r["policy"] == policies[0]))
+        lines.append("- the same per policy's own replays, mean over seeds: " + ", ".join(
+            f"{p} x{mean(float(r['policy_slowdown']) for r in machine if r['policy'] == p):.2f} + "
+            f"{mean(float(r['policy_overhead_ms']) for r in machine if r['policy'] == p):.2f} ms" for p in policies))
     cpu = {p: [float(r["server_cpu_s"]) for r in rows if r["source"] == "ros" and r["policy"] == p
                and r.get("server_cpu_s") not in (None, "")] for p in policies}
     if all(cpu.values()):
@@ -371,15 +423,19 @@ def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sim_sweep(scales: list[float], policies: list[str], seeds: list[int], latency, plans, args, out: Path) -> int:
-    """How sim-embedded's order depends on the scale: the sensitivity of the ROS comparison to --scale."""
+def sim_sweep(scales: list[float], policies: list[str], seeds: list[int], base, plans, args, out: Path) -> int:
+    """How sim-embedded's order depends on the scale and on the machine's load (--sim-loads): the sensitivity of
+    the ROS comparison to --scale and to sim-as-run's measured factors."""
     from compare_policies import BOUND_POLICIES   # the class-alone bound's policies, as in the simulator tables
 
+    loads = [tuple(float(x) for x in pair.split(":")) for pair in args.sim_loads.split(",") if pair]
     lines = [f"sim-embedded urgent utility (max 2), mean over seeds {','.join(map(str, seeds))}; bound: the best of "
              f"{', '.join(BOUND_POLICIES)} serving the urgent requests alone; load: urgent demand in urgent-TUF zero "
-             "crossings\n", "| scale | load | " + " | ".join(policies) + " | bound | order |",
-             "|---|---|" + "---|" * (len(policies) + 2)]
-    for k in scales:
+             "crossings; machine: the profile's forward times x slowdown + a loop overhead per step\n",
+             "| scale | load | machine | " + " | ".join(policies) + " | bound | order |",
+             "|---|---|---|" + "---|" * (len(policies) + 2)]
+    for k, (slowdown, overhead_ms) in [(k, ld) for k in scales for ld in loads]:
+        latency = base.under_load(slowdown, overhead_ms / 1e3)
         got: dict[str, list[float]] = {p: [] for p in policies}
         bound = []
         for seed in seeds:
@@ -389,8 +445,9 @@ def sim_sweep(scales: list[float], policies: list[str], seeds: list[int], latenc
             alone = replace(w, tasks=[t for t in w.tasks if t.urgency == "urgent"])
             bound.append(max(sim_embedded(p, seed, alone, plans, latency, args)["urgent"] for p in BOUND_POLICIES))
         means = {p: mean(v) for p, v in got.items()}
-        load = embedded_load(seeds, k, latency, plans, args.max_batch)
-        lines.append(f"| x{k:g} | {load:.2f} | " + " | ".join(f"{means[p]:.2f}" for p in policies)
+        load = embedded_load(seeds, k, base, plans, args.max_batch)
+        lines.append(f"| x{k:g} | {load:.2f} | x{slowdown:g} + {overhead_ms:g} ms | "
+                     + " | ".join(f"{means[p]:.2f}" for p in policies)
                      + f" | {mean(bound):.2f} | {order_text(means)} |")
         print(lines[-1], flush=True)
     (out / "sim_sweep.md").write_text("\n".join(lines) + "\n")
@@ -398,8 +455,22 @@ def sim_sweep(scales: list[float], policies: list[str], seeds: list[int], latenc
     return 0
 
 
-def resummarize(out: Path, policies: list[str], seeds: list[int]) -> int:
+def resummarize(out: Path, policies: list[str], seeds: list[int], args) -> int:
+    """Recompute the ROS rows from the outcome CSVs and the sim-as-run rows from the step traces (the simulator may
+    have changed since the run), then the summary."""
     rows = list(csv.DictReader((out / "runs.csv").open()))
+    as_run = [r for r in rows if r["source"] == "sim-as-run" and r.get("trace_since")]
+    if as_run:
+        from timely_llm_ros.core.sim.latency_model import load_latency_model
+        latency = load_latency_model(ensure_profile(Path(args.profile)))
+        scale = float(as_run[0].get("scale") or 1.0)
+        plans = model_plans(burst_workload(int(as_run[0]["seed"])))
+        firsts = {r["seed"]: r for r in reversed(as_run)}          # one row per seed (its first)
+        redone = [row for seed, r in sorted(firsts.items(), key=lambda kv: int(kv[0]))
+                  for row in sim_as_run(out / f"steps_s{seed}.csv", float(r["trace_since"]), int(seed), scale,
+                                        [x["policy"] for x in as_run if x["seed"] == seed],
+                                        burst_workload(int(seed), scale), plans, latency, args)]
+        rows = [r for r in rows if r["source"] != "sim-as-run"] + redone
     for r in rows:
         r["seed"] = int(r["seed"])
         for k in ("urgent", "normal", "urgent_served", "normal_served", "no_result"):
@@ -425,7 +496,7 @@ def main(argv=None) -> int:
     out = REPO / args.out if not Path(args.out).is_absolute() else Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.resummarize:
-        return resummarize(out, policies, seeds)
+        return resummarize(out, policies, seeds, args)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     if "ROS_DOMAIN_ID" not in os.environ:
@@ -458,9 +529,11 @@ def main(argv=None) -> int:
             k = (seed - 1) % len(policies)
             order = policies[k:] + policies[:k]   # rotated per seed: spreads order effects
             seed_rows: list[dict] = []
-            session = RosSession(agents_of(w), seed, order[0], args)
+            trace = out / f"steps_s{seed}.csv"
+            session = RosSession(agents_of(w), seed, order[0], args, trace)
             try:
                 session.replay(Path(tmp) / "warmup.yaml", Path(tmp) / "warmup.csv")
+                since = time.monotonic()     # the server's step trace is on the same clock (CLOCK_MONOTONIC)
                 for policy in order:
                     t0 = time.monotonic()
                     session.set_policy(policy)
@@ -478,6 +551,7 @@ def main(argv=None) -> int:
             finally:
                 codes = session.close()
             print(f"  server exit {codes['server']}, executor host exit {codes['executors']}", flush=True)
+            seed_rows += sim_as_run(trace, since, seed, scale, order, w, plans, latency, args)
             for r in seed_rows:
                 if r["source"] == "ros":
                     r["exit_codes"] += f",server={codes['server']},executors={codes['executors']}"

@@ -13,12 +13,16 @@ rclpy = pytest.importorskip("rclpy")
 
 from ros_harness import NodeProcess, start_executor, start_server  # noqa: E402
 
+from timely_llm_ros.core.step_trace import read_step_trace  # noqa: E402
+
 
 def test_sigint_to_the_process_group_ends_every_process_cleanly_and_loses_no_goal(tmp_path):
     table = tmp_path / "results.csv"
+    trace = tmp_path / "steps.csv"
     nodes = []
     try:
-        server = start_server("executor_timeout_s:=5.0", group=0)       # leads a new process group
+        server = start_server("executor_timeout_s:=5.0", f"step_trace_csv:={trace}",
+                              group=0)       # leads a new process group
         pgid = server.proc.pid
         nodes.append(server)
         nodes.append(start_executor("drone_1", "drone", 0.5, group=pgid))
@@ -48,6 +52,13 @@ def test_sigint_to_the_process_group_ends_every_process_cleanly_and_loses_no_goa
         assert any(r["status"] == "SERVER_SHUTDOWN" or (
             r["status"] == "EXECUTION_FAILED" and "executor shutting down" in r["message"]) for r in rows), rows
         assert "SERVER_SHUTDOWN" in server.output() or "shutting down" in server.output()
+        # the step trace is complete and closed at Ctrl-C: one row per engine step, as the server counted them
+        steps = read_step_trace(trace)
+        assert steps and f"step trace in {trace}: {len(steps)} engine steps; per step (ms): forward" in server.output()
+        assert {r.policy for r in steps} == {"timely"}
+        assert all(r.engine_s > 0 and r.iteration_s >= r.engine_s + r.inbox_s + r.events_s + r.idle_s for r in steps)
+        assert any(r.events_s > 0 for r in steps)    # segments went out as feedback and to the robots
+        assert any(r.prefills for r in steps) and any(r.decode_batch for r in steps)
     finally:
         for node in reversed(nodes):
             node.stop()

@@ -9,10 +9,13 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any, Callable, Iterable
 
 from .scheduler import Event, PlanScheduler
+from .step_trace import StepRecord
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +24,12 @@ class SchedulerThread:
     """Owns a PlanScheduler; every event it produces is handed to `on_events` on this thread."""
 
     def __init__(self, scheduler: PlanScheduler, on_events: Callable[[list[Event]], None],
-                 on_idle: Callable[[], None] | None = None, idle_poll_s: float = 0.05) -> None:
+                 on_idle: Callable[[], None] | None = None, idle_poll_s: float = 0.05,
+                 trace: Callable[[StepRecord], None] | None = None) -> None:
         self.scheduler = scheduler
         self._on_events = on_events
         self._on_idle = on_idle
+        self._trace = trace       # gets every engine step's record, with the loop iteration's wall time
         self._idle_poll_s = idle_poll_s
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
@@ -51,20 +56,33 @@ class SchedulerThread:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            t0 = time.perf_counter()
             busy = self.scheduler.busy()
-            self._drain_inbox(block=not busy)
+            began = self._drain_inbox(block=not busy)
+            if not busy:          # the wait for work is no part of the iteration's cost
+                t0 = began if began is not None else time.perf_counter()
+            t_inbox = time.perf_counter()
             if self._stop.is_set():
                 break
-            if self.scheduler.busy():
-                self._guard(self.scheduler.step)
+            steps = self.scheduler.steps
+            events_s = self._guard(self.scheduler.step) if self.scheduler.busy() else 0.0
+            t_idle = time.perf_counter()
             if self._on_idle is not None:
                 self._guard(self._on_idle)
+            record = self.scheduler.last_step
+            if self._trace is not None and self.scheduler.steps != steps and record is not None:
+                end = time.perf_counter()
+                timed = replace(record, iteration_s=end - t0, inbox_s=t_inbox - (began if began is not None else t_inbox),
+                                events_s=events_s, idle_s=end - t_idle)
+                self._guard(lambda: self._trace(timed))
 
-    def _drain_inbox(self, block: bool) -> None:
+    def _drain_inbox(self, block: bool) -> float | None:
+        """Run every posted item; returns when the first was taken (perf_counter), None if there was none."""
         try:
             item = self._inbox.get(timeout=self._idle_poll_s) if block else self._inbox.get_nowait()
         except queue.Empty:
-            return
+            return None
+        began = time.perf_counter()
         while item is not None:
             fn, fut = item
             if fut is None:
@@ -77,18 +95,23 @@ class SchedulerThread:
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
-                return
+                return began
         self._stop.set()
+        return began
 
-    def _guard(self, fn: Callable[[], Any]) -> None:
-        """Run fn; dispatch returned events; a bug in one request must not stop the server."""
+    def _guard(self, fn: Callable[[], Any]) -> float:
+        """Run fn; dispatch returned events; a bug in one request must not stop the server. Returns the seconds
+        the event handler took."""
         try:
             events = fn()
         except Exception:
             log.exception("scheduler thread: unexpected error (the server keeps serving)")
-            return
-        if events:
-            try:
-                self._on_events(list(events))
-            except Exception:
-                log.exception("scheduler thread: event handler failed")
+            return 0.0
+        if not events:
+            return 0.0
+        t0 = time.perf_counter()
+        try:
+            self._on_events(list(events))
+        except Exception:
+            log.exception("scheduler thread: event handler failed")
+        return time.perf_counter() - t0

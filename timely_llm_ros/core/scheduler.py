@@ -26,6 +26,7 @@ from ..engine.detokenize import TextStream
 from .errors import ErrorCode, RequestError
 from .policies.base import Policy, SchedulingContext
 from .request import Generation, PlanRequest, RequestState, Segment
+from .step_trace import StepRecord
 
 Clock = Callable[[], float]
 
@@ -127,6 +128,7 @@ class PlanScheduler:
         self.prefill_token_s: float | None = None   # measured s per prefill token (EMA)
         self.preemptions = 0                         # generations the policy suspended mid-segment
         self.steps = 0
+        self.last_step: StepRecord | None = None    # what the last engine step did and took (step traces)
         self._tracks: dict[str, _Track] = {}
         self._waiting: dict[str, Generation] = {}   # insertion-ordered: queued and suspended
         self._running: dict[str, Generation] = {}
@@ -266,7 +268,12 @@ class PlanScheduler:
         t = self.clock()
         self.last_step_time = result.elapsed_s
         self.steps += 1
-        self._measure(batch, result)
+        prefills = self._measure(batch, result)
+        self.last_step = StepRecord(t=now, engine_s=result.elapsed_s, prefills=prefills,
+                                    decode_batch=sum(1 for g in batch if g.prefilled),
+                                    decode_kv_tokens=sum(len(g.prompt_ids) + len(g.output_ids) for g in batch
+                                                         if g.prefilled),
+                                    reload_s=sum(g.reload_s for g in batch))
         for gen in batch:
             self._absorb(self._tracks[gen.req_id], result.tokens.get(gen.req_id),
                          gen.req_id in result.finished, result.elapsed_s, t)
@@ -277,11 +284,13 @@ class PlanScheduler:
         left = self.engine.prefill_left(req_id) if hasattr(self.engine, "prefill_left") else None
         return default if left is None else left
 
-    def _measure(self, batch: Sequence[Generation], result) -> None:
+    def _measure(self, batch: Sequence[Generation], result) -> tuple[tuple[int, int], ...]:
         """Step-time facts for admission: the last decode-only step (and its batch size), and seconds per
-        prefill token (EMA of what a step took beyond that decode time, per prompt token it prefilled)."""
+        prefill token (EMA of what a step took beyond that decode time, per prompt token it prefilled).
+        Returns the step's prefills as (tokens prefilled, context after them) per prompt."""
         tokens = 0
         decodes = 0
+        prefills: list[tuple[int, int]] = []
         # KV reloads of generations that rejoined are paid in this step but are no decode or prefill cost:
         # counting them made a step of resumed arms read as a 2x slower decode, and admission then judged
         # urgent first segments hopeless
@@ -294,10 +303,12 @@ class PlanScheduler:
             after = 0 if gen.req_id in result.prefilled else self._prefill_left(gen.req_id, before)
             gen.prefill_left = after
             tokens += max(before - after, 0)
+            if before > after:
+                prefills.append((before - after, len(gen.prompt_ids) - after))
         if tokens == 0:
             if decodes:
                 self.decode_step_s, self.decode_batch = elapsed, decodes
-            return
+            return ()
         decode_part = 0.0
         if decodes and self.decode_step_s is not None:
             decode_part = self.decode_step_s * decodes / max(self.decode_batch, 1) if decodes < self.decode_batch \
@@ -305,6 +316,7 @@ class PlanScheduler:
         per_token = max(elapsed - decode_part, 0.0) / tokens
         self.prefill_token_s = per_token if self.prefill_token_s is None else \
             0.7 * self.prefill_token_s + 0.3 * per_token
+        return tuple(prefills)
 
     def _apply_batch(self, batch: Sequence[Generation], now: float) -> None:
         chosen = {g.req_id for g in batch}

@@ -41,6 +41,7 @@ class ServerParams:
     segment_clients: str = "events"
     kv_store_rows: int = 0
     kv_store_tokens: int = 0
+    step_trace_csv: str = ""
 
 
 _DESCRIPTIONS = {
@@ -95,6 +96,9 @@ _DESCRIPTIONS = {
                       "back when idle", (0, 65536)),
     "kv_store_tokens": ("engine transformers: token columns per row of that reserved store (memory: rows x "
                         "tokens x the model's KV bytes per token)", (0, 1_000_000)),
+    "step_trace_csv": ("write one CSV row per engine step to this file (what the step prefilled and decoded, the "
+                       "engine's time, the scheduler loop's time around it, the policy); written at configure, "
+                       "closed at cleanup or shutdown; core/step_trace.py reads it; empty = no trace", None),
 }
 
 

@@ -37,6 +37,7 @@ from ..core.policies import make_policy
 from ..core.request import RequestState
 from ..core.runtime import SchedulerThread
 from ..core.scheduler import PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady, StateChanged
+from ..core.step_trace import StepTraceWriter
 from ..core.validation import GoalLimits, validate_goal
 from .client_host import KINDS as CLIENT_HOST_KINDS, ClientHost
 from .conversions import error_result, goal_fields, outcome_to_result
@@ -81,6 +82,7 @@ class PlanServerNode(LifecycleNode):
         self._discovery_timer = None
         self._discovery_lock = threading.Lock()
         self._discovery_pool: ThreadPoolExecutor | None = None
+        self._trace: StepTraceWriter | None = None
         self._group = ReentrantCallbackGroup()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._state_pub = self.create_publisher(SchedulerState, "~/state", latched)
@@ -144,7 +146,19 @@ class PlanServerNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self.limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
                                  max_new_tokens=p.max_new_tokens)
-        self.loop = SchedulerThread(self.scheduler, self._on_events, on_idle=self._on_idle)
+        self._trace = None
+        if p.step_trace_csv:
+            try:
+                self._trace = StepTraceWriter(p.step_trace_csv)
+            except OSError as exc:
+                log.error(f"configure failed: step_trace_csv {p.step_trace_csv!r}: {exc}; give a writable path or "
+                          "leave it empty")
+                self.scheduler.engine.close()
+                self.scheduler = None
+                return TransitionCallbackReturn.FAILURE
+            log.info(f"step trace: one row per engine step in {p.step_trace_csv}")
+        self.loop = SchedulerThread(self.scheduler, self._on_events, on_idle=self._on_idle,
+                                    trace=self._trace_step if self._trace is not None else None)
         self._client_host = ClientHost(self, p.segment_clients)
         self.dispatcher = SegmentDispatcher(self._client_host.node, self.loop.post, self._clients_group,
                                             p.executor_timeout_s, p.executor_ack_timeout_s, log_timing=p.log_timing)
@@ -192,6 +206,10 @@ class PlanServerNode(LifecycleNode):
         if self.loop is not None:
             self.loop.stop()
             self.loop = None
+        if self._trace is not None:   # after the loop stopped: nothing writes to it any more
+            self._trace.close()
+            self.get_logger().info(f"step trace in {self._trace.path}: {self._trace.summary()}")
+            self._trace = None
         if self._discovery_pool is not None:
             self._discovery_pool.shutdown(wait=True, cancel_futures=True)
             self._discovery_pool = None
@@ -472,6 +490,12 @@ class PlanServerNode(LifecycleNode):
             state = scheduler_state_msg(self, self.scheduler, counts)
             self._state_pub.publish(state)
             self._diag_pub.publish(diagnostics_msg(self, state, self.scheduler.policy.max_batch))
+
+    def _trace_step(self, record) -> None:
+        """Scheduler thread: one engine step into the step trace, named by the policy that chose it."""
+        trace = self._trace
+        if trace is not None:
+            trace.write(replace(record, policy=self.params.policy))
 
     # ------------------------------------------------------------------ misc
     def _drop_session(self, req_id: str) -> None:

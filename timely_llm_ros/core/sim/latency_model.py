@@ -9,11 +9,12 @@ YAML schema (config/latency/<name>.yaml; engine/profiler.py writes the same keys
     # optional
     kv: {bytes_per_token: 131072, budget_bytes: 6.0e9, reload_bytes_per_s: 1.8e10}
     cached_prefix_tokens: 0                         # shared prompt prefix served from a prefix cache
+    step_overhead_s: 0.0                            # the serving loop's own time per step, beside the forward
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -37,6 +38,8 @@ class LatencyModel:
     kv_budget_bytes: float = math.inf
     reload_bytes_per_s: float = math.inf
     cached_prefix_tokens: int = 0
+    step_overhead_s: float = 0.0     # the serving loop's own time per engine step: passes on the clock, but is no
+                                     # part of the step's elapsed time the engine reports (SimEngine)
     source: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -61,6 +64,15 @@ class LatencyModel:
         t = (sum(pre) + self.prefill_c) if pre else 0.0
         return t + self.decode_s(decode_batch, decode_kv_tokens)
 
+    def under_load(self, slowdown: float, step_overhead_s: float) -> "LatencyModel":
+        """This engine on a loaded machine: every forward-pass coefficient times `slowdown`, and a fixed
+        `step_overhead_s` per step for the serving loop's own work (both measured on a real run: ros_burst.py)."""
+        k = float(slowdown)
+        return replace(self, prefill_a=self.prefill_a * k, prefill_b=self.prefill_b * k,
+                       prefill_c=self.prefill_c * k, decode_base=self.decode_base * k,
+                       decode_per_seq=self.decode_per_seq * k, decode_per_kv_token=self.decode_per_kv_token * k,
+                       step_overhead_s=float(step_overhead_s))
+
     def reload_s(self, tokens: int) -> float:
         """Time to move the KV of tokens from host back to the device."""
         if math.isinf(self.reload_bytes_per_s):
@@ -70,7 +82,7 @@ class LatencyModel:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "LatencyModel":
         pre, dec, kv = d["prefill"], d["decode"], d.get("kv") or {}
-        known = {"prefill", "decode", "kv", "network_delay_s", "source", "cached_prefix_tokens"}
+        known = {"prefill", "decode", "kv", "network_delay_s", "source", "cached_prefix_tokens", "step_overhead_s"}
         return cls(
             prefill_a=float(pre.get("a", 0.0)), prefill_b=float(pre.get("b", 0.0)), prefill_c=float(pre.get("c", 0.0)),
             decode_base=float(dec["base"]), decode_per_seq=float(dec.get("per_seq", 0.0)),
@@ -80,6 +92,7 @@ class LatencyModel:
             kv_budget_bytes=float(kv.get("budget_bytes", math.inf)),
             reload_bytes_per_s=float(kv.get("reload_bytes_per_s", math.inf)),
             cached_prefix_tokens=int(d.get("cached_prefix_tokens", 0)),
+            step_overhead_s=float(d.get("step_overhead_s", 0.0)),
             source=str(d.get("source", "")),
             extra={k: v for k, v in d.items() if k not in known},
         )
@@ -93,6 +106,7 @@ class LatencyModel:
             "kv": {"bytes_per_token": self.kv_bytes_per_token, "budget_bytes": self.kv_budget_bytes,
                    "reload_bytes_per_s": self.reload_bytes_per_s},
             "cached_prefix_tokens": self.cached_prefix_tokens,
+            "step_overhead_s": self.step_overhead_s,
             "source": self.source,
         }
         out.update(self.extra)

@@ -129,7 +129,7 @@ class SimEngine(Engine):
                 g.finished = True
                 result.finished.add(gid)
         self._fit_budget()
-        self.clock.advance(elapsed)
+        self.clock.advance(elapsed + self.latency.step_overhead_s)   # the serving loop's own time passes too
         self.steps += 1
         return result
 
