@@ -203,6 +203,17 @@ class ActionClient(_RclpyActionClient):
                 await await_or_execute(callback, message)
         await super().execute(taken_data)
 
+    def server_is_ready(self) -> bool:
+        """Whether the action server is in the graph; False once this client is destroyed (any thread: the plan
+        server's presence check runs on a timer while shutdown releases the clients)."""
+        with self._lock:
+            if self._destroyed:
+                return False
+        try:
+            return super().server_is_ready()
+        except InvalidHandle:                   # destroyed in between
+            return False
+
     def destroy(self) -> None:
         """Destroy the client (any thread, also while an executor spins the node)."""
         with self._awaited_lock:

@@ -80,6 +80,7 @@ class PlanServerNode(LifecycleNode):
         self._undiscovered: list[str] = []
         self._handshakes: dict[str, Future] = {}   # expected agent -> its background discovery, while it runs
         self._discovery_timer = None
+        self._presence_timer = None
         self._discovery_lock = threading.Lock()
         self._discovery_pool: ThreadPoolExecutor | None = None
         self._trace: StepTraceWriter | None = None
@@ -162,6 +163,9 @@ class PlanServerNode(LifecycleNode):
         self._client_host = ClientHost(self, p.segment_clients)
         self.dispatcher = SegmentDispatcher(self._client_host.node, self.loop.post, self._clients_group,
                                             p.executor_timeout_s, p.executor_ack_timeout_s, log_timing=p.log_timing)
+        # graph queries for executors that left, off the scheduler thread (they stalled its engine steps there)
+        self._presence_timer = self.create_timer(0.5, self.dispatcher.check_presence,
+                                                 callback_group=MutuallyExclusiveCallbackGroup())
         self._discovery_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="discovery")
         self._undiscovered = list(p.expected_agents)
         self._handshakes = {}
@@ -200,9 +204,10 @@ class PlanServerNode(LifecycleNode):
     def _release_engine(self, timeout_s: float) -> None:
         """End every open goal as SERVER_SHUTDOWN, stop the scheduler thread, free the model."""
         self._end_all_goals(timeout_s)
-        if self._discovery_timer is not None:
-            self.destroy_timer(self._discovery_timer)
-            self._discovery_timer = None
+        for timer in (self._discovery_timer, self._presence_timer):
+            if timer is not None:
+                self.destroy_timer(timer)
+        self._discovery_timer = self._presence_timer = None
         if self.loop is not None:
             self.loop.stop()
             self.loop = None
@@ -479,7 +484,8 @@ class PlanServerNode(LifecycleNode):
             pass
 
     def _on_idle(self) -> None:
-        """Each scheduler-loop iteration: executor timeouts, and the latched state topic."""
+        """Each scheduler-loop iteration: executor timeouts (executors gone from the graph: a timer, see configure),
+        and the latched state topic."""
         if self.dispatcher is not None:
             self.dispatcher.check_timeouts()
         now = time.monotonic()

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""The server's check for executors that left the ROS graph: two ways of asking, side by side in one run.
+
+    ROS_DOMAIN_ID=<yours> .venv/bin/python benchmarks/presence_check.py [--robots 188] [--asked 116] [--reps 5]
+
+An executor host serves --robots drones (real ExecuteSegment action servers, one process, as in ros_burst.py at
+x4); a SegmentDispatcher in this process makes a client for --asked of them (the agents with a segment out in
+the burst). Per repetition, alternated: every client's ``server_is_ready()`` (what the check asked until this
+stop: goal, cancel and result services plus feedback and status topics, per agent) and the dispatcher's
+``in_graph`` (one service count per agent, what the check asks now). Prints each pass's wall time, the means and
+their ratio; both must find every agent.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--robots", type=int, default=188)
+    p.add_argument("--asked", type=int, default=116)
+    p.add_argument("--reps", type=int, default=5)
+    args = p.parse_args(argv)
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    agents = [f"drone_{i}" for i in range(args.robots)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))}
+    host = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.ros.executor.host", "--agents",
+                             ",".join(f"{a}:drone" for a in agents)], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import rclpy
+    from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+    from rclpy.executors import SingleThreadedExecutor
+
+    from timely_llm_ros.ros.segment_dispatcher import SegmentDispatcher
+
+    rclpy.init()
+    node = rclpy.create_node("presence_check_probe")
+    dispatcher = SegmentDispatcher(node, lambda fn: None, MutuallyExclusiveCallbackGroup(), timeout_s=30.0)
+    asked = agents[:args.asked]
+    clients = [dispatcher.client(a) for a in asked]
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(c.server_is_ready() for c in clients):
+            executor.spin_once(timeout_sec=0.1)
+        found = sum(c.server_is_ready() for c in clients)
+        if found < len(clients):
+            print(f"only {found} of {len(clients)} executors came up in 120 s", file=sys.stderr)
+            return 1
+        ways = {"server_is_ready": lambda: sum(c.server_is_ready() for c in clients),
+                "in_graph": lambda: sum(dispatcher.in_graph(a) for a in asked)}
+        times: dict[str, list[float]] = {w: [] for w in ways}
+        for rep in range(args.reps):
+            for way in (list(ways) if rep % 2 == 0 else list(reversed(ways))):
+                t0 = time.perf_counter()
+                n = ways[way]()
+                times[way].append(time.perf_counter() - t0)
+                if n != len(asked):
+                    print(f"{way} found {n} of {len(asked)}", file=sys.stderr)
+                    return 1
+            print(f"rep {rep + 1}: " + ", ".join(f"{w} {times[w][-1] * 1e3:.1f} ms" for w in ways), flush=True)
+        a, b = (statistics.fmean(times[w]) for w in ways)
+        print(f"\n{args.asked} agents asked ({args.robots} robots in the graph), mean of {args.reps}: server_is_ready "
+              f"{a * 1e3:.1f} ms [{min(times['server_is_ready']) * 1e3:.1f}, {max(times['server_is_ready']) * 1e3:.1f}]"
+              f", in_graph {b * 1e3:.1f} ms [{min(times['in_graph']) * 1e3:.1f}, {max(times['in_graph']) * 1e3:.1f}]"
+              f"; in_graph / server_is_ready {b / a:.2f}x")
+        return 0
+    finally:
+        host.send_signal(signal.SIGINT)
+        try:
+            host.wait(30)
+        except subprocess.TimeoutExpired:
+            host.kill()
+            host.wait(5)
+        executor.shutdown()
+        dispatcher.destroy()
+        node.destroy_node()
+        rclpy.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
