@@ -79,6 +79,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--result-timeout", type=float, default=40.0,
                    help="the client's result_timeout_s: a goal without a result this long after the last goal is sent "
                         "counts 'no result' (0 utility)")
+    p.add_argument("--robots-nice", type=int, default=0,
+                   help="niceness of the executor host and the replay client (the robots' side, which on a fleet "
+                        "runs on the robots, not on the server's cores); 0: the same priority as the server")
     p.add_argument("--server-param", action="append", default=[], metavar="NAME:=VALUE",
                    help="one more server parameter (repeatable), e.g. segment_clients:=server")
     p.add_argument("--out", default="out/ros_burst")
@@ -170,7 +173,8 @@ class RosSession:
         self.server.tail = deque(maxlen=100_000)   # the whole log, saved with the outcomes (evidence)
         self.host = Child("executors", "timely_llm_ros.ros.executor.host",
                           ["--agents", ",".join(f"{a}:{t}" for a, t in agents), "--ros-args", "-p",
-                           f"time_scale:={args.time_scale}", "-p", f"seed:={seed}"], "executor ready")
+                           f"time_scale:={args.time_scale}", "-p", f"seed:={seed}"], "executor ready",
+                          nice=args.robots_nice)
         self.host.ready_needed = len(agents)
         self._node = None
         try:
@@ -215,7 +219,7 @@ class RosSession:
         cpu0 = cpu_seconds(self.server.proc.pid)
         client = Child("client", "timely_llm_ros.ros.workload_node",
                        ["--ros-args", "-p", f"workload_file:={workload_yaml}", "-p", f"results_csv:={csv_out}",
-                        "-p", f"result_timeout_s:={self.args.result_timeout}"], "replaying")
+                        "-p", f"result_timeout_s:={self.args.result_timeout}"], "replaying", nice=self.args.robots_nice)
         try:
             client.proc.wait(self.args.result_timeout + 120)
         except subprocess.TimeoutExpired:

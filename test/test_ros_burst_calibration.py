@@ -60,3 +60,21 @@ def test_kendall_tau_counts_a_tie_as_neither_agreement_nor_disagreement():
     assert rb.kendall_tau(a, a) == 1.0
     assert rb.kendall_tau(a, {"x": 1.0, "y": 2.0, "z": 3.0}) == -1.0
     assert rb.kendall_tau(a, {"x": 3.0, "y": 1.0, "z": 1.0}) == pytest.approx(2 / 3)
+
+
+def test_the_as_run_machine_comes_from_the_replays_steps_after_the_warm_up(tmp_path):
+    """run_factors pools every step from `since` on (the warm-up's steps, earlier, are left out) and also reports
+    each policy's own: decode steps of 1 at 2x, 3x and 4x the profile, 1 ms of loop each."""
+    from timely_llm_ros.core.step_trace import StepRecord, StepTraceWriter
+
+    lat = LatencyModel(prefill_a=0.0, prefill_b=0.001, prefill_c=0.01, decode_base=0.02, decode_per_seq=0.001,
+                       decode_per_kv_token=0.0)
+    t1 = lat.decode_s(1, 0)
+    writer = StepTraceWriter(tmp_path / "steps.csv")
+    for t, k, policy in ((0.0, 10.0, "timely"), (5.0, 2.0, "timely"), (6.0, 3.0, "edf"), (7.0, 4.0, "edf")):
+        writer.write(StepRecord(t=t, engine_s=k * t1, decode_batch=1, iteration_s=k * t1 + 0.001, policy=policy))
+    writer.close()
+    pooled, per_policy = rb.run_factors(tmp_path / "steps.csv", lat, since=1.0)
+    assert pooled.steps == 3 and pooled.slowdown == pytest.approx(3.0)
+    assert pooled.step_overhead_s == pytest.approx(0.001)
+    assert per_policy["timely"].slowdown == pytest.approx(2.0) and per_policy["edf"].slowdown == pytest.approx(3.5)

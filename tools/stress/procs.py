@@ -18,13 +18,15 @@ _TIMING = re.compile(r"segment timing (\S+) (\d+) (published|sent|received|start
 class Child:
     """A node process; keeps the tail of its output and every 'segment timing' line (server and executors)."""
 
-    def __init__(self, name: str, module: str, argv: list[str], ready: str) -> None:
+    def __init__(self, name: str, module: str, argv: list[str], ready: str, nice: int = 0) -> None:
+        """nice: the process's niceness increment (0: as this process; higher: lower CPU priority)."""
         self.name = name
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
         env.setdefault("ROS_LOG_DIR", str(REPO / "build" / "ros_log"))
         self.proc = subprocess.Popen([sys.executable, "-m", module, *argv], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+                                     stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
+                                     preexec_fn=(lambda: os.nice(nice)) if nice else None)
         self.tail: deque[str] = deque(maxlen=200)
         self.tracebacks = 0
         self.exceptions: Counter = Counter()   # last line of each traceback, e.g. "ValueError: ..."
