@@ -59,9 +59,10 @@ class SchedulerThread:
             t0 = time.perf_counter()
             busy = self.scheduler.busy()
             began = self._drain_inbox(block=not busy)
-            if not busy:          # the wait for work is no part of the iteration's cost
-                t0 = began if began is not None else time.perf_counter()
             t_inbox = time.perf_counter()
+            began = t_inbox if began is None else began
+            if not busy:          # the wait for work is no part of the iteration's cost
+                t0 = began
             if self._stop.is_set():
                 break
             steps = self.scheduler.steps
@@ -72,8 +73,8 @@ class SchedulerThread:
             record = self.scheduler.last_step
             if self._trace is not None and self.scheduler.steps != steps and record is not None:
                 end = time.perf_counter()
-                timed = replace(record, iteration_s=end - t0, inbox_s=t_inbox - (began if began is not None else t_inbox),
-                                events_s=events_s, idle_s=end - t_idle)
+                timed = replace(record, iteration_s=end - t0, inbox_s=t_inbox - began, events_s=events_s,
+                                idle_s=end - t_idle)
                 self._guard(lambda: self._trace(timed))
 
     def _drain_inbox(self, block: bool) -> float | None:

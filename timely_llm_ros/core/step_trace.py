@@ -33,11 +33,12 @@ class StepRecord:
     decode_batch: int = 0             # sequences decoded
     decode_kv_tokens: int = 0         # their context tokens in total
     reload_s: float = 0.0             # KV reloads paid in this step (part of engine_s, left out of the slowdown)
-    iteration_s: float = 0.0          # the loop iteration that ran it (0: not measured), which is made of:
-    inbox_s: float = 0.0              #   requests posted to the loop (submits, cancels, robot feedback) and their events
-    events_s: float = 0.0             #   this step's events handed on (feedback, segments sent to robots, results)
-    idle_s: float = 0.0               #   the loop's housekeeping after the step (timeouts, the state topic)
-    policy: str = ""                  #   (the rest: the policy's choice and the scheduler's own work around the step)
+    # the loop iteration that ran the step (0: not measured) and its parts; what is left is scheduling_s
+    iteration_s: float = 0.0
+    inbox_s: float = 0.0              # requests posted to the loop (submits, cancels, robot feedback), their events
+    events_s: float = 0.0             # this step's events handed on (feedback, segments sent to robots, results)
+    idle_s: float = 0.0               # the loop's housekeeping after the step (timeouts, the state topic)
+    policy: str = ""                  # the policy that chose the step (as the server names it)
 
     @property
     def scheduling_s(self) -> float:
