@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from report import cpu_seconds  # noqa: E402
+from report import cpu_seconds, interrupt  # noqa: E402
 
 
 def idle_cores(agents: str, extra: list[str], warmup_s: float, seconds: float) -> float:
@@ -38,12 +37,7 @@ def idle_cores(agents: str, extra: list[str], warmup_s: float, seconds: float) -
         time.sleep(seconds)
         t1, c1 = time.monotonic(), cpu_seconds(proc.pid)
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        interrupt(proc)
     return (c1 - c0) / (t1 - t0)
 
 

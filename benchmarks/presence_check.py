@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from report import interrupt  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,12 +83,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{mean['identity'] / (mean['server_is_ready'] + mean['identity']):.2f}x")
         return 0
     finally:
-        host.send_signal(signal.SIGINT)
-        try:
-            host.wait(30)
-        except subprocess.TimeoutExpired:
-            host.kill()
-            host.wait(5)
+        interrupt(host)
         executor.shutdown()
         dispatcher.destroy()
         node.destroy_node()

@@ -62,3 +62,19 @@ def cpu_seconds(pid: int) -> float:
 def rss_mb(pid: int | str = "self") -> float:
     """Resident memory of a process (MiB), from /proc/<pid>/statm (Linux)."""
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def interrupt(proc, timeout_s: float = 30.0) -> int | None:
+    """Ctrl-C a child process (SIGINT, as a terminal would), wait for it, kill it if it does not exit in time;
+    its exit code (None if it had to be killed)."""
+    import signal
+    import subprocess
+
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+        return None
+
