@@ -173,3 +173,25 @@ def test_the_breakdown_splits_the_iteration_and_the_summary_averages_it(tmp_path
     writer.close()
     assert writer.summary() == ("2 engine steps; per step (ms): forward 6.00, reloads 1.00, scheduling 2.75, "
                                 "events 1.50, inbox 0.50, housekeeping 0.25")
+
+
+def test_the_command_line_summarises_a_trace_per_policy_and_plots_it(tmp_path, capsys):
+    from timely_llm_ros.core.step_trace import main, summary_table
+
+    t1 = LAT.decode_s(1, 0)
+    records = [StepRecord(t=float(i), engine_s=2 * t1, decode_batch=1, iteration_s=2 * t1 + 0.001 * (i + 1),
+                          events_s=0.001 * i, policy="timely" if i < 2 else "edf") for i in range(4)]
+    table = summary_table(records, LAT)
+    assert table.splitlines()[0] == "timely: 2 engine steps; forward x2.00 the profile, loop 1.50 ms a step beside it"
+    # edf: events 2 and 3 ms (mean 2.50, max 3.00); scheduling = iteration - engine - events = 1 ms each
+    assert "  events            2.50     3.00     3.00" in table.split("edf:")[1]
+    assert "  scheduling        1.00     1.00     1.00" in table.split("edf:")[1]
+    writer = StepTraceWriter(tmp_path / "steps.csv")
+    for r in records:
+        writer.write(r)
+    writer.close()
+    assert main([str(tmp_path / "steps.csv"), "--plot", str(tmp_path / "steps.png")]) == 0
+    assert (tmp_path / "steps.png").stat().st_size > 1000
+    assert "timely: 2 engine steps" in capsys.readouterr().out
+    assert main([str(tmp_path / "missing.csv")]) == 2
+    assert "cannot read the step trace" in capsys.readouterr().err

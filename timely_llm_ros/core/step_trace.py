@@ -139,3 +139,84 @@ def load_factors(records: Sequence[StepRecord] | Iterable[StepRecord], latency: 
     overhead = sum(max(r.iteration_s - r.engine_s, 0.0) for r in timed) / len(timed) if timed else 0.0
     return LoadFactors(slowdown=measured / predicted if predicted > 0 else float("nan"),
                        step_overhead_s=overhead, steps=len(records))
+
+
+# ---------------------------------------------------------------------------------------------- command line
+def summary_table(records: Sequence[StepRecord], latency: LatencyModel | None = None) -> str:
+    """Per policy (in order of appearance): steps, and per part of the loop iteration the mean, p99 and max per
+    step in ms; with a profile, the load factors against it."""
+    lines = []
+    for policy in dict.fromkeys(r.policy for r in records):
+        steps = [r for r in records if r.policy == policy]
+        head = f"{policy or '(no policy)'}: {len(steps)} engine steps"
+        if latency is not None:
+            f = load_factors(steps, latency)
+            head += f"; forward x{f.slowdown:.2f} the profile, loop {f.step_overhead_s * 1e3:.2f} ms a step beside it"
+        lines += [head, f"  {'part':<13}{'mean':>9}{'p99':>9}{'max':>9}  (ms per step)"]
+        for part in BREAKDOWN:
+            values = sorted(breakdown(r)[part] * 1e3 for r in steps)
+            p99 = values[min(len(values) - 1, int(0.99 * len(values)))]
+            lines.append(f"  {part:<13}{sum(values) / len(values):>9.2f}{p99:>9.2f}{values[-1]:>9.2f}")
+    return "\n".join(lines)
+
+
+def plot_trace(records: Sequence[StepRecord], path: str | Path) -> None:
+    """Each step's loop iteration over time, stacked by part (one panel per policy); needs matplotlib."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policies = list(dict.fromkeys(r.policy for r in records))
+    fig, axes = plt.subplots(len(policies), 1, figsize=(10, 2.6 * len(policies)), squeeze=False, sharey=True)
+    for ax, policy in zip(axes[:, 0], policies):
+        steps = [r for r in records if r.policy == policy]
+        t = [r.t - steps[0].t for r in steps]
+        ax.stackplot(t, *[[breakdown(r)[p] * 1e3 for r in steps] for p in BREAKDOWN], labels=BREAKDOWN, step="post")
+        ax.set_title(f"{policy or '(no policy)'}: {len(steps)} steps", fontsize=9)
+        ax.set_ylabel("ms per step")
+    axes[-1, 0].set_xlabel("s since the policy's first step")
+    axes[0, 0].legend(loc="upper right", fontsize=7, ncol=len(BREAKDOWN))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """python -m timely_llm_ros.core.step_trace TRACE.csv [--profile NAME|YAML] [--plot OUT.png]"""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m timely_llm_ros.core.step_trace",
+                                description="Where a server's engine loop spent its time, from the CSV its "
+                                            "step_trace_csv parameter wrote.")
+    p.add_argument("trace", help="the step trace (CSV)")
+    p.add_argument("--profile", default="", help="latency profile (config/latency name or YAML path): also print "
+                   "the forward's slowdown against it and the loop's time per step")
+    p.add_argument("--plot", default="", help="write a PNG of each step's time over the run, stacked by part")
+    args = p.parse_args(argv)
+    try:
+        records = read_step_trace(args.trace)
+    except (OSError, KeyError, ValueError) as exc:
+        print(f"cannot read the step trace {args.trace!r}: {type(exc).__name__}: {exc} (a CSV that the server's "
+              "step_trace_csv parameter wrote)", file=sys.stderr)
+        return 2
+    if not records:
+        print(f"{args.trace}: no engine steps recorded", file=sys.stderr)
+        return 1
+    latency = None
+    if args.profile:
+        from .sim.latency_model import load_latency_model
+        try:
+            latency = load_latency_model(args.profile)
+        except (OSError, KeyError, ValueError) as exc:
+            print(f"cannot load the latency profile {args.profile!r}: {exc}", file=sys.stderr)
+            return 2
+    print(summary_table(records, latency))
+    if args.plot:
+        plot_trace(records, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
