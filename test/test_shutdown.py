@@ -62,3 +62,17 @@ def test_sigint_to_the_process_group_ends_every_process_cleanly_and_loses_no_goa
     finally:
         for node in reversed(nodes):
             node.stop()
+
+
+def test_a_step_trace_path_that_cannot_be_written_fails_configure_with_the_reason(tmp_path):
+    """Checked before the model loads; autostart's failed configure exits 1, without a traceback."""
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    server = start_server(f"step_trace_csv:={blocker / 'steps.csv'}", ready="configure failed")
+    try:
+        assert server.proc.wait(30) == 1
+        out = server.output()
+        assert f"configure failed: step_trace_csv '{blocker / 'steps.csv'}'" in out and "give a writable path" in out
+        assert "engine loaded" not in out and "Traceback" not in out
+    finally:
+        server.stop()

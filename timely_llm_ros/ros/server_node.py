@@ -121,6 +121,15 @@ class PlanServerNode(LifecycleNode):
             log.error(f"configure failed: segment_clients must be one of {', '.join(CLIENT_HOST_KINDS)}, "
                       f"got {p.segment_clients!r}")
             return TransitionCallbackReturn.FAILURE
+        self._trace = None
+        if p.step_trace_csv:       # before the model loads: a bad path fails at once
+            try:
+                self._trace = StepTraceWriter(p.step_trace_csv)
+            except OSError as exc:
+                log.error(f"configure failed: step_trace_csv {p.step_trace_csv!r}: {exc}; give a writable path or "
+                          "leave it empty")
+                return TransitionCallbackReturn.FAILURE
+            log.info(f"step trace: one row per engine step in {p.step_trace_csv}")
         t0 = time.monotonic()
         try:
             from ..engine.factory import make_engine  # torch is imported only here
@@ -145,20 +154,12 @@ class PlanServerNode(LifecycleNode):
         except Exception as exc:  # a bad model path, device or file: say so, stay unconfigured
             log.error(f"configure failed: {type(exc).__name__}: {exc}")
             self.scheduler = None
+            if self._trace is not None:
+                self._trace.close()
+                self._trace = None
             return TransitionCallbackReturn.FAILURE
         self.limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
                                  max_new_tokens=p.max_new_tokens)
-        self._trace = None
-        if p.step_trace_csv:
-            try:
-                self._trace = StepTraceWriter(p.step_trace_csv)
-            except OSError as exc:
-                log.error(f"configure failed: step_trace_csv {p.step_trace_csv!r}: {exc}; give a writable path or "
-                          "leave it empty")
-                self.scheduler.engine.close()
-                self.scheduler = None
-                return TransitionCallbackReturn.FAILURE
-            log.info(f"step trace: one row per engine step in {p.step_trace_csv}")
         self.loop = SchedulerThread(self.scheduler, self._on_events, on_idle=self._on_idle,
                                     trace=self._trace_step if self._trace is not None else None)
         self._client_host = ClientHost(self, p.segment_clients)
