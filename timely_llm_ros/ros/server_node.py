@@ -176,6 +176,8 @@ class PlanServerNode(LifecycleNode):
         if self._undiscovered:
             self._discovery_timer = self.create_timer(0.2, self._report_discovery,
                                                       callback_group=MutuallyExclusiveCallbackGroup())
+            log.info(f"discovering {len(self._undiscovered)} expected executors in the background (a goal to one "
+                     "not yet discovered waits for it)")
         # The model, the tokenizer and the ROS entities live as long as the configuration: move them out of the
         # cycle collector's reach, so that a full collection during a burst (one took 253 ms with everything in it,
         # stopping the engine loop) walks only what was made since.
