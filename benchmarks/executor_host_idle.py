@@ -11,8 +11,6 @@ printed 0.730 vs 0.060 cores (12.2x); since then 0.065 vs 0.068 (0.96x).
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,15 +18,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from report import cpu_seconds, interrupt  # noqa: E402
+from report import cpu_seconds, interrupt, start_executor_host  # noqa: E402
 
 
 def idle_cores(agents: str, extra: list[str], warmup_s: float, seconds: float) -> float:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")])))
-    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.ros.executor.host", "--agents", agents,
-                             "--ros-args", "-p", "time_scale:=0.2", *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+    proc = start_executor_host(agents, ["-p", "time_scale:=0.2", *extra])
     try:
         time.sleep(warmup_s)
         if proc.poll() is not None:

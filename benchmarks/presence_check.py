@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from report import interrupt  # noqa: E402
+from report import interrupt, start_executor_host  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,10 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     agents = [f"drone_{i}" for i in range(args.robots)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))}
-    host = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.ros.executor.host", "--agents",
-                             ",".join(f"{a}:drone" for a in agents)], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    host = start_executor_host(",".join(f"{a}:drone" for a in agents))
     import rclpy
     from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
     from rclpy.executors import SingleThreadedExecutor

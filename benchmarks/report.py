@@ -78,3 +78,18 @@ def interrupt(proc, timeout_s: float = 30.0) -> int | None:
         proc.wait(5)
         return None
 
+
+def start_executor_host(agents: str, ros_args: list[str] | tuple[str, ...] = ()):
+    """The simulated executor host (``agent:robot_type,...``) as a child process on loopback, output discarded;
+    ros_args follow ``--ros-args``. Stop it with interrupt()."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH", "")])))
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    argv = [sys.executable, "-m", "timely_llm_ros.ros.executor.host", "--agents", agents]
+    if ros_args:
+        argv += ["--ros-args", *ros_args]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=repo)
+
