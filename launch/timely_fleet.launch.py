@@ -3,7 +3,8 @@
 The fleet description (config/fleet/*.yaml, the same file timely_bringup reads) decides which nodes start;
 the nodes get its ROS params file (bringup.params_file, or the params_file argument) unchanged.
 The server is a lifecycle node: with autostart:=true (default) this launch configures and activates it; with
-autostart:=false a lifecycle manager does. Either way the workload starts once the server is active.
+autostart:=false a lifecycle manager does. Either way the workload starts once the server is active, and sends its
+first goal once the server's latched state says it has met the executors of the workload's robots.
 
     ros2 launch timely_llm_ros timely_fleet.launch.py fleet_file:=/path/fleet.yaml log_level:=debug
 """

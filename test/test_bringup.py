@@ -57,11 +57,6 @@ STANDIN = textwrap.dedent('''
         sys.exit(0)
     if plan.get("ready", True):
         print(f"stand-in {who} ready", flush=True)
-    if "discovered_after" in plan:  # the real server's lines about its first contact with the expected executors
-        print("discovering 2 expected executors in the background", flush=True)
-        time.sleep(plan["discovered_after"])
-        log("discovered")
-        print("all expected executors discovered", flush=True)
     if "exit_after" in plan:
         time.sleep(plan["exit_after"])
         print(f"stand-in {who} exiting with {plan.get('exit_code', 0)}", flush=True)
@@ -195,19 +190,6 @@ def test_workload_exit_code_propagates_and_others_are_stopped_with_sigint(tmp_pa
     assert "[arm_1/executor] stand-in /arm_1 ready" in out
     assert "[fleet_workload] stand-in workload exiting with 3" in out
     assert "fleet_workload finished with exit code 3" in out
-
-
-def test_the_workload_starts_once_the_server_has_met_every_expected_executor(tmp_path, standins, monkeypatch,
-                                                                            capsys):
-    """A robot's first goal sent before the server's first contact with its executor waited for that handshake
-    on its clock (make demo dropped an urgent one after 0.93 s): the bringup waits for the server's word."""
-    entry, events = standins
-    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"server": {"discovered_after": 4.0},
-                                                   "workload": {"exit_after": 0.1}}))
-    assert bringup.main(["--params-file", str(_small_fleet(tmp_path))], entry_points=entry) == 0
-    order = [e["who"] if isinstance(e["event"], dict) else f"{e['who']}:{e['event']}" for e in events()]
-    assert order.index("server:discovered") < order.index("workload"), order
-    assert "waiting for the server's first contact with every expected executor" in capsys.readouterr().out
 
 
 def test_early_executor_death_is_reported_and_stops_the_fleet(tmp_path, standins, monkeypatch, capsys):

@@ -36,9 +36,6 @@ NODE_MODULES = {
     "workload": "timely_llm_ros.ros.workload_node",
 }
 READY_PATTERN = re.compile(r"(?<!not )\bready\b", re.IGNORECASE)  # a child's "I am ready" log line
-# the server's lines about its first contact with the expected executors (ros/server_node.py)
-DISCOVERING, DISCOVERED = "expected executors in the background", "all expected executors discovered"
-DISCOVERY_WAIT_S = 30.0
 BRINGUP_SETTINGS = ("server", "workload", "server_ready_timeout_s", "executor_ready_timeout_s", "stop_grace_s")
 LIFECYCLE_TRANSITIONS = ("configure", "activate")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -251,8 +248,6 @@ class _Child:
         self.ready = threading.Event()
         self.line_ready = threading.Event()   # the child printed a ready line
         self.driven = driven                  # a lifecycle driver decides readiness, not the ready line
-        self.discovering = threading.Event()  # a server that announced expected executors ...
-        self.discovered = threading.Event()   # ... and has shaken hands with all of them
         self.failure: str | None = None   # why a lifecycle transition failed
         self.activated = False            # configured and activated by the supervisor
         self.proc = subprocess.Popen(
@@ -269,10 +264,6 @@ class _Child:
                 self.line_ready.set()
                 if not self.driven:
                     self.ready.set()
-            if DISCOVERING in line:
-                self.discovering.set()
-            elif DISCOVERED in line:
-                self.discovered.set()
             with out_lock:
                 out.write(f"[{self.spec.name}] {line.rstrip(chr(10))}\n")
                 out.flush()
@@ -425,10 +416,6 @@ class Supervisor:
         probe = _GraphProbe() if self.use_graph and any(s.action_type for s in self.specs) else None
         try:
             for spec in self.specs:
-                if spec.role == "workload":
-                    code = self._wait_discovery()
-                    if code is not None:
-                        return code
                 child = _Child(spec, self.env, self.out, self._lock, driven=spec.lifecycle and self.use_graph)
                 self.running.append(child)
                 self.say(f"started {spec.name} (pid {child.proc.pid})")
@@ -449,27 +436,6 @@ class Supervisor:
             if probe is not None:
                 probe.close()
             self._stop_all()
-
-    def _wait_discovery(self) -> int | None:
-        """Before the workload: wait (up to DISCOVERY_WAIT_S) until a server that announced expected executors has
-        shaken hands with all of them, so that no robot's first goal waits for that handshake on its clock."""
-        servers = [c for c in self.running if c.spec.role == "server" and c.discovering.is_set()]
-        deadline = time.monotonic() + DISCOVERY_WAIT_S
-        if servers and not all(c.discovered.is_set() for c in servers):
-            self.say("waiting for the server's first contact with every expected executor")
-        for child in servers:
-            while not child.discovered.wait(0.05):
-                failed = self._first_exit()
-                if failed is not None:
-                    return failed
-                if self._stop.is_set():
-                    self.say("interrupted")
-                    return EXIT_INTERRUPTED
-                if time.monotonic() >= deadline:
-                    self.say(f"not every expected executor answered {child.spec.name} within {DISCOVERY_WAIT_S:g} s;"
-                             " starting the workload anyway (a goal to one not yet discovered waits for it)")
-                    return None
-        return None
 
     def _wait_ready(self, child: _Child, probe: _GraphProbe | None) -> int | None:
         spec = child.spec

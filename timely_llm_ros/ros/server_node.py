@@ -310,6 +310,8 @@ class PlanServerNode(LifecycleNode):
             for agent in found:
                 self._handshakes.pop(agent, None)
             done = not self._undiscovered
+        if found:
+            self._last_state = 0.0   # the state topic tells clients (fleet_workload waits for it) at once
         for agent in found:
             self.get_logger().info(f"executor discovered: {agent}/execute_segment")
         if done:
@@ -504,7 +506,10 @@ class PlanServerNode(LifecycleNode):
             self._last_state = now
             with self._sessions_lock:
                 counts = dict(self._counts)
-            state = scheduler_state_msg(self, self.scheduler, counts)
+            with self._discovery_lock:
+                pending = list(self._undiscovered)
+            ready = [a for a in self.params.expected_agents if a not in set(pending)]
+            state = scheduler_state_msg(self, self.scheduler, counts, ready, pending)
             self._state_pub.publish(state)
             self._diag_pub.publish(diagnostics_msg(self, state, self.scheduler.policy.max_batch))
 

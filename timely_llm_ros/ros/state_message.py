@@ -9,7 +9,8 @@ from ..core.request import RequestState
 from ..core.scheduler import PlanScheduler
 
 
-def scheduler_state_msg(node, scheduler: PlanScheduler, counts: dict[str, int]) -> SchedulerState:
+def scheduler_state_msg(node, scheduler: PlanScheduler, counts: dict[str, int],
+                        executors_ready: list[str] = (), executors_pending: list[str] = ()) -> SchedulerState:
     now = time.monotonic()
     gens = scheduler.generations()
     mem = scheduler.engine.memory()
@@ -30,6 +31,7 @@ def scheduler_state_msg(node, scheduler: PlanScheduler, counts: dict[str, int]) 
     msg.requests_done = counts["done"]
     msg.requests_dropped = counts["dropped"]
     msg.requests_failed = counts["failed"]
+    msg.executors_ready, msg.executors_pending = list(executors_ready), list(executors_pending)
     for g in gens:
         waiting = g.state in (RequestState.QUEUED, RequestState.SUSPENDED)
         msg.requests.append(RequestStatus(

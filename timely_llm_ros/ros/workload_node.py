@@ -7,6 +7,10 @@ recorded goal is sent at its recorded offset from the node's start, with the rec
 robot type, task and urgency class, whether or not earlier goals have finished (open loop).
 record_bag: also write the goals as sent and every Plan result into a new mcap bag (core.workload.bag
 write_run_bag), so two runs can be compared.
+Before its first goal the node waits (executors_wait_s) until the server's latched state (server_state_topic)
+no longer lists any robot it drives among the executors it has yet to meet: a first goal sent earlier waits for
+that first contact on its own clock, and an urgent one may be dropped for it. ros2 launch and timely_bringup
+get the same order this way.
 Both modes print a table of every request at the end and exit 0 if every request got a result
 (whatever its error code), 1 otherwise. On SIGINT/SIGTERM no new goal is sent; goals in flight get
 `shutdown_grace_s` to end (a server stopped at the same time answers them SERVER_SHUTDOWN), then the
@@ -26,9 +30,11 @@ import yaml
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile
 from rclpy.serialization import serialize_message
 
 from timely_llm_ros.action import Plan
+from timely_llm_ros.msg import SchedulerState
 
 from ..core.errors import ErrorCode
 from ..core.workload.bag import RunRecord, load_any, write_run_bag
@@ -37,6 +43,14 @@ from ..paths import config_dir
 from .action_client import ActionClient, deep_queues
 from .outcome_table import OutcomeRow, format_table
 from .spin import spin_node
+
+
+STATE_SILENCE_S = 5.0   # no server state this long: the server publishes none under server_state_topic
+
+
+def executors_unmet(agents: set[str], pending: list[str] | None) -> list[str] | None:
+    """The robots of ``agents`` whose executors the server has yet to meet; None before any server state."""
+    return None if pending is None else sorted(agents & {p.strip("/") for p in pending})
 
 
 @dataclass
@@ -86,6 +100,17 @@ class FleetWorkloadNode(Node):
         self.shutdown_grace_s = self.declare_parameter(
             "shutdown_grace_s", 8.0, d(description="on SIGINT/SIGTERM: wait this long for the results of goals in "
                                                    "flight, then cancel them")).value
+        self.executors_wait_s = self.declare_parameter(
+            "executors_wait_s", 30.0, d(description="before the first goal, wait at most this long until the server "
+                                                     "has met the executors of the robots this node drives; 0 = "
+                                                     "do not wait")).value
+        self.server_state_topic = self.declare_parameter(
+            "server_state_topic", "timely_server/state",
+            d(description="the server's latched SchedulerState topic (its executors_pending)")).value
+        self._pending: list[str] | None = None     # the server's executors_pending, None before its first state
+        self.create_subscription(SchedulerState, self.server_state_topic, self._on_state,
+                                 QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL),
+                                 callback_group=MutuallyExclusiveCallbackGroup())
         self.stop = threading.Event()      # replaced by spin_node's stop flag
         self._stop_at: float | None = None
         self.workload: Workload | None = load_any(workload_file) if workload_file else None
@@ -100,6 +125,45 @@ class FleetWorkloadNode(Node):
                                    **deep_queues())
         self.rows: list[OutcomeRow] = []
         self._rows_lock = threading.Lock()
+
+    def _on_state(self, msg: SchedulerState) -> None:
+        self._pending = list(msg.executors_pending)
+
+    def driven_agents(self) -> set[str]:
+        """The robots this node sends goals for."""
+        if self.workload is not None:
+            return {t.agent_id.strip("/") for t in self.workload.tasks}
+        return {a.name.strip("/") for a in self.agents}
+
+    def wait_for_executors(self) -> None:
+        """Wait (executors_wait_s at most) until the server has met the executors of the robots this node drives;
+        go on with a warning that says why after the wait, or at once if the server publishes no state."""
+        wait_s, log = float(self.executors_wait_s), self.get_logger()
+        if wait_s <= 0:
+            return
+        agents, start = self.driven_agents(), time.monotonic()
+        said = None
+        while not self.stopping():
+            waited = time.monotonic() - start
+            unmet = executors_unmet(agents, self._pending)
+            if unmet == []:
+                if said:
+                    log.info(f"the server has met every executor of this fleet (waited {waited:.1f} s)")
+                return
+            if unmet is None and waited > min(STATE_SILENCE_S, wait_s):
+                log.warning(f"no server state on {self.server_state_topic!r} within {waited:.0f} s: sending without "
+                            "waiting for the server to meet the robots' executors (set server_state_topic to the "
+                            "server's <node name>/state, or executors_wait_s:=0.0)")
+                return
+            if waited > wait_s:
+                log.warning(f"the server has not met the executors of {', '.join(unmet)} after {wait_s:g} s; "
+                            "sending anyway (their first goals wait for that first contact; is each robot's "
+                            "robot_executor running?)")
+                return
+            if unmet and unmet != said:
+                log.info(f"waiting for the server to meet the executors of {', '.join(unmet)}")
+                said = unmet
+            time.sleep(0.05)
 
     def shutdown(self) -> None:
         """Free what destroy_node does not (called by spin_node after the executor stopped)."""
@@ -140,6 +204,7 @@ class FleetWorkloadNode(Node):
             if time.monotonic() > end:
                 log.error("no plan action server (relative to this node's namespace); start timely_server first")
                 return 1
+        self.wait_for_executors()
         if self.workload is not None:
             return ReplayRun(self, self.workload).run()
         log.info(f"fleet of {len(self.agents)} agents, {sum(len(a.tasks) for a in self.agents)} requests")
