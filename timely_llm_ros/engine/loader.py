@@ -7,13 +7,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
-from .detokenize import ByteTable
+from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer  # noqa: F401  (their home before tokenizer.py)
+from .tokenizer import load_tokenizer as _load_tokenizer
 
 # Named random shapes. "llama3-8b" is Llama-3-8B's geometry; "-Nl" variants keep the width and cut layers.
 RANDOM_CONFIGS: dict[str, dict] = {
@@ -24,54 +24,6 @@ RANDOM_CONFIGS: dict[str, dict] = {
     "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                       num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0),
 }
-
-
-class Tokenizer(Protocol):
-    """What the engine needs from a tokenizer."""
-
-    eos_token_id: int | None
-    bos_token_id: int | None
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: Sequence[int]) -> str: ...
-
-
-class ByteTokenizer:
-    """UTF-8 bytes as token ids 0..255, then BOS=256 and EOS=257 (for random-weight models)."""
-
-    bos_token_id, eos_token_id = 256, 257
-
-    def encode(self, text: str) -> list[int]:
-        return [self.bos_token_id, *text.encode("utf-8")]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
-
-
-class HFTokenizer:
-    """Adapter over a transformers tokenizer (or a bare tokenizers.Tokenizer)."""
-
-    def __init__(self, tok) -> None:
-        self._tok = tok
-        self.eos_token_id = getattr(tok, "eos_token_id", None)
-        self.bos_token_id = getattr(tok, "bos_token_id", None)
-        self._bytes = ByteTable.build(tok)       # fast path for byte-level BPE, None otherwise
-
-    def encode(self, text: str) -> list[int]:
-        # no special tokens: the embedded planner is trained on prompts encoded this way (model/tokenizer.py)
-        out = self._tok.encode(text, add_special_tokens=False)
-        return list(getattr(out, "ids", out))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        if self._bytes is not None:
-            return self._bytes.decode(ids)
-        return self._tok.decode(list(ids), skip_special_tokens=True)
-
-    @property
-    def byte_table(self) -> ByteTable | None:
-        """The verified id -> bytes table of a byte-level BPE tokenizer (None for others)."""
-        return self._bytes
 
 
 @dataclass
@@ -152,16 +104,3 @@ def load_pretrained(model_path: str | Path, device: str = "auto", dtype: str = "
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, attn_implementation="sdpa", local_files_only=True)
     model.to(dev).eval()
     return LoadedModel(model, _load_tokenizer(path), dev, dt, str(path))
-
-
-def _load_tokenizer(path: Path) -> Tokenizer:
-    try:
-        from transformers import AutoTokenizer
-
-        return HFTokenizer(AutoTokenizer.from_pretrained(path, local_files_only=True))
-    except Exception:
-        if (path / "tokenizer.json").is_file():
-            from tokenizers import Tokenizer as RawTokenizer
-
-            return HFTokenizer(RawTokenizer.from_file(str(path / "tokenizer.json")))
-        raise

@@ -86,7 +86,7 @@ class VllmEngine(GenerationTable, Engine):
         from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.llm_engine import LLMEngine
 
-        from .loader import _load_tokenizer
+        from .tokenizer import load_tokenizer as _load_tokenizer
         from .vllm_scheduler import ChosenSetScheduler
 
         self.options = opts = options or VllmOptions()
