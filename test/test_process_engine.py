@@ -1,0 +1,160 @@
+"""ProcessEngine: the real engine in a child process gives the same tokens as in this one, reports its errors, and
+never outlives its owner."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
+from timely_llm_ros.engine.base import EngineError  # noqa: E402
+from timely_llm_ros.engine.factory import make_engine  # noqa: E402
+from timely_llm_ros.engine.process_engine import ProcessEngine  # noqa: E402
+
+
+def _script(engine) -> list:
+    """Tokens of every step of a run that prefills two prompts of similar length together, suspends one
+    mid-generation (KV kept), prefills a third beside the other, resumes, releases; plus memory accounting."""
+    done: set[str] = set()
+    out = []
+
+    def step(ids):
+        ids = [i for i in ids if i not in done]
+        if ids:
+            r = engine.step(ids)
+            done.update(r.finished)
+            out.append((sorted(r.tokens.items()), sorted(r.finished), sorted(r.prefilled)))
+    drone = load_skill_sets()["drone"]
+    a = engine.encode(drone.build_prompt("look for the cat", "cat, chair, table"))
+    b = engine.encode(drone.build_prompt("look for the dog", "dog, tree, bench"))
+    engine.add("a", a, 24)
+    engine.add("b", b, 24)
+    out.append((engine.prefill_left("a"), engine.prefill_left("b")))
+    for _ in range(4):
+        step(["a", "b"])
+    out.append(engine.prefill_left("a"))
+    engine.suspend("a")
+    for _ in range(3):
+        step(["b"])
+    engine.add("c", a, 24)
+    for _ in range(3):
+        step(["b", "c"])
+    engine.resume("a")
+    for _ in range(8):
+        step(["a", "b", "c"])
+    out.append(engine.output_ids("a"))
+    mem = engine.memory()
+    out.append((mem.kv_device_bytes, mem.kv_host_bytes, mem.generations))
+    engine.release("b")
+    out.append(len(engine.output_ids("c")))     # an answered call: the memory it brings counts the release
+    out.append(engine.memory().generations)
+    return out
+
+
+@pytest.mark.parametrize("config", ["embedded", "tiny"])
+def test_the_child_process_gives_the_same_tokens_and_accounting_as_the_engine_in_this_process(config):
+    kw = {} if config == "embedded" else {"random_config": "tiny"}
+    local = make_engine("transformers", num_threads=1, **kw)
+    remote = ProcessEngine("transformers", None, num_threads=1, **kw)
+    try:
+        assert remote.pid != os.getpid()
+        assert (remote.eos_token_id, remote.max_context) == (local.eos_token_id, local.max_context)
+        expected = _script(local)
+        steps = [e for e in expected if isinstance(e, tuple) and len(e) == 3 and isinstance(e[0], list)]
+        assert sum(len(tokens) for tokens, _, _ in steps) > 10     # the run generated something to compare
+        assert _script(remote) == expected
+    finally:
+        remote.close()
+        local.close()
+    assert remote._proc.returncode == 0
+
+
+def test_an_engine_error_in_the_child_is_raised_here_and_the_child_keeps_serving(caplog):
+    engine = ProcessEngine("transformers", None, num_threads=1, random_config="tiny")
+    try:
+        with pytest.raises(EngineError, match="zzz"):
+            engine.step(["zzz"])
+        engine.add("a", engine.encode("look for the cat"), 3)
+        with pytest.raises(EngineError, match="already exists"):    # add's own checks raise at the call
+            engine.add("a", [1, 2], 3)
+        engine.suspend("nobody")                                      # sent, not answered: no error yet
+        with caplog.at_level("ERROR", logger="timely_llm_ros.engine.process_engine"):
+            assert engine.step(["a"]).tokens.keys() == {"a"}
+        assert any("suspend('nobody',) failed: EngineError" in r.getMessage() for r in caplog.records), caplog.text
+    finally:
+        engine.close()
+
+
+def test_a_child_that_dies_is_an_engine_error_naming_its_exit_and_close_still_returns():
+    engine = ProcessEngine("transformers", None, num_threads=1, random_config="tiny")
+    engine._proc.kill()
+    engine._proc.wait(10)
+    with pytest.raises(EngineError, match="exited with code -9"):
+        engine.step(["a"])
+    engine.close()
+    with pytest.raises(EngineError, match="closed"):
+        engine.add("b", [1, 2, 3], 2)
+
+
+def test_a_bad_engine_kind_fails_at_construction_with_the_factorys_reason_and_leaves_no_process():
+    before = _children()
+    with pytest.raises(RuntimeError, match="unknown engine kind 'nope'"):
+        ProcessEngine("nope")
+    assert _children() == before
+
+
+def test_the_child_exits_when_its_owner_is_killed_without_closing_it():
+    """SIGKILL of the server: its end of the socket closes, the child's wait for the next call ends."""
+    code = ("import os, sys; from timely_llm_ros.engine.process_engine import ProcessEngine; "
+            "e = ProcessEngine('transformers', None, num_threads=1, random_config='tiny'); "
+            "print(e.pid, flush=True); os._exit(0)")
+    owner = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    child = int(owner.stdout.split()[-1])
+    end = time.monotonic() + 20
+    while _alive(child) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not _alive(child), f"engine process {child} outlived its owner"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _children() -> set[int]:
+    me = str(os.getpid())
+    out = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if fields[1] == me and fields[0] != "Z":
+                out.add(int(entry))
+    return out
+
+
+def test_the_owner_never_loads_torch():
+    """The server's process keeps only the tokenizer (unpickled from the child): torch stays in the child."""
+    code = ("import sys\n"
+            "from timely_llm_ros.core.skills import load_skill_sets\n"
+            "from timely_llm_ros.engine.process_engine import ProcessEngine\n"
+            "e = ProcessEngine('transformers', None, num_threads=1)\n"
+            "ids = e.encode(load_skill_sets()['drone'].build_prompt('look for the cat', 'cat'))\n"
+            "e.add('a', ids, 8)\n"
+            "print(e.decode(e.step(['a']).tokens.values()) is not None, 'torch' in sys.modules)\n"
+            "e.close()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0 and out.stdout.split() == ["True", "False"], out.stderr[-2000:]
