@@ -82,10 +82,13 @@ class NodeProcess:
 
 
 def start_server(*params: str, ready: str = "timely_server ready", group: int | None = None) -> NodeProcess:
-    """The real server; TIMELY_TEST_MODEL_PATH runs the suite against another local model directory."""
+    """The real server; TIMELY_TEST_MODEL_PATH runs the suite against another local model directory, and
+    TIMELY_TEST_SERVER_PARAMS (space-separated name:=value) with other server parameters (e.g. engine_process:=true)."""
     args = ["-r", "__node:=timely_server", "-p", "num_threads:=1"]  # steadier than 2 on a shared 2-core box
     if os.environ.get("TIMELY_TEST_MODEL_PATH"):
         args += ["-p", f"model_path:={os.environ['TIMELY_TEST_MODEL_PATH']}"]
+    for extra in os.environ.get("TIMELY_TEST_SERVER_PARAMS", "").split():
+        args += ["-p", extra]
     for p in params:
         args += ["-p", p]
     node = NodeProcess("timely_llm_ros.ros.server_node", args, ready, group)

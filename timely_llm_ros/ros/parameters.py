@@ -42,6 +42,7 @@ class ServerParams:
     kv_store_rows: int = 0
     kv_store_tokens: int = 0
     step_trace_csv: str = ""
+    engine_process: bool = False
 
 
 _DESCRIPTIONS = {
@@ -99,6 +100,8 @@ _DESCRIPTIONS = {
     "step_trace_csv": ("write one CSV row per engine step to this file (what the step prefilled and decoded, the "
                        "engine's time, the scheduler loop's time around it, the policy); written at configure, "
                        "closed at cleanup or shutdown; core/step_trace.py reads it; empty = no trace", None),
+    "engine_process": ("run the engine in a child process of its own (engine/process_engine.py): its forward passes "
+                       "then do not share the GIL with this node's threads; false = on the scheduler thread", None),
 }
 
 

@@ -132,10 +132,15 @@ class PlanServerNode(LifecycleNode):
             log.info(f"step trace: one row per engine step in {p.step_trace_csv}")
         t0 = time.monotonic()
         try:
-            from ..engine.factory import make_engine  # torch is imported only here
+            if p.engine_process:          # torch is imported only in the engine's process
+                from ..engine.process_engine import ProcessEngine as make_engine
+            else:
+                from ..engine.factory import make_engine  # torch is imported only here
             engine = make_engine(p.engine, p.model_path or None, device=p.device, dtype=p.dtype,
                                  kv_budget_mb=p.kv_budget_mb if p.kv_budget_mb > 0 else None,
                                  num_threads=p.num_threads or None, **engine_options(p))
+            if p.engine_process:
+                log.info(f"engine runs in process {engine.pid}")
             from ..core.exec_time import load_exec_models
             from ..core.skills import load_skill_sets
             from ..core.urgency import load_urgency_classes

@@ -80,14 +80,11 @@ class Child:
         return self.proc.poll() is None
 
     def rss_mb(self) -> float:
-        """Resident set size (MiB) from /proc; nan when the process is gone."""
-        try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024.0
-        except OSError:
-            pass
-        return float("nan")
+        """Resident set size (MiB) from /proc, with its child processes' (the server's engine process, with
+        engine_process); nan when the process is gone."""
+        own = _rss_mb(self.proc.pid)
+        children = [_rss_mb(pid) for pid in _children(self.proc.pid)]
+        return own + sum(r for r in children if r == r)     # a child gone meanwhile reads nan: left out
 
     def kill(self) -> None:
         if self.alive:
@@ -128,3 +125,24 @@ def start_executors(name: str, agents: list[tuple[str, str]], *params: str) -> C
     child = Child(name, "timely_llm_ros.ros.executor.host", argv, "executor ready")
     child.ready_needed = len(agents)
     return child
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _children(pid: int) -> list[int]:
+    """Direct child processes of pid (from /proc/<pid>/task/*/children)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
