@@ -195,3 +195,34 @@ def test_the_command_line_summarises_a_trace_per_policy_and_plots_it(tmp_path, c
     assert "timely: 2 engine steps" in capsys.readouterr().out
     assert main([str(tmp_path / "missing.csv")]) == 2
     assert "cannot read the step trace" in capsys.readouterr().err
+
+
+def test_the_policy_plans_a_decode_step_as_the_engines_time_plus_the_loops_own_time():
+    """The server's loop spends time around every forward (policy, events, goal intake, a child engine's round
+    trip); admission planned with the forward alone and served urgent requests late. The scheduler measures the
+    gap between back-to-back steps beyond the engine's time, and the policy's decode step is the last decode-only
+    step plus its median. Here the simulated loop costs 4 ms a step (the clock passes it, the engine does not
+    report it), so the period must be the decode step + 4 ms exactly; without a loop it is the decode step."""
+    for overhead in (0.0, 0.004):
+        sched, clock = _scheduler(LAT.under_load(1.0, overhead))
+        _submit(sched, 2)
+        for _ in range(6):
+            sched.step()
+        assert sched.decode_step_s is not None and len(sched.loop_s) >= 5
+        assert sched.step_period_s() == pytest.approx(sched.decode_step_s + overhead, rel=1e-9)
+
+
+def test_a_wait_for_work_is_not_loop_time():
+    """When the scheduler runs out of work (every plan executing on its robot), the wait until the next request
+    is no part of any step: a gap after such a step is not measured."""
+    sched, clock = _scheduler(LAT)
+    _submit(sched, 1)
+    while sched.busy():
+        sched.step()
+    gaps = len(sched.loop_s)
+    clock.advance(5.0)
+    sched.submit(PlanRequest(req_id="late", agent_id="drone_9", robot_type="drone", task="look for the cat",
+                             tuf=DEFAULT_URGENCY_CLASSES["normal"], arrival=clock(), urgency="normal",
+                             forced_plan=PLANS["drone"]))
+    sched.step()
+    assert len(sched.loop_s) == gaps and max(sched.loop_s, default=0.0) < 1e-9

@@ -126,6 +126,10 @@ class PlanScheduler:
         self.decode_step_s: float | None = None     # last step that only decoded, and its batch size
         self.decode_batch = 0
         self.prefill_token_s: float | None = None   # measured s per prefill token (EMA)
+        # the loop's own time per step (the gap between back-to-back engine steps beyond the engine's time: the
+        # policy, events, goal intake; a child engine's round trip): median of the last 16 gaps
+        self.loop_s: deque = deque(maxlen=16)
+        self._last_run: tuple[float, float] | None = None   # (start, engine time) of a step that left work
         self.preemptions = 0                         # generations the policy suspended mid-segment
         self.steps = 0
         self.last_step: StepRecord | None = None    # what the last engine step did and took (step traces)
@@ -233,6 +237,10 @@ class PlanScheduler:
     def step(self) -> list[Event]:
         """One iteration: drop hopeless requests, let the policy pick a batch, run one engine step."""
         now = self.clock()
+        if self._last_run is not None:      # back to back with the last step: the gap is the loop's own time
+            start, engine_s = self._last_run
+            self.loop_s.append(max(now - start - engine_s, 0.0))
+            self._last_run = None
         for gen in list(self._waiting.values()):
             reason = self.policy.should_drop(gen, now)
             if reason:
@@ -249,7 +257,7 @@ class PlanScheduler:
         mem = self.engine.memory()
         ctx = SchedulingContext(now=now, kv_free_bytes=max(0.0, mem.kv_budget_bytes - mem.kv_device_bytes),
                                 kv_bytes_per_token=mem.kv_bytes_per_token, step_time_s=self.last_step_time,
-                                decode_step_s=self.decode_step_s, decode_batch=self.decode_batch,
+                                decode_step_s=self.step_period_s(), decode_batch=self.decode_batch,
                                 prefill_token_s=self.prefill_token_s,
                                 step_token_budget=getattr(self.engine, "step_token_budget", None),
                                 fused_steps=bool(getattr(self.engine, "fused_steps", False)))
@@ -277,7 +285,18 @@ class PlanScheduler:
         for gen in batch:
             self._absorb(self._tracks[gen.req_id], result.tokens.get(gen.req_id),
                          gen.req_id in result.finished, result.elapsed_s, t)
+        if self.busy():
+            self._last_run = (now, result.elapsed_s)
         return self._drain()
+
+    def step_period_s(self) -> float | None:
+        """What the policy plans a decode-only step with: the engine's time for the last one plus the loop's own
+        time per step (median of recent back-to-back gaps), so a segment's predicted ready time counts every
+        iteration it takes, not its forwards alone."""
+        if self.decode_step_s is None:
+            return None
+        loop = sorted(self.loop_s)[len(self.loop_s) // 2] if self.loop_s else 0.0
+        return self.decode_step_s + loop
 
     # ----------------------------------------------------------------- internals
     def _prefill_left(self, req_id: str, default: int) -> int:
