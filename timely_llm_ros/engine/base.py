@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Container, Sequence
 
 from .detokenize import PrefixDiffStream, TextStream
 
@@ -145,6 +145,16 @@ class EngineWrapper(Engine):
                 f(gen_id, n)
 
 
+def check_new(existing: Container[str], gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+    """Refuse an add() that names an existing generation, has no prompt or no room for a token."""
+    if gen_id in existing:
+        raise EngineError(f"add: generation {gen_id!r} already exists")
+    if not prompt_ids:
+        raise EngineError(f"add: generation {gen_id!r} has an empty prompt")
+    if max_new_tokens < 1:
+        raise EngineError(f"add: generation {gen_id!r} needs max_new_tokens >= 1, got {max_new_tokens}")
+
+
 class GenerationTable:
     """Mixin for engines that keep per-generation state in ``self._gens`` (objects with gen_id, suspended and
     finished) and remember released ids in ``self._released``: lookups and step checks with errors that say why."""
@@ -167,13 +177,7 @@ class GenerationTable:
         self._released.add(gen_id)
 
     def _check_new(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
-        """Refuse an add() that names an existing generation, has no prompt or no room for a token."""
-        if gen_id in self._gens:
-            raise EngineError(f"add: generation {gen_id!r} already exists")
-        if not prompt_ids:
-            raise EngineError(f"add: generation {gen_id!r} has an empty prompt")
-        if max_new_tokens < 1:
-            raise EngineError(f"add: generation {gen_id!r} needs max_new_tokens >= 1, got {max_new_tokens}")
+        check_new(self._gens, gen_id, prompt_ids, max_new_tokens)
 
     def _runnable(self, gen_ids: Sequence[str]) -> list[Any]:
         gens = [self._get(g, "step") for g in gen_ids]

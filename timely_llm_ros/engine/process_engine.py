@@ -34,7 +34,7 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any, Sequence
 
-from .base import Engine, EngineError, MemoryStats, StepResult
+from .base import Engine, EngineError, MemoryStats, StepResult, check_new
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 600.0   # the child loads the model (vLLM may compile) before its first answer
@@ -83,12 +83,7 @@ class ProcessEngine(Engine):
     # ----- generations: calls into the child -----
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
             forced_ids: Sequence[int] | None = None) -> None:
-        if gen_id in self._prefill_left:
-            raise EngineError(f"add: generation {gen_id!r} already exists")
-        if not prompt_ids:
-            raise EngineError(f"add: generation {gen_id!r} has an empty prompt")
-        if max_new_tokens < 1:
-            raise EngineError(f"add: generation {gen_id!r} needs max_new_tokens >= 1, got {max_new_tokens}")
+        check_new(self._prefill_left, gen_id, prompt_ids, max_new_tokens)   # the child's own checks, here
         self._send("add", gen_id, list(prompt_ids), int(max_new_tokens),
                    None if forced_ids is None else list(forced_ids))
         self._prefill_left[gen_id] = len(prompt_ids) if self._knows_prefill else None
