@@ -356,3 +356,14 @@ def test_kv_reloads_are_paid_once_and_never_evict_a_member_of_the_same_batch():
     assert sched.decode_step_s == pytest.approx(0.022) and sched.decode_batch == 2
     sched.step()
     assert policy.seen[-1] == {"a": 0.0, "b": 0.0}
+
+
+def test_a_generation_is_looked_up_by_request_until_its_request_ends():
+    """Feedback asks for a request's generation at every event; it is the one generations() lists, then None."""
+    sched, _, clock = make("fcfs")
+    sched.submit(request("a"))
+    sched.submit(request("b"))
+    assert sched.generation("b") is next(g for g in sched.generations() if g.req_id == "b")
+    assert sched.generation("nobody") is None
+    run_to_end(sched, clock)
+    assert sched.generation("a") is None and sched.generation("b") is None

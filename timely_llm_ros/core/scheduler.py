@@ -151,6 +151,11 @@ class PlanScheduler:
         """Every unfinished request's generation (for state publishing)."""
         return [t.gen for t in self._tracks.values()]
 
+    def generation(self, req_id: str) -> Generation | None:
+        """An unfinished request's generation, or None (a lookup, not a scan: feedback asks for every event)."""
+        track = self._tracks.get(req_id)
+        return None if track is None else track.gen
+
     def is_running(self, req_id: str) -> bool:
         return req_id in self._running
 

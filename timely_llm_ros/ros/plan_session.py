@@ -56,7 +56,7 @@ def plan_feedback(scheduler: PlanScheduler, session: GoalSession, state: str, se
                        segments_generated=session.segments_generated)
     if segment is not None:
         fb.segment = segment_to_msg(segment)
-    gen = next((g for g in scheduler.generations() if g.req_id == session.req_id), None)
+    gen = scheduler.generation(session.req_id)
     if gen is not None:
         done = [s for s in gen.segments if s.exec_finished is not None]
         fb.segments_executed = len(done)
