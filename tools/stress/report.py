@@ -27,6 +27,7 @@ class Row:
     first_wait_p99_s: float = math.nan      # segment 0: start minus the goal's sending (queueing + generation)
     codes: Counter = field(default_factory=Counter)
     unexpected_kinds: Counter = field(default_factory=Counter)
+    unexpected_messages: list = field(default_factory=list)   # the first few, with their robots and times
 
     @property
     def ok(self) -> bool:
@@ -59,6 +60,10 @@ def score(phase: str, records: list, timing: dict) -> Row:
             if r.code not in r.expect:
                 row.unexpected += 1
                 row.unexpected_kinds[f"{r.kind}->{CODE_NAMES.get(r.code, r.code)}"] += 1
+                if len(row.unexpected_messages) < 5:
+                    row.unexpected_messages.append(
+                        f"{r.fields.get('agent_id', '?')} {r.request_id} sent at {r.sent:.3f}: "
+                        f"{CODE_NAMES.get(r.code, r.code)}: {r.message}")
         for index in sorted(r.segment_fb):
             ev = timing.get((r.request_id, index), {})
             if "received" in ev and "published" in ev:
@@ -98,4 +103,5 @@ def table(rows: list[Row]) -> str:
         if r.unexpected_kinds:
             lines.append("    unexpected (category->code): "
                          + ", ".join(f"{k} x{v}" for k, v in r.unexpected_kinds.most_common()))
+            lines += [f"      {m}" for m in r.unexpected_messages]
     return "\n".join(lines)
