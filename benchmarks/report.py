@@ -4,6 +4,8 @@ from __future__ import annotations
 import csv
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 METRIC_COLUMNS = ["utility", "utility_share", "response_time", "waiting_time", "served", "dropped"]
@@ -82,9 +84,6 @@ def interrupt(proc, timeout_s: float = 30.0) -> int | None:
 def start_executor_host(agents: str, ros_args: list[str] | tuple[str, ...] = ()):
     """The simulated executor host (``agent:robot_type,...``) as a child process on loopback, output discarded;
     ros_args follow ``--ros-args``. Stop it with interrupt()."""
-    import subprocess
-    import sys
-
     repo = Path(__file__).resolve().parent.parent
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH", "")])))
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")

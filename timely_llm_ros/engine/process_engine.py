@@ -186,13 +186,14 @@ def _serve(conn: Connection) -> None:
     """Answer calls until the parent closes its end or asks to close."""
     engine = None
     deferred: list[str] = []       # errors of calls nobody waits for, sent with the next answer
+    settled: set[str] = set()      # generations whose prompt is prefilled: the owner knows they have none left
     while True:
         try:
             op, args, answered = conn.recv()
         except (EOFError, OSError):
             break
         try:
-            value = _run(engine, op, args)
+            value = _run(engine, op, args, settled)
             if op == "make":
                 engine, value = value
             answer = (True, value, _memory(engine), deferred)
@@ -218,10 +219,7 @@ def _memory(engine: Engine | None) -> MemoryStats | None:
     return None if engine is None else engine.memory()
 
 
-_settled: set[str] = set()   # generations whose prompt is prefilled: the parent knows they have none left
-
-
-def _run(engine: Engine | None, op: str, args: tuple) -> Any:
+def _run(engine: Engine | None, op: str, args: tuple, settled: set[str]) -> Any:
     if op == "make":
         from .factory import make_engine
 
@@ -238,11 +236,11 @@ def _run(engine: Engine | None, op: str, args: tuple) -> Any:
     if op == "step":      # plain tuples and only what changed: this answer is on every step's critical path
         ids = args[0]
         result = engine.step(ids)
-        left = {g: engine.prefill_left(g) for g in ids if g not in _settled}
-        _settled.update(g for g, n in left.items() if n == 0)
+        left = {g: engine.prefill_left(g) for g in ids if g not in settled}
+        settled.update(g for g, n in left.items() if n == 0)
         return (result.tokens, list(result.finished), result.prefilled, result.elapsed_s), left
     if op == "release":
-        _settled.discard(args[0])
+        settled.discard(args[0])
     if op == "close":
         engine.close()
         return None

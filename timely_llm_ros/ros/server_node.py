@@ -513,7 +513,8 @@ class PlanServerNode(LifecycleNode):
                 counts = dict(self._counts)
             with self._discovery_lock:
                 pending = list(self._undiscovered)
-            ready = [a for a in self.params.expected_agents if a not in set(pending)]
+            waiting = set(pending)
+            ready = [a for a in self.params.expected_agents if a not in waiting]
             state = scheduler_state_msg(self, self.scheduler, counts, ready, pending)
             self._state_pub.publish(state)
             self._diag_pub.publish(diagnostics_msg(self, state, self.scheduler.policy.max_batch))

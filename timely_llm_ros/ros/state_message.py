@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 from timely_llm_ros.msg import RequestStatus, SchedulerState
 
@@ -10,7 +11,7 @@ from ..core.scheduler import PlanScheduler
 
 
 def scheduler_state_msg(node, scheduler: PlanScheduler, counts: dict[str, int],
-                        executors_ready: list[str] = (), executors_pending: list[str] = ()) -> SchedulerState:
+                        executors_ready: Sequence[str] = (), executors_pending: Sequence[str] = ()) -> SchedulerState:
     now = time.monotonic()
     gens = scheduler.generations()
     mem = scheduler.engine.memory()
