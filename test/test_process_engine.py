@@ -140,3 +140,18 @@ def _children() -> set[int]:
         except OSError:
             continue
     return {pid for pid in out if _alive(pid)}
+
+
+def test_the_owner_never_loads_torch():
+    """The server's process keeps only the tokenizer (unpickled from the child): torch stays in the child."""
+    code = ("import sys\n"
+            "from timely_llm_ros.core.skills import load_skill_sets\n"
+            "from timely_llm_ros.engine.process_engine import ProcessEngine\n"
+            "e = ProcessEngine('transformers', None, num_threads=1)\n"
+            "ids = e.encode(load_skill_sets()['drone'].build_prompt('look for the cat', 'cat'))\n"
+            "e.add('a', ids, 8)\n"
+            "print(e.decode(e.step(['a']).tokens.values()) is not None, 'torch' in sys.modules)\n"
+            "e.close()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0 and out.stdout.split() == ["True", "False"], out.stderr[-2000:]
