@@ -25,3 +25,23 @@ def test_reduced_stress_run_reports_every_phase():
     assert rows["faults"][0] == "5"  # 2 aborts + 1 hang + 1 kill mid-segment + 1 goal after the kill
     assert int(rows["soak"][0]) >= 6
     assert ("PASS" in out) == (proc.returncode == 0)
+
+
+def test_request_lines_keep_the_newest_lines_of_the_newest_requests():
+    sys.path.insert(0, str(REPO / "tools" / "stress"))
+    try:
+        from procs import RequestLines
+    finally:
+        sys.path.pop(0)
+    lines = RequestLines(keep=2, per_request=3)
+    lines.add("[INFO] [timely_server]: [0123456789ab] drone_1 (drone, urgent): 'take off'")
+    lines.add("segment timing 0123456789ab 0 sent 12.5")
+    lines.add("[WARN] [timely_server]: [fedcba987654] ended EXECUTOR_UNAVAILABLE: executor /d/execute_segment ...")
+    assert lines.of("0123456789ab") == ["[INFO] [timely_server]: [0123456789ab] drone_1 (drone, urgent): 'take off'",
+                                        "segment timing 0123456789ab 0 sent 12.5"]
+    for i in range(4):
+        lines.add(f"segment timing fedcba987654 {i} ended 1.0")
+    assert lines.of("fedcba987654") == [f"segment timing fedcba987654 {i} ended 1.0" for i in (1, 2, 3)]
+    lines.add("goal 00000000000a, not 0123456789abc (13 digits) nor 0123456789a (11)")
+    assert lines.of("00000000000a") and lines.of("0123456789ab") == []   # the oldest of three ids is let go
+    assert lines.of("0123456789abc") == lines.of("0123456789a") == []

@@ -8,11 +8,34 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 _TIMING = re.compile(r"segment timing (\S+) (\d+) (published|sent|received|started|ended) ([0-9.]+)")
+_REQUEST_ID = re.compile(r"\b([0-9a-f]{12})\b")   # the server's request id (12 hex digits of the goal id)
+KEEP_REQUESTS = 20000                               # request ids whose lines are kept (the newest)
+
+
+class RequestLines:
+    """The last lines of a process's output that name each request id, for the newest `keep` ids: a rare failure
+    can then be read from the one run that had it, without keeping the whole output of a 20,000-goal run."""
+
+    def __init__(self, keep: int = KEEP_REQUESTS, per_request: int = 20) -> None:
+        self.keep, self.per_request = keep, per_request
+        self._lines: OrderedDict[str, deque[str]] = OrderedDict()
+
+    def add(self, line: str) -> None:
+        for req_id in dict.fromkeys(_REQUEST_ID.findall(line)):
+            lines = self._lines.get(req_id)
+            if lines is None:
+                lines = self._lines[req_id] = deque(maxlen=self.per_request)
+                if len(self._lines) > self.keep:
+                    self._lines.popitem(last=False)
+            lines.append(line.rstrip()[:400])
+
+    def of(self, req_id: str) -> list[str]:
+        return list(self._lines.get(req_id, ()))
 
 
 class Child:
@@ -32,6 +55,7 @@ class Child:
         self.exceptions: Counter = Counter()   # last line of each traceback, e.g. "ValueError: ..."
         self._in_traceback = False
         self.timing: dict[tuple[str, int], dict[str, float]] = {}
+        self.requests = RequestLines()
         self._marker = ready
         self._ready = threading.Event()
         self.ready_count = 0
@@ -52,6 +76,7 @@ class Child:
             elif self._in_traceback and re.match(r"\s+\w+(\.\w+)*(Error|Exception|Interrupt|Exit)\b", line):
                 self._in_traceback = False  # node loggers indent the traceback: its exception line too
                 self.exceptions[line.strip()[:160]] += 1
+            self.requests.add(line)
             m = _TIMING.search(line)
             if m:
                 self.timing.setdefault((m.group(1), int(m.group(2))), {})[m.group(3)] = float(m.group(4))
@@ -59,6 +84,10 @@ class Child:
                 self.ready_count += 1
                 if self.ready_count >= self.ready_needed:
                     self._ready.set()
+
+    def lines_of(self, req_id: str) -> list[str]:
+        """This process's last lines that name the request (what the report shows for an unexpected result)."""
+        return self.requests.of(req_id)
 
     def wait_ready(self, timeout: float) -> None:
         end = time.monotonic() + timeout

@@ -28,6 +28,7 @@ class Row:
     codes: Counter = field(default_factory=Counter)
     unexpected_kinds: Counter = field(default_factory=Counter)
     unexpected_messages: list = field(default_factory=list)   # the first few, with their robots and times
+    unexpected_ids: list = field(default_factory=list)        # their request ids (for the processes' log lines)
 
     @property
     def ok(self) -> bool:
@@ -61,6 +62,7 @@ def score(phase: str, records: list, timing: dict) -> Row:
                 row.unexpected += 1
                 row.unexpected_kinds[f"{r.kind}->{CODE_NAMES.get(r.code, r.code)}"] += 1
                 if len(row.unexpected_messages) < 5:
+                    row.unexpected_ids.append(r.request_id)
                     row.unexpected_messages.append(
                         f"{r.fields.get('agent_id', '?')} {r.request_id} sent at {r.sent:.3f}: "
                         f"{CODE_NAMES.get(r.code, r.code)}: {r.message}")

@@ -112,7 +112,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     exits = _stop(children, client)
     print(table(rows))
+    _print_request_lines(rows, children)
     return _verdict(rows, exits, children, run.notes, time.monotonic() - t_start)
+
+
+def _print_request_lines(rows: list[Row], children) -> None:
+    """The processes' log lines for each unexpected result shown in the table (server and executor hosts)."""
+    for row in rows:
+        for req_id in row.unexpected_ids:
+            lines = [f"  {c.name}: {line}" for c in children for line in c.lines_of(req_id)]
+            print(f"\nlog lines naming {req_id} ({row.phase}):\n" + ("\n".join(lines) or "  none"))
 
 
 def _settle(client, timeout: float) -> int:
