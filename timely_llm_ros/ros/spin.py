@@ -17,6 +17,7 @@ Destroying entities while another thread still waits on them is what aborted pro
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -24,6 +25,7 @@ import traceback
 from typing import Any, Callable
 
 import rclpy
+from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException, ParameterException
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
@@ -38,6 +40,29 @@ def set_gil_switch_interval() -> float:
     interval = float(os.environ.get("TIMELY_GIL_SWITCH_INTERVAL_S", GIL_SWITCH_INTERVAL_S))
     sys.setswitchinterval(interval)
     return interval
+
+
+_SEE = " (`ros2 param describe <node> <name>` gives each parameter's type and range)"
+BAD_PARAMETER_EXIT = 1   # as a node that cannot configure (server) or start (executors)
+_TYPE_ERROR = re.compile(r"parameter '(?P<name>[^']+)' to '(?P<value>.*)' of type '(?P<given>\w+)', expecting type "
+                         r"'(?P<expected>\w+)'", re.S)
+
+
+def parameter_error_message(exc: ParameterException) -> str:
+    """What to do about a parameter the node rejected at start-up (rclpy's exception says only what is wrong)."""
+    text = str(exc)
+    m = _TYPE_ERROR.search(text) if isinstance(exc, InvalidParameterTypeException) else None
+    if m is not None:
+        name, value, given, expected = m.group("name", "value", "given", "expected")
+        if given == "INTEGER" and expected == "DOUBLE":
+            fix = f"write {name}:={value}.0 (a ROS double needs the decimal point)"
+        else:
+            fix = f"give {name} a {expected.lower().replace('_', ' ')} value"
+        return f"parameter {name} is a {expected}, got the {given} {value!r}: {fix}{_SEE}"
+    if isinstance(exc, InvalidParameterValueException):
+        reason = text.split("Reason: ", 1)[-1]
+        return f"parameter value rejected: {reason}{_SEE}"
+    return f"parameter error: {text}"
 
 
 class StopFlag:
@@ -116,7 +141,11 @@ def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], i
     node = executor = spinner = None
     code = 0
     try:
-        node = make_node()
+        try:
+            node = make_node()
+        except ParameterException as exc:   # a user's -p / params-file mistake: say what to do, no traceback
+            print(f"error: {parameter_error_message(exc)}", file=sys.stderr, flush=True)
+            return BAD_PARAMETER_EXIT
         if hasattr(node, "stop_flag"):
             node.stop_flag = stop
         threads = num_threads(node) if callable(num_threads) else num_threads

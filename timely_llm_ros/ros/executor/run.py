@@ -8,10 +8,11 @@ import time
 from typing import Callable, Sequence, Union
 
 import rclpy
+from rclpy.exceptions import ParameterException
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
-from ..spin import set_gil_switch_interval
+from ..spin import BAD_PARAMETER_EXIT, parameter_error_message, set_gil_switch_interval
 from .base import SkillExecutorNode
 
 Nodes = Union[SkillExecutorNode, Sequence[SkillExecutorNode]]
@@ -32,9 +33,12 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
         try:
             made = make_nodes()
             nodes = [made] if isinstance(made, SkillExecutorNode) else list(made)
+        except ParameterException as exc:   # a -p of the wrong type or out of its range
+            print(f"executor: cannot start: {parameter_error_message(exc)}", file=sys.stderr)
+            return BAD_PARAMETER_EXIT
         except (ValueError, FileNotFoundError, KeyError) as exc:  # bad parameters: say why, no traceback
             print(f"executor: cannot start: {exc}", file=sys.stderr)
-            return 1
+            return BAD_PARAMETER_EXIT
         executor = MultiThreadedExecutor(num_threads=num_threads + 2 * (len(nodes) - 1))
         for node in nodes:
             executor.add_node(node)

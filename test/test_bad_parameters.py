@@ -1,0 +1,34 @@
+"""A parameter of the wrong type or out of its range stops a node at start-up with exit 1 and one line that says
+what to write instead, not a traceback (real node processes; spin.parameter_error_message)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ros_harness import REPO, ros_env
+
+CASES = [
+    # (module and arguments, what the one line must say)
+    (["timely_llm_ros.ros.executor.host", "--agents", "d1:drone", "--ros-args", "-p", "time_scale:=1"],
+     "parameter time_scale is a DOUBLE, got the INTEGER '1': write time_scale:=1.0"),
+    (["timely_llm_ros.ros.server_node", "--ros-args", "-p", "autostart:=false", "-p", "state_period_s:=2"],
+     "write state_period_s:=2.0"),
+    (["timely_llm_ros.ros.server_node", "--ros-args", "-p", "autostart:=false", "-p", "max_batch:=0"],
+     "parameter value rejected: Parameter max_batch out of range. Min: 1, Max: 256"),
+    (["timely_llm_ros.ros.server_node", "--ros-args", "-p", "autostart:=false", "-p", "policy:=3"],
+     "parameter policy is a STRING, got the INTEGER '3': give policy a string value"),
+]
+
+
+@pytest.mark.parametrize("argv,says", CASES, ids=["executor-int-for-double", "server-int-for-double",
+                                                  "server-out-of-range", "server-int-for-string"])
+def test_a_bad_parameter_ends_the_node_with_a_line_that_says_what_to_write(argv, says):
+    proc = subprocess.run([sys.executable, "-m", *argv], cwd=REPO, env=ros_env(), capture_output=True, text=True,
+                          timeout=60)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert says in out, out[-3000:]
+    assert "ros2 param describe" in out
