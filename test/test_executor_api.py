@@ -169,6 +169,29 @@ def test_simulated_executor_faults_and_clean_exit_on_signal(sig):
         node.stop()
 
 
+def test_goals_sent_while_the_executor_process_is_paused_are_all_answered():
+    """30 segments sent while the executor's process is stopped (SIGSTOP: a GIL-bound host that falls behind, at its
+    worst) all get a goal response once it resumes. With rclpy's default action queues (depth 10) the executor kept
+    10 and the other 20 were lost without a word: the server then failed them as EXECUTOR_UNAVAILABLE after
+    executor_ack_timeout_s (one valid goal in about ten `make stress` runs)."""
+    node = _start("timely_llm_ros.ros.executor_node", "paused_1", "robot_type:=drone", "time_scale:=0.01",
+                  "queue_size:=100")
+    client = _Client("paused_1")   # rclpy's default queues on this side: only the executor's are under test
+    try:
+        node.proc.send_signal(signal.SIGSTOP)
+        try:
+            futures = [client.client.send_goal_async(_segment(f"p{i}", 0, ("mf", 5))) for i in range(30)]
+            time.sleep(1.0)
+        finally:
+            node.proc.send_signal(signal.SIGCONT)
+        assert _wait(lambda: all(f.done() for f in futures), 15.0), \
+            f"{sum(not f.done() for f in futures)} of 30 goals never answered"
+        assert all(f.result().accepted for f in futures)
+    finally:
+        client.close()
+        node.stop()
+
+
 def test_skill_registry_collects_marked_functions_and_methods():
     class Robot:
         def rate(self, args):

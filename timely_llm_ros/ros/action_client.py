@@ -22,11 +22,13 @@ RESULT_SETTLE_S = 0.5   # a goal that ended this long ago without a result being
 _ENDED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_CANCELED, GoalStatus.STATUS_ABORTED)
 
 
-def deep_queues(depth: int = 1000) -> dict[str, QoSProfile]:
-    """ActionClient keyword arguments giving its goal, result and cancel responses and its feedback a history of
-    ``depth`` (rclpy's default of 10 drops what a burst of goals sends back at once)."""
+def deep_queues(depth: int = 1000, server: bool = False) -> dict[str, QoSProfile]:
+    """ActionClient (or, with server=True, ActionServer) keyword arguments giving its goal, result and cancel
+    services and its feedback a history of ``depth``. rclpy's default of 10 drops the oldest of what waits to be
+    taken: a client loses responses a burst sends back at once, and a server whose process falls behind (busy, or
+    paused) loses goal requests beyond the tenth, silently, so their senders wait for an answer that never comes."""
     deep = QoSProfile(depth=depth)
-    names = ("goal_service", "result_service", "cancel_service", "feedback_sub")
+    names = ("goal_service", "result_service", "cancel_service", "feedback_pub" if server else "feedback_sub")
     return {f"{name}_qos_profile": deep for name in names}
 
 

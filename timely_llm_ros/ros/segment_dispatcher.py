@@ -22,6 +22,7 @@ from typing import Callable
 from rclpy.callback_groups import CallbackGroup
 from rclpy.exceptions import InvalidHandle
 from rclpy.node import Node
+from rclpy.qos import QoSProfile
 
 from timely_llm_ros.action import ExecuteSegment
 
@@ -31,6 +32,7 @@ from .action_client import ActionClient
 from .conversions import execute_goal
 
 Post = Callable[[Callable], None]
+GOAL_QUEUE = QoSProfile(depth=100)
 
 
 @dataclass
@@ -67,8 +69,11 @@ class SegmentDispatcher:
         with self._lock:
             client = self._clients.get(agent)
             if client is None:
+                # goal requests kept until the executor has them (rclpy's default history of 10 let a burst of
+                # writes evict a request the executor had not received; +42 KB per robot, the other queues stay)
                 client = ActionClient(self._node, ExecuteSegment, f"{agent}/execute_segment",
-                                      recovery_timer=False, callback_group=self._group)
+                                      recovery_timer=False, callback_group=self._group,
+                                      goal_service_qos_profile=GOAL_QUEUE)
                 self._clients[agent] = client
             return client
 

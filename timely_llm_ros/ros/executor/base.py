@@ -27,6 +27,7 @@ from rclpy.node import Node
 from timely_llm_ros.action import ExecuteSegment
 
 from ...core.request import SkillCall
+from ..action_client import deep_queues
 from ..conversions import skill_from_msg
 from .order import PlanOrder
 from .skills import SkillCancelled, SkillContext, SkillFn, SkillRegistry, Estimate
@@ -92,7 +93,8 @@ class SkillExecutorNode(Node):
         self._action = ActionServer(self, ExecuteSegment, "execute_segment", execute_callback=self._execute,
                                     goal_callback=self._on_goal,
                                     handle_accepted_callback=self._on_accepted,
-                                    cancel_callback=self._on_cancel, callback_group=self._group)
+                                    cancel_callback=self._on_cancel, callback_group=self._group,
+                                    **deep_queues(100, server=True))
         self._timer = (self.create_timer(self.feedback_period_s, self._periodic_feedback, callback_group=self._group)
                        if self.feedback_period_s > 0 else None)
         # the timer runs only while a segment runs: an idle robot's timer woke the executor for nothing
