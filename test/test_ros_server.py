@@ -209,6 +209,15 @@ def test_state_topic_and_diagnostics_report_the_served_requests(fleet):
     status = diags[-1].status[0]
     values = {kv.key: kv.value for kv in status.values}
     assert status.name.startswith("timely_server") and int(values["requests_total"]) >= 1
+    # idle for trim_memory_idle_s (1 s) after the goal: the server handed its freed heap back once
+    while time.monotonic() < deadline + 10 and int(_values(diags[-1])["heap_trims"]) < 1:
+        time.sleep(0.05)
+    values = _values(diags[-1])
+    assert int(values["heap_trims"]) >= 1 and float(values["rss_mib"]) > 50.0, values
+
+
+def _values(diagnostics) -> dict[str, str]:
+    return {kv.key: kv.value for kv in diagnostics.status[0].values}
 
 
 def test_unknown_agents_leave_no_action_client_on_the_server(fleet):

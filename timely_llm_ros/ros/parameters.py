@@ -43,6 +43,7 @@ class ServerParams:
     kv_store_tokens: int = 0
     step_trace_csv: str = ""
     engine_process: bool = False
+    trim_memory_idle_s: float = 1.0
 
 
 _DESCRIPTIONS = {
@@ -102,6 +103,9 @@ _DESCRIPTIONS = {
                        "closed at cleanup or shutdown; core/step_trace.py reads it; empty = no trace", None),
     "engine_process": ("run the engine in a child process of its own (engine/process_engine.py): its forward passes "
                        "then do not share the GIL with this node's threads; false = on the scheduler thread", None),
+    "trim_memory_idle_s": ("once no goal has been open for this long after some work, hand the heap's free pages "
+                           "back to the OS (glibc malloc_trim), so resident memory returns towards its level "
+                           "before the work; 0 = never", (0.0, 3600.0)),
 }
 
 

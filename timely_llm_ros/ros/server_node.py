@@ -42,6 +42,7 @@ from ..core.step_trace import StepTraceWriter
 from ..core.validation import GoalLimits, validate_goal
 from .client_host import KINDS as CLIENT_HOST_KINDS, ClientHost
 from .conversions import error_result, goal_fields, outcome_to_result
+from .memory_trim import IdleTrimmer, resident_mib
 from .parameters import ServerParams, declare_server_params, engine_options
 from .plan_session import GoalSession, bare_outcome, goal_request_id, plan_feedback
 from .segment_dispatcher import SegmentDispatcher
@@ -78,6 +79,7 @@ class PlanServerNode(LifecycleNode):
         self._early_cancels: set[str] = set()   # cancelled before their execute callback registered a session
         self._counts = {"total": 0, "done": 0, "dropped": 0, "failed": 0, "overloaded": 0}
         self._last_state = 0.0
+        self._trimmer = IdleTrimmer(self.params.trim_memory_idle_s)
         self._undiscovered: list[str] = []
         self._handshakes: dict[str, Future] = {}   # expected agent -> its background discovery, while it runs
         self._discovery_timer = None
@@ -503,9 +505,11 @@ class PlanServerNode(LifecycleNode):
 
     def _on_idle(self) -> None:
         """Each scheduler-loop iteration: executor timeouts (executors gone from the graph: a timer, see configure),
-        and the latched state topic."""
+        the latched state topic, and giving freed heap back to the OS once the work has ended."""
         if self.dispatcher is not None:
             self.dispatcher.check_timeouts()
+        if self.scheduler is not None:
+            self._trimmer.tick(self.scheduler.busy() or bool(self._sessions))
         now = time.monotonic()
         if now - self._last_state >= self.params.state_period_s and self.scheduler is not None:
             self._last_state = now
@@ -517,7 +521,8 @@ class PlanServerNode(LifecycleNode):
             ready = [a for a in self.params.expected_agents if a not in waiting]
             state = scheduler_state_msg(self, self.scheduler, counts, ready, pending)
             self._state_pub.publish(state)
-            self._diag_pub.publish(diagnostics_msg(self, state, self.scheduler.policy.max_batch))
+            memory = {"rss_mib": f"{resident_mib():.1f}", "heap_trims": self._trimmer.trims}
+            self._diag_pub.publish(diagnostics_msg(self, state, self.scheduler.policy.max_batch, memory))
 
     def _trace_step(self, record) -> None:
         """Scheduler thread: one engine step into the step trace, named by the policy that chose it."""

@@ -45,8 +45,9 @@ def scheduler_state_msg(node, scheduler: PlanScheduler, counts: dict[str, int],
     return msg
 
 
-def diagnostics_msg(node, state: SchedulerState, max_batch: int):
-    """Server health on /diagnostics: WARN when the queue is long or requests fail, with the key numbers."""
+def diagnostics_msg(node, state: SchedulerState, max_batch: int, extra: dict | None = None):
+    """Server health on /diagnostics: WARN when the queue is long or requests fail, with the key numbers (and
+    `extra` ones, e.g. the process's memory)."""
     from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
     backlog = state.queued + state.suspended
@@ -60,7 +61,7 @@ def diagnostics_msg(node, state: SchedulerState, max_batch: int):
               "last_step_time_s": f"{state.last_step_time:.4f}", "kv_device_bytes": int(state.kv_device_bytes),
               "kv_host_bytes": int(state.kv_host_bytes), "requests_total": state.requests_total,
               "requests_done": state.requests_done, "requests_dropped": state.requests_dropped,
-              "requests_failed": state.requests_failed}
+              "requests_failed": state.requests_failed, **(extra or {})}
     status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
     return DiagnosticArray(header=state_header(node), status=[status])
 
