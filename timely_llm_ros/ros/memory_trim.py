@@ -1,10 +1,10 @@
 """Hand freed heap memory back to the OS once the server has been idle a while (glibc's malloc_trim).
 
-A burst of goals grows the server's heap: goal threads each get an allocator arena, and message buffers,
-token lists and engine batch buffers are freed into those arenas, not to the OS. Python frees them, but the
-process's resident memory stays at the burst's high-water mark until malloc_trim(0) returns the free pages
-(every arena, not only the top of the main heap, since glibc 2.8). It walks the arenas under their locks, so
-it runs only after the work has ended, once per idle period, on the scheduler thread.
+Memory Python frees goes back to glibc's arenas, not to the OS: without a trim the server's resident memory keeps
+the free pages its busiest moment left. malloc_trim(0) returns them (every arena, not only the top of the main
+heap, since glibc 2.8). It walks the arenas under their locks, so it runs only after the work has ended, once per
+idle period, on the scheduler thread. After bursts of 200 goals it gives back about 3 MiB of 424
+(benchmarks/memory_after_burst.py): most of what a burst adds is live, chiefly the goal threads rclpy keeps.
 """
 from __future__ import annotations
 

@@ -104,8 +104,8 @@ _DESCRIPTIONS = {
     "engine_process": ("run the engine in a child process of its own (engine/process_engine.py): its forward passes "
                        "then do not share the GIL with this node's threads; false = on the scheduler thread", None),
     "trim_memory_idle_s": ("once no goal has been open for this long after some work, hand the heap's free pages "
-                           "back to the OS (glibc malloc_trim), so resident memory returns towards its level "
-                           "before the work; 0 = never", (0.0, 3600.0)),
+                           "back to the OS (glibc malloc_trim; the threads a burst made stay); 0 = never",
+                           (0.0, 3600.0)),
 }
 
 
