@@ -16,6 +16,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile  # noqa: E402
 from timely_llm_ros.action import ExecuteSegment  # noqa: E402
 from timely_llm_ros.msg import RobotState, Skill  # noqa: E402
 from timely_llm_ros.ros.executor.skills import SkillContext, SkillRegistry, skill  # noqa: E402
+from timely_llm_ros.ros.segment_dispatcher import GOAL_QUEUE  # noqa: E402
 
 from ros_harness import NodeProcess, SpinningActionClient, wait  # noqa: E402
 
@@ -31,10 +32,10 @@ def _segment(req: str, index: int, *calls: tuple) -> ExecuteSegment.Goal:
 class _Client(SpinningActionClient):
     """ExecuteSegment client for one namespace, plus the robot's published state."""
 
-    def __init__(self, ns: str) -> None:
+    def __init__(self, ns: str, **client_options) -> None:
         self.ns = ns
         self.states: list[RobotState] = []
-        super().__init__("test_exec_client", ExecuteSegment, f"/{ns}/execute_segment")
+        super().__init__("test_exec_client", ExecuteSegment, f"/{ns}/execute_segment", **client_options)
         assert self.client.wait_until_answering(timeout_sec=30.0)
 
     def add_entities(self) -> None:
@@ -176,7 +177,9 @@ def test_goals_sent_while_the_executor_process_is_paused_are_all_answered():
     executor_ack_timeout_s (one valid goal in about ten `make stress` runs)."""
     node = _start("timely_llm_ros.ros.executor_node", "paused_1", "robot_type:=drone", "time_scale:=0.01",
                   "queue_size:=100")
-    client = _Client("paused_1")   # rclpy's default queues on this side: only the executor's are under test
+    # the server's goal queue on this side (its 30 answers come back at once: with rclpy's default of 10, this
+    # client dropped 19 of them once, in a full `make test`)
+    client = _Client("paused_1", goal_service_qos_profile=GOAL_QUEUE)
     try:
         node.proc.send_signal(signal.SIGSTOP)
         try:
