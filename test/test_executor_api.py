@@ -195,6 +195,30 @@ def test_goals_sent_while_the_executor_process_is_paused_are_all_answered():
         node.stop()
 
 
+def test_cancels_sent_while_the_executor_process_is_paused_all_take_effect():
+    """The server cancels a robot's segments without waiting for an answer (fire and forget, rclpy's default
+    cancel queue on its side): 30 cancels sent while the executor is stopped must all stop their segments, or a
+    robot would go on with a plan its server has ended."""
+    node = _start("timely_llm_ros.ros.executor_node", "paused_2", "robot_type:=drone", "time_scale:=1.0",
+                  "queue_size:=100")
+    client = _Client("paused_2", goal_service_qos_profile=GOAL_QUEUE)   # as the server's segment clients
+    try:
+        handles = [client.send(_segment(f"c{i}", 0, ("mf", 500))) for i in range(30)]   # 10 s each: all wait
+        node.proc.send_signal(signal.SIGSTOP)
+        try:
+            for handle in handles:
+                handle.cancel_goal_async()
+            time.sleep(1.0)
+        finally:
+            node.proc.send_signal(signal.SIGCONT)
+        statuses = [client.result(handle, 20.0)[0] for handle in handles]
+        missed = [i for i, st in enumerate(statuses) if st != GoalStatus.STATUS_CANCELED]
+        assert not missed, f"{len(missed)} of 30 cancelled segments ran anyway (statuses {statuses})"
+    finally:
+        client.close()
+        node.stop()
+
+
 def test_skill_registry_collects_marked_functions_and_methods():
     class Robot:
         def rate(self, args):
