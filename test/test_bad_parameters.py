@@ -12,9 +12,10 @@ from ros_harness import REPO, ros_env
 CASES = [
     # (module and arguments, what the one line must say)
     (["timely_llm_ros.ros.executor.host", "--agents", "d1:drone", "--ros-args", "-p", "time_scale:=1"],
-     "parameter time_scale is a DOUBLE, got the INTEGER '1': write time_scale:=1.0"),
+     "parameter time_scale is a DOUBLE, got the INTEGER '1': write 1.0, a ROS double needs the decimal point "
+     "(-p time_scale:=1.0, or time_scale: 1.0 in a params file)"),
     (["timely_llm_ros.ros.server_node", "--ros-args", "-p", "autostart:=false", "-p", "state_period_s:=2"],
-     "write state_period_s:=2.0"),
+     "(-p state_period_s:=2.0, or state_period_s: 2.0 in a params file)"),
     (["timely_llm_ros.ros.server_node", "--ros-args", "-p", "autostart:=false", "-p", "max_batch:=0"],
      "parameter value rejected: Parameter max_batch out of range. Min: 1, Max: 256"),
     (["timely_llm_ros.ros.server_node", "--ros-args", "-p", "autostart:=false", "-p", "policy:=3"],

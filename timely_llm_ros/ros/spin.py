@@ -55,7 +55,8 @@ def parameter_error_message(exc: ParameterException) -> str:
     if m is not None:
         name, value, given, expected = m.group("name", "value", "given", "expected")
         if given == "INTEGER" and expected == "DOUBLE":
-            fix = f"write {name}:={value}.0 (a ROS double needs the decimal point)"
+            fix = (f"write {value}.0, a ROS double needs the decimal point (-p {name}:={value}.0, or "
+                   f"{name}: {value}.0 in a params file)")
         else:
             fix = f"give {name} a {expected.lower().replace('_', ' ')} value"
         return f"parameter {name} is a {expected}, got the {given} {value!r}: {fix}{_SEE}"
