@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from timely_llm_ros.ros.memory_trim import resident_mib
+
 METRIC_COLUMNS = ["utility", "utility_share", "response_time", "waiting_time", "served", "dropped"]
 
 
@@ -62,8 +64,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 def rss_mb(pid: int | str = "self") -> float:
-    """Resident memory of a process (MiB), from /proc/<pid>/statm (Linux)."""
-    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    """Resident memory of a process (MiB), from /proc/<pid>/statm (Linux): the server's own reader."""
+    return resident_mib(pid)
 
 
 def interrupt(proc, timeout_s: float = 30.0) -> int | None:

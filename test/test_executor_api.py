@@ -2,6 +2,7 @@
 driven by an in-process ExecuteSegment client (order, feedback, cancel, BUSY, unknown skill, failure, shutdown)."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -170,53 +171,58 @@ def test_simulated_executor_faults_and_clean_exit_on_signal(sig):
         node.stop()
 
 
-def test_goals_sent_while_the_executor_process_is_paused_are_all_answered():
-    """30 segments sent while the executor's process is stopped (SIGSTOP: a GIL-bound host that falls behind, at its
-    worst) all get a goal response once it resumes. With rclpy's default action queues (depth 10) the executor kept
-    10 and the other 20 were lost without a word: the server then failed them as EXECUTOR_UNAVAILABLE after
-    executor_ack_timeout_s (one valid goal in about ten `make stress` runs)."""
-    node = _start("timely_llm_ros.ros.executor_node", "paused_1", "robot_type:=drone", "time_scale:=0.01",
+@contextlib.contextmanager
+def _pausable(ns: str, time_scale: float):
+    """A simulated drone executor in its own process and a client with the server's goal queue (GOAL_QUEUE: a
+    burst of answers comes back at once; with rclpy's default of 10 this client itself dropped 19 of 30 once, in a
+    full `make test`)."""
+    node = _start("timely_llm_ros.ros.executor_node", ns, "robot_type:=drone", f"time_scale:={time_scale}",
                   "queue_size:=100")
-    # the server's goal queue on this side (its 30 answers come back at once: with rclpy's default of 10, this
-    # client dropped 19 of them once, in a full `make test`)
-    client = _Client("paused_1", goal_service_qos_profile=GOAL_QUEUE)
+    client = _Client(ns, goal_service_qos_profile=GOAL_QUEUE)
     try:
-        node.proc.send_signal(signal.SIGSTOP)
-        try:
-            futures = [client.client.send_goal_async(_segment(f"p{i}", 0, ("mf", 5))) for i in range(30)]
-            time.sleep(1.0)
-        finally:
-            node.proc.send_signal(signal.SIGCONT)
-        assert _wait(lambda: all(f.done() for f in futures), 15.0), \
-            f"{sum(not f.done() for f in futures)} of 30 goals never answered"
-        assert all(f.result().accepted for f in futures)
+        yield client, node
     finally:
         client.close()
         node.stop()
+
+
+@contextlib.contextmanager
+def _paused(node: NodeProcess, seconds: float = 1.0):
+    """The executor's process stopped (SIGSTOP: a GIL-bound host that falls behind, at its worst) while the body
+    runs and `seconds` after it, then resumed."""
+    node.proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+        time.sleep(seconds)
+    finally:
+        node.proc.send_signal(signal.SIGCONT)
+
+
+def test_goals_sent_while_the_executor_process_is_paused_are_all_answered():
+    """30 segments sent while the executor's process is stopped all get a goal response once it resumes. With
+    rclpy's default action queues (depth 10) the executor kept 10 and the other 20 were lost without a word: the
+    server then failed them as EXECUTOR_UNAVAILABLE after executor_ack_timeout_s (in 1 of 14 short `make stress`
+    runs)."""
+    with _pausable("paused_1", 0.01) as (client, node):
+        with _paused(node):
+            futures = [client.client.send_goal_async(_segment(f"p{i}", 0, ("mf", 5))) for i in range(30)]
+        assert _wait(lambda: all(f.done() for f in futures), 15.0), \
+            f"{sum(not f.done() for f in futures)} of 30 goals never answered"
+        assert all(f.result().accepted for f in futures)
 
 
 def test_cancels_sent_while_the_executor_process_is_paused_all_take_effect():
     """The server cancels a robot's segments without waiting for an answer (fire and forget, rclpy's default
     cancel queue on its side): 30 cancels sent while the executor is stopped must all stop their segments, or a
     robot would go on with a plan its server has ended."""
-    node = _start("timely_llm_ros.ros.executor_node", "paused_2", "robot_type:=drone", "time_scale:=1.0",
-                  "queue_size:=100")
-    client = _Client("paused_2", goal_service_qos_profile=GOAL_QUEUE)   # as the server's segment clients
-    try:
+    with _pausable("paused_2", 1.0) as (client, node):
         handles = [client.send(_segment(f"c{i}", 0, ("mf", 500))) for i in range(30)]   # 10 s each: all wait
-        node.proc.send_signal(signal.SIGSTOP)
-        try:
+        with _paused(node):
             for handle in handles:
                 handle.cancel_goal_async()
-            time.sleep(1.0)
-        finally:
-            node.proc.send_signal(signal.SIGCONT)
         statuses = [client.result(handle, 20.0)[0] for handle in handles]
         missed = [i for i, st in enumerate(statuses) if st != GoalStatus.STATUS_CANCELED]
         assert not missed, f"{len(missed)} of 30 cancelled segments ran anyway (statuses {statuses})"
-    finally:
-        client.close()
-        node.stop()
 
 
 def test_skill_registry_collects_marked_functions_and_methods():

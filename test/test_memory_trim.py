@@ -57,16 +57,13 @@ def test_malloc_trim_returns_a_fragmented_heap_to_the_os():
     if not malloc_trim():
         pytest.skip("this C library has no malloc_trim (not glibc)")
     probe = textwrap.dedent("""
-        from timely_llm_ros.ros.memory_trim import malloc_trim
-        def rss():
-            with open("/proc/self/statm") as f:
-                return int(f.read().split()[1]) * 4096 / 2**20
+        from timely_llm_ros.ros.memory_trim import malloc_trim, resident_mib
         objs = [bytes(1000) + bytes([i % 256]) for i in range(200_000)]
         keep = objs[::16]
         del objs
-        before = rss()
+        before = resident_mib()
         malloc_trim()
-        print(before, rss(), len(keep))
+        print(before, resident_mib(), len(keep))
     """)
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     before, after, _ = (float(x) for x in out.stdout.split())

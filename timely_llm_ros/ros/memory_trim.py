@@ -38,10 +38,11 @@ def malloc_trim() -> bool:
     return True
 
 
-def resident_mib() -> float:
-    """This process's resident memory (MiB) from /proc; nan where there is no /proc (not Linux)."""
+def resident_mib(pid: int | str = "self") -> float:
+    """A process's resident memory (MiB) from /proc/<pid>/statm; nan when it is gone or there is no /proc (not
+    Linux). The one reader the server, the benchmarks and make stress share."""
     try:
-        with open("/proc/self/statm") as f:
+        with open(f"/proc/{pid}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     except (OSError, ValueError, IndexError):
         return math.nan

@@ -11,6 +11,8 @@ import time
 from collections import Counter, OrderedDict, deque
 from pathlib import Path
 
+from timely_llm_ros.ros.memory_trim import resident_mib
+
 REPO = Path(__file__).resolve().parents[2]
 _TIMING = re.compile(r"segment timing (\S+) (\d+) (published|sent|received|started|ended) ([0-9.]+)")
 _REQUEST_ID = re.compile(r"\b([0-9a-f]{12})\b")   # the server's request id (12 hex digits of the goal id)
@@ -55,7 +57,7 @@ class Child:
         self.exceptions: Counter = Counter()   # last line of each traceback, e.g. "ValueError: ..."
         self._in_traceback = False
         self.timing: dict[tuple[str, int], dict[str, float]] = {}
-        self.requests = RequestLines()
+        self.requests = RequestLines()   # its lines by request id (the report shows an unexpected result's)
         self._marker = ready
         self._ready = threading.Event()
         self.ready_count = 0
@@ -85,10 +87,6 @@ class Child:
                 if self.ready_count >= self.ready_needed:
                     self._ready.set()
 
-    def lines_of(self, req_id: str) -> list[str]:
-        """This process's last lines that name the request (what the report shows for an unexpected result)."""
-        return self.requests.of(req_id)
-
     def wait_ready(self, timeout: float) -> None:
         end = time.monotonic() + timeout
         while not self._ready.wait(0.1):
@@ -111,8 +109,8 @@ class Child:
     def rss_mb(self) -> float:
         """Resident set size (MiB) from /proc, with its child processes' (the server's engine process, with
         engine_process); nan when the process is gone."""
-        own = _rss_mb(self.proc.pid)
-        children = [_rss_mb(pid) for pid in _children(self.proc.pid)]
+        own = resident_mib(self.proc.pid)
+        children = [resident_mib(pid) for pid in _children(self.proc.pid)]
         return own + sum(r for r in children if r == r)     # a child gone meanwhile reads nan: left out
 
     def kill(self) -> None:
@@ -156,14 +154,6 @@ def start_executors(name: str, agents: list[tuple[str, str]], *params: str) -> C
     return child
 
 
-def _rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return float("nan")
 
 
 def _children(pid: int) -> list[int]:

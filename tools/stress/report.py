@@ -27,8 +27,7 @@ class Row:
     first_wait_p99_s: float = math.nan      # segment 0: start minus the goal's sending (queueing + generation)
     codes: Counter = field(default_factory=Counter)
     unexpected_kinds: Counter = field(default_factory=Counter)
-    unexpected_messages: list = field(default_factory=list)   # the first few, with their robots and times
-    unexpected_ids: list = field(default_factory=list)        # their request ids (for the processes' log lines)
+    unexpected_examples: list = field(default_factory=list)   # the first few: (request id, robot, time, message)
 
     @property
     def ok(self) -> bool:
@@ -61,11 +60,10 @@ def score(phase: str, records: list, timing: dict) -> Row:
             if r.code not in r.expect:
                 row.unexpected += 1
                 row.unexpected_kinds[f"{r.kind}->{CODE_NAMES.get(r.code, r.code)}"] += 1
-                if len(row.unexpected_messages) < 5:
-                    row.unexpected_ids.append(r.request_id)
-                    row.unexpected_messages.append(
-                        f"{r.fields.get('agent_id', '?')} {r.request_id} sent at {r.sent:.3f}: "
-                        f"{CODE_NAMES.get(r.code, r.code)}: {r.message}")
+                if len(row.unexpected_examples) < 5:
+                    row.unexpected_examples.append((r.request_id, f"{r.fields.get('agent_id', '?')} {r.request_id} "
+                                                    f"sent at {r.sent:.3f}: {CODE_NAMES.get(r.code, r.code)}: "
+                                                    f"{r.message}"))
         for index in sorted(r.segment_fb):
             ev = timing.get((r.request_id, index), {})
             if "received" in ev and "published" in ev:
@@ -105,5 +103,5 @@ def table(rows: list[Row]) -> str:
         if r.unexpected_kinds:
             lines.append("    unexpected (category->code): "
                          + ", ".join(f"{k} x{v}" for k, v in r.unexpected_kinds.most_common()))
-            lines += [f"      {m}" for m in r.unexpected_messages]
+            lines += [f"      {m}" for _, m in r.unexpected_examples]
     return "\n".join(lines)

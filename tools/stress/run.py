@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
 def _print_request_lines(rows: list[Row], children) -> None:
     """The processes' log lines for each unexpected result shown in the table (server and executor hosts)."""
     for row in rows:
-        for req_id in row.unexpected_ids:
-            lines = [f"  {c.name}: {line}" for c in children for line in c.lines_of(req_id)]
+        for req_id, _ in row.unexpected_examples:
+            lines = [f"  {c.name}: {line}" for c in children for line in c.requests.of(req_id)]
             print(f"\nlog lines naming {req_id} ({row.phase}):\n" + ("\n".join(lines) or "  none"))
 
 
