@@ -30,7 +30,7 @@ def fleet():
         # generous discovery and accept timeouts: on a loaded 2-core box a new executor may take seconds to be seen
         # and to answer a goal, and only a missing or killed one must read as EXECUTOR_UNAVAILABLE
         nodes.append(start_server("executor_timeout_s:=1.5", "executor_discovery_timeout_s:=8.0", "max_batch:=4",
-                                  "executor_ack_timeout_s:=8.0",
+                                  "executor_ack_timeout_s:=8.0", "worker_idle_exit_s:=1.0",
                                   "expected_agents:=[drone_1,drone_2,arm_1,arm_slow]"))
         nodes.append(start_executor("drone_1", "drone", 0.05))
         nodes.append(start_executor("drone_2", "drone", 0.05))
@@ -214,6 +214,34 @@ def test_state_topic_and_diagnostics_report_the_served_requests(fleet):
         time.sleep(0.05)
     values = _values(diags[-1])
     assert int(values["heap_trims"]) >= 1 and float(values["rss_mib"]) > 50.0, values
+
+
+def test_goal_threads_end_after_a_burst(fleet):
+    """Every open goal holds one of the server's executor threads; after a burst they end (worker_idle_exit_s,
+    1 s here), so the thread count seen on /diagnostics comes back down (rclpy's own pool keeps them all)."""
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    client, _ = fleet
+    diags = []
+    dsub = client.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
+    assert dsub
+    deadline = time.monotonic() + 10
+    while not diags and time.monotonic() < deadline:   # the subscription is matched
+        time.sleep(0.05)
+    runs = [client.send_async(**dict(DRONE_TASK, dry_run=True, agent_id=f"drone_{i % 2 + 1}")) for i in range(16)]
+    for run in runs:
+        run.accepted(30.0)
+    for run in runs:
+        status, result = run.result(120)
+        assert status == GoalStatus.STATUS_SUCCEEDED, (result.error_code, result.error_message)
+    time.sleep(0.6)   # one more state period: the threads last worker_idle_exit_s after their goals
+    threads = [int(_values(d)["python_threads"]) for d in list(diags)]
+    peak = max(threads)
+    assert peak >= 16, threads          # the burst's goals held a thread each
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and int(_values(diags[-1])["python_threads"]) > peak - 12:
+        time.sleep(0.1)
+    assert int(_values(diags[-1])["python_threads"]) <= peak - 12, (peak, _values(diags[-1]))
 
 
 def _values(diagnostics) -> dict[str, str]:

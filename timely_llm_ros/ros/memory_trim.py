@@ -3,8 +3,9 @@
 Memory Python frees goes back to glibc's arenas, not to the OS: without a trim the server's resident memory keeps
 the free pages its busiest moment left. malloc_trim(0) returns them (every arena, not only the top of the main
 heap, since glibc 2.8). It walks the arenas under their locks, so it runs only after the work has ended, once per
-idle period, on the scheduler thread. After bursts of 200 goals it gives back about 3 MiB of 424
-(benchmarks/memory_after_burst.py): most of what a burst adds is live, chiefly the goal threads rclpy keeps.
+idle period, on the scheduler thread. After bursts of 200 goals it gave back about 3 MiB of 424
+(benchmarks/memory_after_burst.py --compare trim): most of what a burst added was live, chiefly the goal threads
+rclpy's pool keeps; those now end when idle (ros/elastic_executor.py, parameter worker_idle_exit_s).
 """
 from __future__ import annotations
 

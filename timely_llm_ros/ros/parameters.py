@@ -44,6 +44,7 @@ class ServerParams:
     step_trace_csv: str = ""
     engine_process: bool = False
     trim_memory_idle_s: float = 1.0
+    worker_idle_exit_s: float = 5.0
 
 
 _DESCRIPTIONS = {
@@ -106,6 +107,10 @@ _DESCRIPTIONS = {
     "trim_memory_idle_s": ("once no goal has been open for this long after some work, hand the heap's free pages "
                            "back to the OS (glibc malloc_trim; the threads a burst made stay); 0 = never",
                            (0.0, 3600.0)),
+    "worker_idle_exit_s": ("a worker thread of the node's executor that has had no callback to run for this long "
+                           "ends (2 are kept): each open goal holds a thread, so after a burst they end and memory "
+                           "returns to its baseline (ros/elastic_executor.py); 0 = keep every thread, as rclpy's "
+                           "MultiThreadedExecutor does", (0.0, 3600.0)),
 }
 
 

@@ -521,7 +521,8 @@ class PlanServerNode(LifecycleNode):
             ready = [a for a in self.params.expected_agents if a not in waiting]
             state = scheduler_state_msg(self, self.scheduler, counts, ready, pending)
             self._state_pub.publish(state)
-            memory = {"rss_mib": f"{resident_mib():.1f}", "heap_trims": self._trimmer.trims}
+            memory = {"rss_mib": f"{resident_mib():.1f}", "heap_trims": self._trimmer.trims,
+                      "python_threads": threading.active_count()}
             self._diag_pub.publish(diagnostics_msg(self, state, self.scheduler.policy.max_batch, memory))
 
     def _trace_step(self, record) -> None:
@@ -563,9 +564,9 @@ def warm_up(engine, prompt: str, tokens: int = 4) -> None:
 
 def main(args: list[str] | None = None) -> int:
     # every open Plan goal holds an executor thread (blocked, not polling); goals beyond max_queued are
-    # answered at once with OVERLOADED, which needs a few threads more
+    # answered at once with OVERLOADED, which needs a few threads more; idle threads end after worker_idle_exit_s
     code = spin_node(PlanServerNode, lambda node: node.params.max_queued + 16, args,
-                     exit_code=lambda node: node.exit_code)
+                     exit_code=lambda node: node.exit_code, idle_exit_s=lambda node: node.params.worker_idle_exit_s)
     return code
 
 

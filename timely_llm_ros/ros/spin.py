@@ -26,8 +26,9 @@ from typing import Any, Callable
 
 import rclpy
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException, ParameterException
-from rclpy.executors import MultiThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
+
+from .elastic_executor import IDLE_EXIT_S, ElasticExecutor
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GIL_SWITCH_INTERVAL_S = 0.001
@@ -127,11 +128,13 @@ class Spinner:
 def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], int] | int,
               args: list[str] | None = None,
               work: Callable[[object, StopFlag], int] | None = None,
-              finish_timeout_s: float = 10.0, exit_code: Callable[[object], int] | None = None) -> int:
+              finish_timeout_s: float = 10.0, exit_code: Callable[[object], int] | None = None,
+              idle_exit_s: Callable[[object], float] | float = IDLE_EXIT_S) -> int:
     """Create the node, spin it, and tear everything down in order (see the module docstring).
 
     ``work(node, stop)`` runs on the main thread while the node spins (a client's run); without it the
-    node serves until SIGINT/SIGTERM or until ``node.stop`` (if it has one) is set. Returns the exit code:
+    node serves until SIGINT/SIGTERM or until ``node.stop`` (if it has one) is set. The executor's threads (at
+    most ``num_threads``) end after ``idle_exit_s`` without a callback (ros/elastic_executor.py). Returns the exit code:
     ``work``'s result, else ``exit_code(node)`` if given, else 0 (a requested stop is a normal end).
     """
     stop = StopFlag()
@@ -150,7 +153,8 @@ def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], i
         if hasattr(node, "stop_flag"):
             node.stop_flag = stop
         threads = num_threads(node) if callable(num_threads) else num_threads
-        executor = MultiThreadedExecutor(num_threads=max(2, threads))
+        idle = idle_exit_s(node) if callable(idle_exit_s) else idle_exit_s
+        executor = ElasticExecutor(max(2, threads), idle_exit_s=idle)
         executor.add_node(node)
         if hasattr(node, "before_spin") and not stop.is_set():
             node.before_spin()  # e.g. the server's autostart: entities are created before anything waits on them

@@ -9,9 +9,9 @@ from typing import Callable, Sequence, Union
 
 import rclpy
 from rclpy.exceptions import ParameterException
-from rclpy.executors import MultiThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
+from ..elastic_executor import ElasticExecutor
 from ..spin import BAD_PARAMETER_EXIT, parameter_error_message, set_gil_switch_interval
 from .base import SkillExecutorNode
 
@@ -39,7 +39,7 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
         except (ValueError, FileNotFoundError, KeyError) as exc:  # bad parameters: say why, no traceback
             print(f"executor: cannot start: {exc}", file=sys.stderr)
             return BAD_PARAMETER_EXIT
-        executor = MultiThreadedExecutor(num_threads=num_threads + 2 * (len(nodes) - 1))
+        executor = ElasticExecutor(num_threads + 2 * (len(nodes) - 1))   # idle threads end after a burst
         for node in nodes:
             executor.add_node(node)
             node.get_logger().info(node.ready_message())
