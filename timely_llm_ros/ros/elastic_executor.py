@@ -36,7 +36,7 @@ class ElasticThreadPool(FuturesExecutor):
         self._cond = threading.Condition()
         self._queue: deque[tuple[FuturesFuture, Callable[..., Any], tuple, dict]] = deque()
         self._workers: set[threading.Thread] = set()
-        self._started: list[threading.Thread] = []   # every worker ever started, joined by shutdown
+        self._started: list[threading.Thread] = []   # workers alive or just ending, joined by shutdown
         self._waiting = 0          # workers waiting for work (each takes one queued item)
         self._closed = False
         self.threads_started = self.threads_ended = 0
@@ -64,7 +64,7 @@ class ElasticThreadPool(FuturesExecutor):
         self.threads_started += 1
         worker = threading.Thread(target=self._work, name=f"{self._name}-{self.threads_started}", daemon=True)
         self._workers.add(worker)
-        self._started = [t for t in self._started if t.is_alive()] + [worker]
+        self._started.append(worker)
         worker.start()
 
     def _next(self) -> tuple[FuturesFuture, Callable[..., Any], tuple, dict] | None:
@@ -83,6 +83,7 @@ class ElasticThreadPool(FuturesExecutor):
                 return self._queue.popleft()
             self._workers.discard(me)
             self.threads_ended += 1
+            self._started = [t for t in self._started if t is me or t.is_alive()]   # ended ones are not kept
             return None
 
     def _work(self) -> None:
@@ -146,6 +147,9 @@ class ElasticExecutor(Executor):
         self._spin_once_impl(timeout_sec, future.done)
 
     def shutdown(self, timeout_sec: float | None = None, *, wait_for_threads: bool = True) -> bool:
-        finished = super().shutdown(timeout_sec)
+        """Callbacks already handed to the pool finish first (their threads joined with wait_for_threads), then
+        rclpy's shutdown destroys the executor's guard condition. rclpy's own order (Kilted) destroys it first:
+        its wait for work in progress is skipped (it tests the shutdown flag right after setting it), so a callback
+        still running that wakes the executor or creates a task raised, "exception was never retrieved"."""
         self.pool.shutdown(wait=wait_for_threads)
-        return finished
+        return super().shutdown(timeout_sec)
