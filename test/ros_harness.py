@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -70,6 +71,16 @@ class NodeProcess:
 
     def output(self) -> str:
         return "\n".join(self.lines)
+
+    def thread_dump(self) -> str:
+        """Every thread's stack of a node still running (SIGUSR2, ros/spin.enable_thread_dump), for a failure
+        message: where a node that does not exit is waiting."""
+        if self.proc.poll() is not None:
+            return f"(exited {self.proc.returncode})"
+        mark = len(self.lines)
+        self.proc.send_signal(signal.SIGUSR2)
+        time.sleep(2.0)
+        return "\n".join(self.lines[mark:])
 
     def stop(self) -> None:
         if self.proc.poll() is None:

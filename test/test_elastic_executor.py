@@ -43,6 +43,29 @@ def test_threads_of_a_burst_end_when_idle_down_to_keep():
         pool.shutdown()
 
 
+def test_submit_never_waits_for_a_thread_to_start(monkeypatch):
+    """Thread.start waits until the new thread runs (a GIL hand-over, 0.5-0.8 ms on a busy box): the pool's
+    starter thread starts the workers, so the thread that submits (the executor's spin thread) never waits."""
+    callers: list[str] = []
+    real_start = threading.Thread.start
+
+    def recording_start(thread: threading.Thread) -> None:
+        callers.append(threading.current_thread().name)
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", recording_start)
+    pool = ElasticThreadPool(16, keep=0, idle_exit_s=0.2, name="recorded")
+    try:
+        release, futures = _blocked_burst(pool, 10)
+        assert _until(lambda: sum(f.running() for f in futures) == 10)
+        release.set()
+        assert all(f.result(10) for f in futures)
+        assert callers.count("MainThread") == 1          # the starter itself, made with the pool
+        assert callers[1:] == ["recorded-starter"] * 10, callers
+    finally:
+        pool.shutdown()
+
+
 def test_zero_idle_exit_keeps_every_thread_like_rclpys_pool():
     pool = ElasticThreadPool(32, keep=2, idle_exit_s=0.0)
     try:
@@ -233,3 +256,37 @@ def test_ended_workers_are_not_kept():
         assert len(pool._started) <= 2, len(pool._started)   # the one kept, and at most the last to end
     finally:
         pool.shutdown()
+
+
+def test_shutdown_gives_up_on_a_callback_that_never_returns(capsys):
+    """A hung callback must not keep a node from exiting on Ctrl-C: the shutdown waits timeout_sec, reports the
+    callback's stack on stderr and goes on (the pool's workers are daemon threads)."""
+    import rclpy
+    from rclpy.context import Context
+
+    context = Context()
+    rclpy.init(context=context)
+    executor = ElasticExecutor(4, context=context)
+    node = rclpy.create_node("hung_callback", context=context)
+    release, started = threading.Event(), threading.Event()
+
+    def hung_callback() -> None:
+        timer.cancel()
+        started.set()
+        release.wait(60)                    # a callback stuck on something that never comes
+
+    timer = node.create_timer(0.01, hung_callback)
+    executor.add_node(node)
+    try:
+        while not started.is_set():
+            executor.spin_once(timeout_sec=0.05)
+        t0 = time.monotonic()
+        assert executor.shutdown(timeout_sec=0.5) is False
+        assert time.monotonic() - t0 < 5.0
+        err = capsys.readouterr().err
+        assert "1 callback thread(s) still running 0.5 s after shutdown began" in err, err
+        assert "in hung_callback" in err and "release.wait(60)" in err, err
+    finally:
+        release.set()
+        node.destroy_node()
+        rclpy.shutdown(context=context)

@@ -38,7 +38,9 @@ def test_sigint_to_the_process_group_ends_every_process_cleanly_and_loses_no_goa
             try:
                 node.proc.wait(30)
             except subprocess.TimeoutExpired:
-                pytest.fail("a process did not exit within 30 s of SIGINT:\n" + node.output()[-3000:])
+                dump = node.thread_dump()
+                pytest.fail("a process did not exit within 30 s of SIGINT:\n" + node.output()[-3000:]
+                            + "\n---- its threads (SIGUSR2):\n" + dump[-6000:])
         for node in nodes:
             out = node.output()
             assert node.proc.returncode == 0, out[-3000:]
@@ -76,3 +78,19 @@ def test_a_step_trace_path_that_cannot_be_written_fails_configure_with_the_reaso
         assert "engine loaded" not in out and "Traceback" not in out
     finally:
         server.stop()
+
+
+def test_sigusr2_prints_every_threads_stack_and_the_node_carries_on():
+    """`kill -USR2 <pid>`: where a stuck node waits (faulthandler); the node keeps serving and exits 0 on SIGINT."""
+    node = start_executor("dump_1", "drone", 0.5)
+    try:
+        dump = node.thread_dump()
+        assert "Thread 0x" in dump and "most recent call first" in dump, dump
+        assert "run_executor" in dump, dump            # the main thread, spinning
+        assert "_start_workers" in dump, dump          # the executor's pool starter, waiting
+        assert node.proc.poll() is None
+        node.proc.send_signal(signal.SIGINT)
+        assert node.proc.wait(30) == 0, node.output()[-3000:]
+        assert "Traceback" not in node.output()
+    finally:
+        node.stop()

@@ -16,6 +16,7 @@ Destroying entities while another thread still waits on them is what aborted pro
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import re
 import signal
@@ -32,6 +33,16 @@ from .elastic_executor import IDLE_EXIT_S, ElasticExecutor
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GIL_SWITCH_INTERVAL_S = 0.001
+
+
+THREAD_DUMP_SIGNAL = signal.SIGUSR2
+
+
+def enable_thread_dump() -> None:
+    """`kill -USR2 <pid>` prints every thread's Python stack to stderr and the node carries on (faulthandler):
+    where a node that does not exit, or does not answer, is waiting. Tests send it to a process that outlives
+    its time."""
+    faulthandler.register(THREAD_DUMP_SIGNAL, all_threads=True, chain=False)
 
 
 def set_gil_switch_interval() -> float:
@@ -139,6 +150,7 @@ def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], i
     """
     stop = StopFlag()
     stop.install()
+    enable_thread_dump()
     set_gil_switch_interval()
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     context = rclpy.get_default_context()

@@ -12,7 +12,7 @@ from rclpy.exceptions import ParameterException
 from rclpy.signals import SignalHandlerOptions
 
 from ..elastic_executor import ElasticExecutor
-from ..spin import BAD_PARAMETER_EXIT, parameter_error_message, set_gil_switch_interval
+from ..spin import BAD_PARAMETER_EXIT, enable_thread_dump, parameter_error_message, set_gil_switch_interval
 from .base import SkillExecutorNode
 
 Nodes = Union[SkillExecutorNode, Sequence[SkillExecutorNode]]
@@ -25,6 +25,7 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
     stop = threading.Event()
     # Our own handlers (not rclpy's): on a signal the nodes still have to send the results of open segments.
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    enable_thread_dump()
     set_gil_switch_interval()
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     nodes: list[SkillExecutorNode] = []
