@@ -6,6 +6,8 @@ import random
 import threading
 import time
 import weakref
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import pytest
 
@@ -25,22 +27,30 @@ def _blocked_burst(pool: ElasticThreadPool, n: int) -> tuple[threading.Event, li
     return release, futures
 
 
-def test_threads_of_a_burst_end_when_idle_down_to_keep():
-    pool = ElasticThreadPool(32, keep=2, idle_exit_s=0.2)
+@contextmanager
+def _pool(*args, **kwargs) -> Iterator[ElasticThreadPool]:
+    pool = ElasticThreadPool(*args, **kwargs)
     try:
-        release, futures = _blocked_burst(pool, 20)
-        assert _until(lambda: pool.threads == 20), pool.threads   # one thread per blocked callback
-        release.set()
-        assert all(f.result(10) for f in futures)
-        assert _until(lambda: pool.threads == 2), pool.threads
-        assert pool.threads_ended == 18
-        # the pool grows again for the next burst
-        release, futures = _blocked_burst(pool, 5)
-        assert _until(lambda: pool.threads == 5), pool.threads
-        release.set()
-        assert all(f.result(10) for f in futures)
+        yield pool
     finally:
         pool.shutdown()
+
+
+def _burst(pool: ElasticThreadPool, n: int, while_held: Callable[[], bool]) -> None:
+    """n callbacks that each hold a worker until released: while_held() must become true meanwhile, then every
+    one completes."""
+    release, futures = _blocked_burst(pool, n)
+    assert _until(while_held), pool.threads
+    release.set()
+    assert all(f.result(10) for f in futures)
+
+
+def test_threads_of_a_burst_end_when_idle_down_to_keep():
+    with _pool(32, keep=2, idle_exit_s=0.2) as pool:
+        _burst(pool, 20, lambda: pool.threads == 20)     # one thread per blocked callback
+        assert _until(lambda: pool.threads == 2), pool.threads
+        assert pool.threads_ended == 18
+        _burst(pool, 5, lambda: pool.threads == 5)       # the pool grows again for the next burst
 
 
 def test_submit_never_waits_for_a_thread_to_start(monkeypatch):
@@ -54,34 +64,24 @@ def test_submit_never_waits_for_a_thread_to_start(monkeypatch):
         real_start(thread)
 
     monkeypatch.setattr(threading.Thread, "start", recording_start)
-    pool = ElasticThreadPool(16, keep=0, idle_exit_s=0.2, name="recorded")
-    try:
+    with _pool(16, keep=0, idle_exit_s=0.2, name="recorded") as pool:
         release, futures = _blocked_burst(pool, 10)
-        assert _until(lambda: sum(f.running() for f in futures) == 10)
+        assert _until(lambda: sum(f.running() for f in futures) == 10)   # ten workers started
         release.set()
         assert all(f.result(10) for f in futures)
         assert callers.count("MainThread") == 1          # the starter itself, made with the pool
         assert callers[1:] == ["recorded-starter"] * 10, callers
-    finally:
-        pool.shutdown()
 
 
 def test_zero_idle_exit_keeps_every_thread_like_rclpys_pool():
-    pool = ElasticThreadPool(32, keep=2, idle_exit_s=0.0)
-    try:
-        release, futures = _blocked_burst(pool, 12)
-        assert _until(lambda: pool.threads == 12)
-        release.set()
-        assert all(f.result(10) for f in futures)
+    with _pool(32, keep=2, idle_exit_s=0.0) as pool:
+        _burst(pool, 12, lambda: pool.threads == 12)
         time.sleep(0.5)
         assert pool.threads == 12 and pool.threads_ended == 0
-    finally:
-        pool.shutdown()
 
 
 def test_at_most_max_workers_and_queued_work_still_runs():
-    pool = ElasticThreadPool(4, keep=0, idle_exit_s=0.1)
-    try:
+    with _pool(4, keep=0, idle_exit_s=0.1) as pool:
         release, futures = _blocked_burst(pool, 10)
         assert _until(lambda: pool.threads == 4)
         time.sleep(0.2)
@@ -89,8 +89,6 @@ def test_at_most_max_workers_and_queued_work_still_runs():
         release.set()
         assert all(f.result(10) for f in futures)
         assert _until(lambda: pool.threads == 0)
-    finally:
-        pool.shutdown()
 
 
 def test_no_work_lost_while_workers_keep_ending():
@@ -245,17 +243,11 @@ def test_callbacks_running_at_shutdown_finish_before_the_guard_condition_goes(ex
 
 
 def test_ended_workers_are_not_kept():
-    pool = ElasticThreadPool(16, keep=1, idle_exit_s=0.05, name="forgotten")
-    try:
-        release, futures = _blocked_burst(pool, 12)
-        assert _until(lambda: pool.threads == 12)
-        release.set()
-        assert all(f.result(10) for f in futures)
+    with _pool(16, keep=1, idle_exit_s=0.05, name="forgotten") as pool:
+        _burst(pool, 12, lambda: pool.threads == 12)
         assert _until(lambda: pool.threads == 1)
         time.sleep(0.1)
         assert len(pool._started) <= 2, len(pool._started)   # the one kept, and at most the last to end
-    finally:
-        pool.shutdown()
 
 
 def test_shutdown_gives_up_on_a_callback_that_never_returns(capsys):
