@@ -89,14 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     final: dict[str, list[float]] = {"on": [], "off": []}
     base: dict[str, list[float]] = {"on": [], "off": []}
+    on, off = COMPARED[args.compare]
     for rep in range(args.reps):
         order = ("on", "off") if rep % 2 == 0 else ("off", "on")
         for mode in order:
-            on, off = COMPARED[args.compare]
             r = measure(on if mode == "on" else off, args.goals, args.bursts, args.idle_s, f"{rep}_{mode}")
             steps = " ".join(f"{x - r[0]:+.1f}" for x in r[1:])
-            print(f"rep {rep + 1} {args.compare} {mode:3s}: after the warm-up {r[0]:.1f} MiB; after each burst of {args.goals}: "
-                  f"{steps} MiB", flush=True)
+            print(f"rep {rep + 1} {args.compare} {mode:3s}: after the warm-up {r[0]:.1f} MiB; after each burst of "
+                  f"{args.goals}: {steps} MiB", flush=True)
             base[mode].append(r[0])
             final[mode].append(r[-1])
 

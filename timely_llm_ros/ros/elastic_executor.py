@@ -6,13 +6,13 @@ holds one for the goal's whole life, an executor node's segment callback for the
 goals the server kept ~160 idle threads (+10 MiB resident) until it exited.
 
 ``ElasticThreadPool`` starts threads on demand too (up to ``max_workers``), and a worker that has waited
-``idle_exit_s`` without work ends, down to ``keep`` workers, so memory returns to its baseline when the work ends.
+``idle_exit_s`` without work ends, down to ``keep`` workers, so the threads a burst needed do not stay.
 A burst after a quiet spell then starts its threads anew, and ``Thread.start`` waits until the new thread runs
 (0.5-0.8 ms on a busy 2-core box, a GIL hand-over): done by the thread that submits, as concurrent.futures does,
 that wait slowed the server's goal intake 1.27x. Here a starter thread of the pool's own starts the workers, so
-``submit`` never waits: 1.09x (benchmarks/goal_intake.py --compare-threads, bursts of 200 goals 7 s apart). ``ElasticExecutor`` is an rclpy executor that takes its callbacks through the public
-``wait_for_ready_callbacks`` and runs them on that pool; ``idle_exit_s <= 0`` keeps every thread (rclpy's
-behaviour).
+``submit`` never waits: 1.09x (benchmarks/goal_intake.py --compare-threads, bursts of 200 goals 7 s apart).
+``ElasticExecutor`` is an rclpy executor that takes its callbacks through the public ``wait_for_ready_callbacks``
+and runs them on that pool; ``idle_exit_s <= 0`` keeps every thread (rclpy's behaviour).
 """
 from __future__ import annotations
 

@@ -108,8 +108,8 @@ _DESCRIPTIONS = {
                            "back to the OS (glibc malloc_trim; the threads a burst made stay); 0 = never",
                            (0.0, 3600.0)),
     "worker_idle_exit_s": ("a worker thread of the node's executor that has had no callback to run for this long "
-                           "ends (2 are kept): each open goal holds a thread, so after a burst they end and memory "
-                           "returns to its baseline (ros/elastic_executor.py); 0 = keep every thread, as rclpy's "
+                           "ends (2 are kept): each open goal holds a thread, so after a burst they end and give "
+                           "their memory back (ros/elastic_executor.py); 0 = keep every thread, as rclpy's "
                            "MultiThreadedExecutor does", (0.0, 3600.0)),
 }
 
