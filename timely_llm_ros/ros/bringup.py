@@ -23,9 +23,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence, TextIO
+from typing import Any, Sequence, TextIO
 
 import yaml
+
+from .signal_latch import SignalLatch
 
 SERVER_NAME = "timely_server"
 EXECUTOR_NAME = "executor"
@@ -408,7 +410,7 @@ class Supervisor:
             self.out.flush()
 
     def request_stop(self) -> None:
-        """Ask run() to stop everything (signal handlers call this)."""
+        """Ask run() to stop everything (SIGINT/SIGTERM do, from the signal watcher thread)."""
         self._stop.set()
 
     def run(self) -> int:
@@ -558,25 +560,15 @@ def main(argv: Sequence[str] | None = None,
             return 2
         os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # for the readiness probe too
         supervisor = Supervisor(children, stop_grace_s=config.stop_grace_s)
-        previous = _install_stop_handlers(supervisor.request_stop)
+        latch = SignalLatch({signal.SIGINT: lambda _: supervisor.request_stop(),
+                             signal.SIGTERM: lambda _: supervisor.request_stop()}, name="bringup-signals")
+        latch.install()    # SIGINT/SIGTERM stop the children cleanly
         try:
             supervisor.say(f"fleet from {path}: {', '.join(c.name for c in children)}")
             code = supervisor.run()
             return 0 if code == EXIT_INTERRUPTED else code  # Ctrl-C / SIGTERM is a normal way to end a fleet
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-
-def _install_stop_handlers(stop: Callable[[], None]) -> dict[int, Any]:
-    """Make SIGINT/SIGTERM ask the supervisor to stop its children cleanly; returns the previous handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.signal(sig, lambda *_: stop())
-    return previous
-
+            latch.restore()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -23,13 +23,14 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Any, Callable
+from typing import Callable
 
 import rclpy
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException, ParameterException
 from rclpy.signals import SignalHandlerOptions
 
 from .elastic_executor import IDLE_EXIT_S, ElasticExecutor
+from .signal_latch import SignalLatch
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GIL_SWITCH_INTERVAL_S = 0.001
@@ -79,25 +80,21 @@ def parameter_error_message(exc: ParameterException) -> str:
 
 
 class StopFlag:
-    """Set by SIGINT/SIGTERM (or by the node itself); every later signal is ignored quietly."""
+    """Set by SIGINT/SIGTERM (or by the node itself); ``signal`` is the first signal, later ones change nothing.
+    The handlers take no lock (ros/signal_latch.py): a signal never hangs the node, whenever it comes."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.signal: int | None = None
-        self._previous: dict[int, Any] = {}
+        self._latch = SignalLatch({sig: self._on_signal for sig in STOP_SIGNALS}, name="stop-signals")
 
     def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in STOP_SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._on_signal)
+        self._latch.install()
 
     def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
+        self._latch.restore()
 
-    def _on_signal(self, signum, _frame) -> None:
+    def _on_signal(self, signum: int) -> None:     # on the latch's watcher thread, not in a handler
         if self.signal is None:
             self.signal = signum
         self.event.set()

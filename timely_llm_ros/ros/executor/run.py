@@ -12,6 +12,7 @@ from rclpy.exceptions import ParameterException
 from rclpy.signals import SignalHandlerOptions
 
 from ..elastic_executor import ElasticExecutor
+from ..signal_latch import SignalLatch
 from ..spin import BAD_PARAMETER_EXIT, enable_thread_dump, parameter_error_message, set_gil_switch_interval
 from .base import SkillExecutorNode
 
@@ -24,7 +25,8 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
     Returns 0 on a signal (no traceback, threads joined), 1 when the node cannot start (bad parameters)."""
     stop = threading.Event()
     # Our own handlers (not rclpy's): on a signal the nodes still have to send the results of open segments.
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    latch = SignalLatch({s: lambda _: stop.set() for s in (signal.SIGINT, signal.SIGTERM)}, name="stop-signals")
+    latch.install()
     enable_thread_dump()
     set_gil_switch_interval()
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
@@ -62,5 +64,4 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
             node.shutdown()
             node.destroy_node()
         rclpy.try_shutdown()
-        for s, h in previous.items():
-            signal.signal(s, h)
+        latch.restore()
