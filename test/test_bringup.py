@@ -11,10 +11,13 @@ import ast
 import json
 import os
 import py_compile
+import re
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -358,3 +361,112 @@ def test_real_fleet_comes_up_through_the_lifecycle_and_leaves_no_temp_folder(tmp
     assert "Traceback" not in out
     left = [p.name for p in temp.iterdir() if p.name.startswith("timely")]  # (torch keeps its own cache there)
     assert left == []   # the merged params file (made for --set) was removed
+
+
+def test_catches_signal_reads_whether_a_process_handles_sigusr2_yet():
+    """A node still importing has no SIGUSR2 handler (the signal would end it); the bringup must tell."""
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import faulthandler, signal, sys
+        print("before", flush=True); sys.stdin.readline()
+        faulthandler.register(signal.SIGUSR2, all_threads=True, chain=False)
+        print("after", flush=True); sys.stdin.readline()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "before"
+        assert not bringup.catches_signal(child.pid, bringup.THREAD_DUMP_SIGNAL)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "after"
+        assert bringup.catches_signal(child.pid, bringup.THREAD_DUMP_SIGNAL)
+        assert not bringup.catches_signal(child.pid, 10)   # SIGUSR1: no handler
+    finally:
+        child.kill()
+        child.wait()
+    assert not bringup.catches_signal(child.pid, bringup.THREAD_DUMP_SIGNAL)   # gone
+
+
+def test_sigusr2_to_the_bringup_dumps_every_processs_threads_and_the_fleet_carries_on(tmp_path):
+    """`kill -USR2 <bringup pid>` as a user would send it to a fleet that hangs: the bringup's stacks and each
+    node's (faulthandler's "Thread 0x..." lines, prefixed with the node's name) come out, nobody exits, and a
+    Ctrl-C afterwards still ends everything with exit code 0 and no traceback."""
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"/**/timely_server": {"ros__parameters": {"num_threads": 1, "max_batch": 2}}}))
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"bringup": {
+        "params_file": "params.yaml", "server": True, "workload": False, "stop_grace_s": 15.0,
+        "executors": [{"agent": "drone_1", "robot_type": "drone"}]}}))
+    proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.ros.bringup", "--fleet", str(fleet)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    up, dumped = threading.Event(), threading.Event()
+    wanted = ("[bringup] thread MainThread", "[timely_server] Thread 0x", "[drone_1/executor] Thread 0x")
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if "[bringup] fleet up" in line:
+                up.set()
+            text = "".join(lines)
+            if all(w in text for w in wanted):
+                dumped.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert up.wait(180), "".join(lines)[-3000:]
+        proc.send_signal(bringup.THREAD_DUMP_SIGNAL)
+        assert dumped.wait(30), "".join(lines)[-3000:]
+        assert proc.poll() is None
+        proc.send_signal(2)   # SIGINT
+        assert proc.wait(60) == 0, "".join(lines)[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(5)
+    out = "".join(lines)
+    assert "exited early" not in out and "Traceback" not in out, out[-3000:]
+    assert "still running: sending" not in out, out[-3000:]
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie that its new parent has not reaped yet counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            return any(line.startswith("State:") and "Z" in line.split()[1] for line in status)
+    except OSError:
+        return True
+
+
+def test_nodes_stop_when_the_bringup_is_killed(tmp_path):
+    """kill -9 of the bringup (no chance to stop its children): every node it started gets SIGTERM from the
+    kernel (ros/spin.stop_with_parent) and ends, instead of staying behind with the model and its robots."""
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"/**/timely_server": {"ros__parameters": {"num_threads": 1, "max_batch": 2}}}))
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"bringup": {
+        "params_file": "params.yaml", "server": True, "workload": False,
+        "executors": [{"agent": "drone_1", "robot_type": "drone"}]}}))
+    proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.ros.bringup", "--fleet", str(fleet)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "[bringup] fleet up" in line:
+            break
+    pids = [int(m) for m in re.findall(r"\[bringup\] started \S+ \(pid (\d+)\)", "".join(lines))]
+    try:
+        assert len(pids) == 2 and not any(_gone(p) for p in pids), "".join(lines)[-3000:]
+        proc.kill()
+        proc.wait(10)
+        proc.stdout.close()   # as when the bringup is gone: nobody reads the nodes' output any more
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(_gone(p) for p in pids):
+            time.sleep(0.2)
+        left = [p for p in pids if not _gone(p)]
+        assert left == [], f"still running after the bringup died: {left}" + "".join(
+            open(f"/proc/{p}/status").read()[:600] + open(f"/proc/{p}/cmdline").read() for p in left)
+    finally:
+        for pid in pids:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -10,6 +10,8 @@ import textwrap
 
 import pytest
 
+from timely_llm_ros.ros import bringup, spin
+
 
 def _run(code: str, timeout: float = 20.0) -> str:
     try:
@@ -80,3 +82,8 @@ def test_a_latch_outside_the_main_thread_installs_nothing():
     """)
     assert out.split() == ["False", "True", "1"]
 
+
+def test_the_bringup_and_the_nodes_agree_on_the_dump_signal_and_the_parent_variable():
+    """bringup.py cannot import spin.py (rclpy); the constants it repeats must match."""
+    assert bringup.THREAD_DUMP_SIGNAL == spin.THREAD_DUMP_SIGNAL
+    assert bringup.STOP_WITH_PID_ENV == spin.STOP_WITH_PID_ENV

@@ -9,6 +9,9 @@ temporary folder, removed when the bringup ends.
 The server is a lifecycle node: it is started with ``autostart:=false`` and the bringup configures and
 activates it through its lifecycle services (an outside manager, as ``ros2 launch`` does), then starts
 the executors and the workload.
+
+``kill -USR2 <bringup pid>`` prints the bringup's own threads' stacks and has every node print its own (each
+node dumps on SIGUSR2, ros/spin.enable_thread_dump); the fleet carries on.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, TextIO
@@ -42,6 +46,21 @@ BRINGUP_SETTINGS = ("server", "workload", "server_ready_timeout_s", "executor_re
 LIFECYCLE_TRANSITIONS = ("configure", "activate")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 EXIT_INTERRUPTED = 130
+THREAD_DUMP_SIGNAL = signal.SIGUSR2   # as ros/spin.THREAD_DUMP_SIGNAL (not imported: that module needs rclpy)
+STOP_WITH_PID_ENV = "TIMELY_STOP_WITH_PID"   # ros/spin.stop_with_parent: a node stops if the bringup dies
+
+
+def catches_signal(pid: int, sig: int) -> bool:
+    """True if process pid has a handler for sig (Linux: the SigCgt mask of /proc/<pid>/status); False when
+    that cannot be read. A node still importing has none yet, and SIGUSR2 would end it."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 @dataclass(frozen=True)
@@ -413,12 +432,37 @@ class Supervisor:
         """Ask run() to stop everything (SIGINT/SIGTERM do, from the signal watcher thread)."""
         self._stop.set()
 
+    def dump_threads(self) -> None:
+        """Print the bringup's own threads' stacks, then send SIGUSR2 to every running node that handles it
+        (its stacks come out prefixed with its name); a node still starting is left alone."""
+        names = {t.ident: t.name for t in threading.enumerate()}
+        for ident, frame in sys._current_frames().items():
+            stack = "".join(traceback.format_stack(frame)).rstrip("\n").replace("\n", "\n[bringup]   ")
+            self.say(f"thread {names.get(ident, ident)}:\n[bringup]   {stack}")
+        for child in list(self.running):
+            pid = child.proc.pid
+            if child.proc.poll() is not None:
+                continue
+            if catches_signal(pid, THREAD_DUMP_SIGNAL):
+                self.say(f"thread dump of {child.spec.name} (pid {pid}) follows")
+                try:
+                    os.kill(pid, THREAD_DUMP_SIGNAL)
+                except ProcessLookupError:   # it ended meanwhile
+                    pass
+            else:
+                self.say(f"{child.spec.name} (pid {pid}) not asked for a thread dump: still starting")
+
     def run(self) -> int:
         """Run the fleet; returns the workload's exit code, the failing child's code, or 130 when stopped."""
         probe = _GraphProbe() if self.use_graph and any(s.action_type for s in self.specs) else None
         try:
+            env = self.env
+            if threading.current_thread() is threading.main_thread():
+                # the kernel's parent-death signal follows the thread that started a child: only the main
+                # thread's children may stop with it (spin.stop_with_parent)
+                env = {**env, STOP_WITH_PID_ENV: str(os.getpid())}
             for spec in self.specs:
-                child = _Child(spec, self.env, self.out, self._lock, driven=spec.lifecycle and self.use_graph)
+                child = _Child(spec, env, self.out, self._lock, driven=spec.lifecycle and self.use_graph)
                 self.running.append(child)
                 self.say(f"started {spec.name} (pid {child.proc.pid})")
                 if child.driven:
@@ -561,14 +605,16 @@ def main(argv: Sequence[str] | None = None,
         os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # for the readiness probe too
         supervisor = Supervisor(children, stop_grace_s=config.stop_grace_s)
         latch = SignalLatch({signal.SIGINT: lambda _: supervisor.request_stop(),
-                             signal.SIGTERM: lambda _: supervisor.request_stop()}, name="bringup-signals")
-        latch.install()    # SIGINT/SIGTERM stop the children cleanly
+                             signal.SIGTERM: lambda _: supervisor.request_stop(),
+                             THREAD_DUMP_SIGNAL: lambda _: supervisor.dump_threads()}, name="bringup-signals")
+        latch.install()    # SIGINT/SIGTERM stop the children cleanly; SIGUSR2 dumps every process's threads
         try:
             supervisor.say(f"fleet from {path}: {', '.join(c.name for c in children)}")
             code = supervisor.run()
             return 0 if code == EXIT_INTERRUPTED else code  # Ctrl-C / SIGTERM is a normal way to end a fleet
         finally:
             latch.restore()
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -46,6 +46,28 @@ def enable_thread_dump() -> None:
     faulthandler.register(THREAD_DUMP_SIGNAL, all_threads=True, chain=False)
 
 
+STOP_WITH_PID_ENV = "TIMELY_STOP_WITH_PID"   # set by timely_bringup for the nodes it starts
+
+
+def stop_with_parent() -> bool:
+    """A node started by timely_bringup (which names its own pid in TIMELY_STOP_WITH_PID) is sent SIGTERM, and
+    so stops as on Ctrl-C, when the bringup dies without stopping it (kill -9, a crash): no orphaned node keeps
+    the model in memory and its robots on the ROS graph. Call it after the SIGTERM handler is installed. The
+    variable is removed, so the node's own children do not inherit it. Linux only (prctl PR_SET_PDEATHSIG);
+    returns whether it is armed."""
+    pid = os.environ.pop(STOP_WITH_PID_ENV, "")
+    if not pid.isdigit() or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    if ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0) != 0:
+        return False
+    if os.getppid() != int(pid):    # the bringup died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+    return True
+
+
 def set_gil_switch_interval() -> float:
     """A thread that computes (the engine's step loop, a skill) keeps the GIL for Python's switch interval
     (5 ms) before a waiting callback thread gets it, and handing a segment on takes several hand-offs: nodes
@@ -148,6 +170,7 @@ def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], i
     stop = StopFlag()
     stop.install()
     enable_thread_dump()
+    stop_with_parent()
     set_gil_switch_interval()
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     context = rclpy.get_default_context()

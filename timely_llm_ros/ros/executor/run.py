@@ -13,7 +13,8 @@ from rclpy.signals import SignalHandlerOptions
 
 from ..elastic_executor import ElasticExecutor
 from ..signal_latch import SignalLatch
-from ..spin import BAD_PARAMETER_EXIT, enable_thread_dump, parameter_error_message, set_gil_switch_interval
+from ..spin import (BAD_PARAMETER_EXIT, enable_thread_dump, parameter_error_message, set_gil_switch_interval,
+                    stop_with_parent)
 from .base import SkillExecutorNode
 
 Nodes = Union[SkillExecutorNode, Sequence[SkillExecutorNode]]
@@ -28,6 +29,7 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
     latch = SignalLatch({s: lambda _: stop.set() for s in (signal.SIGINT, signal.SIGTERM)}, name="stop-signals")
     latch.install()
     enable_thread_dump()
+    stop_with_parent()
     set_gil_switch_interval()
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     nodes: list[SkillExecutorNode] = []
