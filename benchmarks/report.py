@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from timely_llm_ros.ros.bringup import stopping_with_this_process
 from timely_llm_ros.ros.memory_trim import resident_mib
 
 METRIC_COLUMNS = ["utility", "utility_share", "response_time", "waiting_time", "served", "dropped"]
@@ -92,5 +93,6 @@ def start_executor_host(agents: str, ros_args: list[str] | tuple[str, ...] = ())
     argv = [sys.executable, "-m", "timely_llm_ros.ros.executor.host", "--agents", agents]
     if ros_args:
         argv += ["--ros-args", *ros_args]
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=repo)
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=stopping_with_this_process(env), cwd=repo)
 

@@ -18,6 +18,7 @@ from rclpy.executors import SingleThreadedExecutor
 
 from timely_llm_ros.action import ExecuteSegment, Plan
 from timely_llm_ros.ros.action_client import ActionClient, deep_queues
+from timely_llm_ros.ros.bringup import stopping_with_this_process
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -28,7 +29,7 @@ def ros_env() -> dict[str, str]:
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     env.setdefault("ROS_LOG_DIR", str(REPO / "build" / "ros_log"))
     env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return stopping_with_this_process(env)   # a killed test run leaves no node behind
 
 
 class NodeProcess:

@@ -470,3 +470,15 @@ def test_nodes_stop_when_the_bringup_is_killed(tmp_path):
         for pid in pids:
             if not _gone(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_only_the_main_threads_children_are_set_to_stop_with_this_process():
+    """The kernel sends the parent-death signal when the *thread* that started a child ends: a node started
+    from a worker thread must not be armed, or it would stop when that thread does."""
+    env = bringup.stopping_with_this_process({"A": "1"})
+    assert env == {"A": "1", bringup.STOP_WITH_PID_ENV: str(os.getpid())}
+    got: list[dict] = []
+    worker = threading.Thread(target=lambda: got.append(bringup.stopping_with_this_process({"A": "1"})))
+    worker.start()
+    worker.join()
+    assert got == [{"A": "1"}]

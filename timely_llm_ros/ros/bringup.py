@@ -50,6 +50,15 @@ THREAD_DUMP_SIGNAL = signal.SIGUSR2   # as ros/spin.THREAD_DUMP_SIGNAL (not impo
 STOP_WITH_PID_ENV = "TIMELY_STOP_WITH_PID"   # ros/spin.stop_with_parent: a node stops if the bringup dies
 
 
+def stopping_with_this_process(env: dict[str, str]) -> dict[str, str]:
+    """The environment for a node this process starts, such that the node stops (SIGTERM, as on Ctrl-C) if this
+    process dies without stopping it (spin.stop_with_parent). Only from the main thread: the kernel's
+    parent-death signal follows the thread that started the child, and another thread may end before the node."""
+    if threading.current_thread() is not threading.main_thread():
+        return env
+    return {**env, STOP_WITH_PID_ENV: str(os.getpid())}
+
+
 def catches_signal(pid: int, sig: int) -> bool:
     """True if process pid has a handler for sig (Linux: the SigCgt mask of /proc/<pid>/status); False when
     that cannot be read. A node still importing has none yet, and SIGUSR2 would end it."""
@@ -456,11 +465,7 @@ class Supervisor:
         """Run the fleet; returns the workload's exit code, the failing child's code, or 130 when stopped."""
         probe = _GraphProbe() if self.use_graph and any(s.action_type for s in self.specs) else None
         try:
-            env = self.env
-            if threading.current_thread() is threading.main_thread():
-                # the kernel's parent-death signal follows the thread that started a child: only the main
-                # thread's children may stop with it (spin.stop_with_parent)
-                env = {**env, STOP_WITH_PID_ENV: str(os.getpid())}
+            env = stopping_with_this_process(self.env)
             for spec in self.specs:
                 child = _Child(spec, env, self.out, self._lock, driven=spec.lifecycle and self.use_graph)
                 self.running.append(child)

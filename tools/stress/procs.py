@@ -11,6 +11,7 @@ import time
 from collections import Counter, OrderedDict, deque
 from pathlib import Path
 
+from timely_llm_ros.ros.bringup import stopping_with_this_process
 from timely_llm_ros.ros.memory_trim import resident_mib
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +51,8 @@ class Child:
         env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
         env.setdefault("ROS_LOG_DIR", str(REPO / "build" / "ros_log"))
         self.proc = subprocess.Popen([sys.executable, "-m", module, *argv], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
+                                     stderr=subprocess.STDOUT, text=True, env=stopping_with_this_process(env),
+                                     cwd=REPO,
                                      preexec_fn=(lambda: os.nice(nice)) if nice else None)
         self.tail: deque[str] = deque(maxlen=200)
         self.tracebacks = 0
