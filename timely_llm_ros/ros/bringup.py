@@ -16,6 +16,7 @@ node dumps on SIGUSR2, ros/spin.enable_thread_dump); the fleet carries on.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -601,7 +602,9 @@ def main(argv: Sequence[str] | None = None,
     except (OSError, ValueError, yaml.YAMLError) as exc:
         print(f"[bringup] error: {path}: {exc}", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="timely_bringup_") as tmp:
+    # a folder only for a merged params file: a bringup killed outright then leaves nothing behind
+    merged = config.params_file is None or config.modified
+    with tempfile.TemporaryDirectory(prefix="timely_bringup_") if merged else contextlib.nullcontext("") as tmp:
         node_params = node_params_file(config, tmp)
         children = build_children(config, node_params, args.log_level, not args.no_workload, entry_points)
         if not children:
