@@ -32,7 +32,7 @@ in the next step gains the new members that pass and costs the D members t_dec(B
 a few ms. The chosen batch is checked with this cost model: if its predicted utility (ready_utility, summed) is
 higher with the prefills alone, the step prefills alone and the others are suspended for it (KV kept). On by default
 since it passed a check planned before it ran (held-out seeds 31-60); its measurements on the 4090 profile and
-through the ROS server on the embedded planner are in the README ("Prefill steps alone on the embedded planner").
+through the ROS server on the embedded planner are in docs/record.md ("Prefill steps alone on the embedded planner").
 
 Options: segment_gen_time_s {robot_type: s}, online_gen_time (G tracks measured segments), max_segment_tokens
 {robot_type: n}, network_delay_s, token_time_s (batch-1 decode step assumed before one is measured), decode_seq_ratio
