@@ -87,3 +87,21 @@ def test_the_bringup_and_the_nodes_agree_on_the_dump_signal_and_the_parent_varia
     """bringup.py cannot import spin.py (rclpy); the constants it repeats must match."""
     assert bringup.THREAD_DUMP_SIGNAL == spin.THREAD_DUMP_SIGNAL
     assert bringup.STOP_WITH_PID_ENV == spin.STOP_WITH_PID_ENV
+
+
+def test_an_action_that_raises_does_not_end_the_watch():
+    """A failing action (a thread dump that cannot write) is reported, and the next signal still works."""
+    out = _run("""
+        import os, signal, threading
+        from timely_llm_ros.ros.signal_latch import SignalLatch
+        stopped = threading.Event()
+        def broken(_):
+            raise OSError("cannot write")
+        latch = SignalLatch({signal.SIGUSR2: broken, signal.SIGTERM: lambda _: stopped.set()})
+        latch.install()
+        os.kill(os.getpid(), signal.SIGUSR2)
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("stopped", stopped.wait(5))
+        latch.restore()
+    """)
+    assert out.split() == ["stopped", "True"]

@@ -48,7 +48,7 @@ LIFECYCLE_TRANSITIONS = ("configure", "activate")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 EXIT_INTERRUPTED = 130
 THREAD_DUMP_SIGNAL = signal.SIGUSR2   # as ros/spin.THREAD_DUMP_SIGNAL (not imported: that module needs rclpy)
-STOP_WITH_PID_ENV = "TIMELY_STOP_WITH_PID"   # ros/spin.stop_with_parent: a node stops if the bringup dies
+STOP_WITH_PID_ENV = "TIMELY_STOP_WITH_PID"   # ros/spin.stop_with_parent: a node stops if its starter dies
 
 
 def stopping_with_this_process(env: dict[str, str]) -> dict[str, str]:

@@ -2,8 +2,9 @@
 
 A Python signal handler runs in the main thread between two bytecodes, wherever that thread is. If it is inside
 ``threading.Event.wait`` or ``Event.set`` of the very event the handler sets (the main loop of every node waits on
-its stop event), or inside the handler of an earlier signal (kill -9 of a bringup delivers one SIGTERM per thread
-it had; Ctrl-C in a terminal plus the one a launcher forwards), the handler's ``Event.set`` waits for a lock its
+its stop event), or inside the handler of an earlier signal (a parent killed outright sends its parent-death
+signal again each time one of its threads exits; Ctrl-C in a terminal plus the one a launcher forwards), the
+handler's ``Event.set`` waits for a lock its
 own thread holds, and the process hangs for good. Here the handler only writes the signal's number to a pipe;
 a watcher thread reads it and calls the action, outside any handler. No rclpy: the bringup uses it too.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import traceback
 from typing import Any, Callable, Mapping
 
 
@@ -64,5 +66,9 @@ class SignalLatch:
                 return
             for signum in data:
                 action = self._actions.get(signum)
-                if action is not None:
+                if action is None:
+                    continue
+                try:
                     action(signum)
+                except Exception:           # keep watching: a later signal (Ctrl-C) must still work
+                    traceback.print_exc()

@@ -46,15 +46,15 @@ def enable_thread_dump() -> None:
     faulthandler.register(THREAD_DUMP_SIGNAL, all_threads=True, chain=False)
 
 
-STOP_WITH_PID_ENV = "TIMELY_STOP_WITH_PID"   # set by timely_bringup for the nodes it starts
+STOP_WITH_PID_ENV = "TIMELY_STOP_WITH_PID"   # set by bringup.stopping_with_this_process
 
 
 def stop_with_parent() -> bool:
-    """A node started by timely_bringup (which names its own pid in TIMELY_STOP_WITH_PID) is sent SIGTERM, and
-    so stops as on Ctrl-C, when the bringup dies without stopping it (kill -9, a crash): no orphaned node keeps
-    the model in memory and its robots on the ROS graph. Call it after the SIGTERM handler is installed. The
-    variable is removed, so the node's own children do not inherit it. Linux only (prctl PR_SET_PDEATHSIG);
-    returns whether it is armed."""
+    """A node whose starter names its own pid in TIMELY_STOP_WITH_PID (timely_bringup, the test harness, make
+    stress, the benchmarks: bringup.stopping_with_this_process) is sent SIGTERM, and so stops as on Ctrl-C, when
+    that starter dies without stopping it (kill -9, a crash): no orphaned node keeps the model in memory and its
+    robots on the ROS graph. Call it after the SIGTERM handler is installed. The variable is removed, so the
+    node's own children do not inherit it. Linux only (prctl PR_SET_PDEATHSIG); returns whether it is armed."""
     pid = os.environ.pop(STOP_WITH_PID_ENV, "")
     if not pid.isdigit() or not sys.platform.startswith("linux"):
         return False
@@ -63,7 +63,7 @@ def stop_with_parent() -> bool:
     pr_set_pdeathsig = 1
     if ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0) != 0:
         return False
-    if os.getppid() != int(pid):    # the bringup died before the request took effect
+    if os.getppid() != int(pid):    # the starter died before the request took effect
         os.kill(os.getpid(), signal.SIGTERM)
     return True
 
