@@ -6,6 +6,7 @@ import csv
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -97,16 +98,24 @@ def test_sigusr2_prints_every_threads_stack_and_the_node_carries_on():
 
 
 @pytest.mark.parametrize("role", ["server", "executor"])
-def test_a_burst_of_stop_signals_ends_the_node_cleanly(role):
-    """Ctrl-C in a terminal plus the SIGINT a launcher forwards, or a parent killed outright (its parent-death
-    SIGTERM comes again each time one of its threads exits): many stop signals back to back. The node still
-    exits 0 and prints no traceback: a later signal changes nothing. (The lock a handler must not take is
-    pinned by test_signal_latch.py; from outside, its window is too narrow to hit on demand.)"""
+def test_ctrl_c_pressed_again_and_again_until_the_node_is_gone_still_ends_it_cleanly(role):
+    """Ctrl-C pressed again while a node shuts down (or a terminal's SIGINT plus a launcher's, or a parent-death
+    SIGTERM repeated per exiting thread): a stop signal every 2 ms, SIGINT and SIGTERM in turn, until the
+    process is gone. Every later signal must change nothing, up to the last instant: exit 0, no traceback. With
+    Python's own handlers put back at the end, the server died of the signal (-2) with a KeyboardInterrupt
+    traceback from torch's exit hooks in 4 of 4 runs."""
     node = start_server() if role == "server" else start_executor("burst_1", "drone", 0.5)
     try:
-        for i in range(50):
-            node.proc.send_signal(signal.SIGINT if i % 2 else signal.SIGTERM)
-        assert node.proc.wait(30) == 0, node.output()[-3000:]
-        assert "Traceback" not in node.output(), node.output()[-3000:]
+        sent, end = 0, time.monotonic() + 30
+        while node.proc.poll() is None and time.monotonic() < end:
+            try:
+                node.proc.send_signal(signal.SIGINT if sent % 2 else signal.SIGTERM)
+            except ProcessLookupError:
+                break
+            sent += 1
+            time.sleep(0.002)
+        assert node.proc.wait(5) == 0, node.output()[-3000:]
+        assert sent > 1
+        assert "Traceback" not in node.output() and "KeyboardInterrupt" not in node.output(), node.output()[-3000:]
     finally:
         node.stop()

@@ -105,3 +105,16 @@ def test_an_action_that_raises_does_not_end_the_watch():
         latch.restore()
     """)
     assert out.split() == ["stopped", "True"]
+
+
+def test_restore_can_leave_the_signals_ignored_for_a_process_about_to_exit():
+    out = _run("""
+        import os, signal
+        from timely_llm_ros.ros.signal_latch import SignalLatch
+        latch = SignalLatch({signal.SIGINT: print})
+        latch.install()
+        latch.restore(ignore=True)
+        os.kill(os.getpid(), signal.SIGINT)           # Python's default handler would raise KeyboardInterrupt
+        print("ignored", signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+    """)
+    assert out.split() == ["ignored", "True"]

@@ -40,9 +40,12 @@ class SignalLatch:
             self._previous[sig] = signal.signal(sig, self._on_signal)
         return True
 
-    def restore(self) -> None:
+    def restore(self, ignore: bool = False) -> None:
+        """Stop watching. ignore=True leaves the signals ignored instead of putting the old handlers back: for a
+        process that is about to exit, where Python's default handler would turn a late Ctrl-C into a
+        KeyboardInterrupt traceback or an exit by the signal (-2) after a clean shutdown."""
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if ignore else handler)
         self._previous.clear()
         if self._pipe is not None:
             os.close(self._pipe[1])         # the watcher reads end-of-file and ends

@@ -113,8 +113,8 @@ class StopFlag:
     def install(self) -> None:
         self._latch.install()
 
-    def restore(self) -> None:
-        self._latch.restore()
+    def restore(self, ignore: bool = False) -> None:
+        self._latch.restore(ignore)
 
     def _on_signal(self, signum: int) -> None:     # on the latch's watcher thread, not in a handler
         if self.signal is None:
@@ -165,7 +165,8 @@ def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], i
     ``work(node, stop)`` runs on the main thread while the node spins (a client's run); without it the
     node serves until SIGINT/SIGTERM or until ``node.stop`` (if it has one) is set. The executor's threads (at
     most ``num_threads``) end after ``idle_exit_s`` without a callback (ros/elastic_executor.py). Returns the exit code:
-    ``work``'s result, else ``exit_code(node)`` if given, else 0 (a requested stop is a normal end).
+    ``work``'s result, else ``exit_code(node)`` if given, else 0 (a requested stop is a normal end). Meant as a
+    process's main: SIGINT and SIGTERM stay ignored after it returns.
     """
     stop = StopFlag()
     stop.install()
@@ -210,7 +211,7 @@ def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], i
                 node.shutdown()
             node.destroy_node()
         rclpy.try_shutdown()
-        stop.restore()
+        stop.restore(ignore=True)   # the process ends now: a late Ctrl-C must not turn exit 0 into -2
     if work is None and exit_code is not None and node is not None:
         code = exit_code(node)
     return code

@@ -23,7 +23,8 @@ Nodes = Union[SkillExecutorNode, Sequence[SkillExecutorNode]]
 def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None, num_threads: int = 6) -> int:
     """Run one executor node (or several, e.g. one per robot namespace) until SIGINT/SIGTERM.
 
-    Returns 0 on a signal (no traceback, threads joined), 1 when the node cannot start (bad parameters)."""
+    Returns 0 on a signal (no traceback, threads joined), 1 when the node cannot start (bad parameters). Meant as
+    a process's main: SIGINT and SIGTERM stay ignored after it returns."""
     stop = threading.Event()
     # Our own handlers (not rclpy's): on a signal the nodes still have to send the results of open segments.
     latch = SignalLatch({s: lambda _: stop.set() for s in (signal.SIGINT, signal.SIGTERM)}, name="stop-signals")
@@ -66,4 +67,4 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
             node.shutdown()
             node.destroy_node()
         rclpy.try_shutdown()
-        latch.restore()
+        latch.restore(ignore=True)   # the process ends now: a late Ctrl-C must not turn exit 0 into -2
