@@ -219,8 +219,11 @@ def test_child_ignoring_sigint_is_terminated_after_the_grace_period(tmp_path, st
     monkeypatch.setenv("STANDIN_PLAN", json.dumps({"/drone_1": {"ignore_sigint": True},
                                                    "workload": {"exit_after": 0.2, "exit_code": 0}}))
     path = _small_fleet(tmp_path, stop_grace_s=0.3)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, bringup.THREAD_DUMP_SIGNAL)}
     assert bringup.main(["--params-file", str(path)], entry_points=entry) == 0
     assert "drone_1/executor still running: sending SIGTERM" in capsys.readouterr().out
+    # main() called in a process that goes on (this one) gives it its signal handlers back
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
 
 
 class _Lines:

@@ -30,6 +30,7 @@ def test_a_stop_signal_while_the_main_thread_holds_the_stop_events_lock_does_not
     out = _run("""
         import os, signal, threading
         from timely_llm_ros.ros.spin import StopFlag
+        before = signal.getsignal(signal.SIGTERM)     # SIG_DFL, or SIG_IGN inherited from the test runner
         stop = StopFlag()
         stop.install()
         with stop.event._cond:                       # as inside Event.wait / Event.set
@@ -38,7 +39,7 @@ def test_a_stop_signal_while_the_main_thread_holds_the_stop_events_lock_does_not
                 pass
         print("set", stop.wait(5), stop.signal == signal.SIGTERM)
         stop.restore()
-        print("threads", threading.active_count(), signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+        print("threads", threading.active_count(), signal.getsignal(signal.SIGTERM) is before)
     """)
     assert out.split() == ["set", "True", "True", "threads", "1", "True"]
 
@@ -75,10 +76,10 @@ def test_a_latch_outside_the_main_thread_installs_nothing():
     out = _run("""
         import signal, threading
         from timely_llm_ros.ros.signal_latch import SignalLatch
-        got = []
+        got, before = [], signal.getsignal(signal.SIGUSR2)
         t = threading.Thread(target=lambda: got.append(SignalLatch({signal.SIGUSR2: print}).install()))
         t.start(); t.join()
-        print(got[0], signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL, threading.active_count())
+        print(got[0], signal.getsignal(signal.SIGUSR2) is before, threading.active_count())
     """)
     assert out.split() == ["False", "True", "1"]
 

@@ -621,7 +621,7 @@ def main(argv: Sequence[str] | None = None,
             code = supervisor.run()
             return 0 if code == EXIT_INTERRUPTED else code  # Ctrl-C / SIGTERM is a normal way to end a fleet
         finally:
-            latch.restore(ignore=True)   # the process ends now: a late Ctrl-C must not end it by the signal
+            latch.restore()
 
 
 if __name__ == "__main__":
