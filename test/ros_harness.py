@@ -18,7 +18,7 @@ from rclpy.executors import SingleThreadedExecutor
 
 from timely_llm_ros.action import ExecuteSegment, Plan
 from timely_llm_ros.ros.action_client import ActionClient, deep_queues
-from timely_llm_ros.ros.bringup import stopping_with_this_process
+from timely_llm_ros.ros.process_signals import stopping_with_this_process
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -74,7 +74,7 @@ class NodeProcess:
         return "\n".join(self.lines)
 
     def thread_dump(self) -> str:
-        """Every thread's stack of a node still running (SIGUSR2, ros/spin.enable_thread_dump), for a failure
+        """Every thread's stack of a node still running (SIGUSR2, ros/process_signals.enable_thread_dump), for a failure
         message: where a node that does not exit is waiting."""
         if self.proc.poll() is not None:
             return f"(exited {self.proc.returncode})"

@@ -443,7 +443,7 @@ def _gone(pid: int) -> bool:
 
 def test_nodes_stop_when_the_bringup_is_killed(tmp_path):
     """kill -9 of the bringup (no chance to stop its children): every node it started gets SIGTERM from the
-    kernel (ros/spin.stop_with_parent) and ends, instead of staying behind with the model and its robots."""
+    kernel (ros/process_signals.stop_with_parent) and ends, instead of staying behind with the model and its robots."""
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"/**/timely_server": {"ros__parameters": {"num_threads": 1, "max_batch": 2}}}))
     fleet = tmp_path / "fleet.yaml"

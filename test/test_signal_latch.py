@@ -1,4 +1,4 @@
-"""ros/signal_latch.py: a signal never hangs a node, whatever its main thread holds when the signal comes.
+"""ros/process_signals.py SignalLatch: a signal never hangs a node, whatever its main thread holds when the signal comes.
 
 Each case runs in a fresh interpreter with a time limit, because the failure being guarded against is a
 process that waits for itself forever."""
@@ -47,7 +47,7 @@ def test_a_stop_signal_while_the_main_thread_holds_the_stop_events_lock_does_not
 def test_signals_in_a_burst_reach_their_actions_and_the_first_stop_signal_is_kept():
     out = _run("""
         import os, signal, threading
-        from timely_llm_ros.ros.signal_latch import SignalLatch
+        from timely_llm_ros.ros.process_signals import SignalLatch
         from timely_llm_ros.ros.spin import StopFlag
         seen, done = [], threading.Event()
         def dump(signum):
@@ -75,7 +75,7 @@ def test_signals_in_a_burst_reach_their_actions_and_the_first_stop_signal_is_kep
 def test_a_latch_outside_the_main_thread_installs_nothing():
     out = _run("""
         import signal, threading
-        from timely_llm_ros.ros.signal_latch import SignalLatch
+        from timely_llm_ros.ros.process_signals import SignalLatch
         got, before = [], signal.getsignal(signal.SIGUSR2)
         t = threading.Thread(target=lambda: got.append(SignalLatch({signal.SIGUSR2: print}).install()))
         t.start(); t.join()
@@ -94,7 +94,7 @@ def test_an_action_that_raises_does_not_end_the_watch():
     """A failing action (a thread dump that cannot write) is reported, and the next signal still works."""
     out = _run("""
         import os, signal, threading
-        from timely_llm_ros.ros.signal_latch import SignalLatch
+        from timely_llm_ros.ros.process_signals import SignalLatch
         stopped = threading.Event()
         def broken(_):
             raise OSError("cannot write")
@@ -111,7 +111,7 @@ def test_an_action_that_raises_does_not_end_the_watch():
 def test_restore_can_leave_the_signals_ignored_for_a_process_about_to_exit():
     out = _run("""
         import os, signal
-        from timely_llm_ros.ros.signal_latch import SignalLatch
+        from timely_llm_ros.ros.process_signals import SignalLatch
         latch = SignalLatch({signal.SIGINT: print})
         latch.install()
         latch.restore(ignore=True)

@@ -11,7 +11,7 @@ activates it through its lifecycle services (an outside manager, as ``ros2 launc
 the executors and the workload.
 
 ``kill -USR2 <bringup pid>`` prints the bringup's own threads' stacks and has every node print its own (each
-node dumps on SIGUSR2, ros/spin.enable_thread_dump); the fleet carries on.
+node dumps on SIGUSR2, ros/process_signals.enable_thread_dump); the fleet carries on.
 """
 from __future__ import annotations
 
@@ -25,14 +25,14 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
 import yaml
 
-from .signal_latch import SignalLatch
+from .process_signals import (STOP_WITH_PID_ENV, THREAD_DUMP_SIGNAL, SignalLatch, catches_signal,  # noqa: F401
+                              stopping_with_this_process, thread_stack)
 
 SERVER_NAME = "timely_server"
 EXECUTOR_NAME = "executor"
@@ -47,31 +47,6 @@ BRINGUP_SETTINGS = ("server", "workload", "server_ready_timeout_s", "executor_re
 LIFECYCLE_TRANSITIONS = ("configure", "activate")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 EXIT_INTERRUPTED = 130
-THREAD_DUMP_SIGNAL = signal.SIGUSR2   # as ros/spin.THREAD_DUMP_SIGNAL (not imported: that module needs rclpy)
-STOP_WITH_PID_ENV = "TIMELY_STOP_WITH_PID"   # ros/spin.stop_with_parent: a node stops if its starter dies
-
-
-def stopping_with_this_process(env: dict[str, str]) -> dict[str, str]:
-    """The environment for a node this process starts, such that the node stops (SIGTERM, as on Ctrl-C) if this
-    process dies without stopping it (spin.stop_with_parent). Only from the main thread: the kernel's
-    parent-death signal follows the thread that started the child, and another thread may end before the node."""
-    if threading.current_thread() is not threading.main_thread():
-        return env
-    return {**env, STOP_WITH_PID_ENV: str(os.getpid())}
-
-
-def catches_signal(pid: int, sig: int) -> bool:
-    """True if process pid has a handler for sig (Linux: the SigCgt mask of /proc/<pid>/status); False when
-    that cannot be read. A node still importing has none yet, and SIGUSR2 would end it."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("SigCgt:"):
-                    return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
-
 
 @dataclass(frozen=True)
 class ExecutorSpec:
@@ -445,10 +420,8 @@ class Supervisor:
     def dump_threads(self) -> None:
         """Print the bringup's own threads' stacks, then send SIGUSR2 to every running node that handles it
         (its stacks come out prefixed with its name); a node still starting is left alone."""
-        names = {t.ident: t.name for t in threading.enumerate()}
-        for ident, frame in sys._current_frames().items():
-            stack = "".join(traceback.format_stack(frame)).rstrip("\n").replace("\n", "\n[bringup]   ")
-            self.say(f"thread {names.get(ident, ident)}:\n[bringup]   {stack}")
+        for thread in threading.enumerate():
+            self.say(f"thread {thread.name}:" + "".join(f"\n[bringup]   {ln}" for ln in thread_stack(thread)))
         for child in list(self.running):
             pid = child.proc.pid
             if child.proc.poll() is not None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-import traceback
 from collections import deque
 from concurrent.futures import Executor as FuturesExecutor
 from concurrent.futures import Future as FuturesFuture
@@ -27,6 +26,8 @@ from typing import Any, Callable
 
 from rclpy.executors import (ConditionReachedException, Executor, ExternalShutdownException, ShutdownException,
                              TimeoutException)
+
+from .process_signals import thread_stack
 
 IDLE_EXIT_S = 5.0   # a thread costs ~0.1-0.8 ms to start, so a worker idle this long is worth ending
 
@@ -219,12 +220,9 @@ class ElasticExecutor(Executor):
 
 def report_stuck(threads: list[threading.Thread], waited_s: float | None) -> None:
     """Print where each thread is (its Python stack) to stderr: callbacks that did not end at shutdown."""
-    frames = sys._current_frames()
     lines = [f"[executor] {len(threads)} callback thread(s) still running {waited_s} s after shutdown began; "
              "exiting without them:"]
     for thread in threads:
-        frame = frames.get(thread.ident) if thread.ident is not None else None
         lines.append(f"  thread {thread.name}:")
-        lines += ["    " + ln for entry in traceback.format_stack(frame) for ln in entry.rstrip().splitlines()] \
-            if frame is not None else ["    (no stack)"]
+        lines += ["    " + ln for ln in thread_stack(thread)] or ["    (no stack)"]
     print("\n".join(lines), file=sys.stderr, flush=True)

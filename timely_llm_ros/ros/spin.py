@@ -16,7 +16,6 @@ Destroying entities while another thread still waits on them is what aborted pro
 """
 from __future__ import annotations
 
-import faulthandler
 import os
 import re
 import signal
@@ -30,42 +29,12 @@ from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValu
 from rclpy.signals import SignalHandlerOptions
 
 from .elastic_executor import IDLE_EXIT_S, ElasticExecutor
-from .signal_latch import SignalLatch
+# the two constants stay importable from spin, where nodes found them before
+from .process_signals import (STOP_WITH_PID_ENV, THREAD_DUMP_SIGNAL, SignalLatch, enable_thread_dump,  # noqa: F401
+                              stop_with_parent)
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GIL_SWITCH_INTERVAL_S = 0.001
-
-
-THREAD_DUMP_SIGNAL = signal.SIGUSR2
-
-
-def enable_thread_dump() -> None:
-    """`kill -USR2 <pid>` prints every thread's Python stack to stderr and the node carries on (faulthandler):
-    where a node that does not exit, or does not answer, is waiting. Tests send it to a process that outlives
-    its time."""
-    faulthandler.register(THREAD_DUMP_SIGNAL, all_threads=True, chain=False)
-
-
-STOP_WITH_PID_ENV = "TIMELY_STOP_WITH_PID"   # set by bringup.stopping_with_this_process
-
-
-def stop_with_parent() -> bool:
-    """A node whose starter names its own pid in TIMELY_STOP_WITH_PID (timely_bringup, the test harness, make
-    stress, the benchmarks: bringup.stopping_with_this_process) is sent SIGTERM, and so stops as on Ctrl-C, when
-    that starter dies without stopping it (kill -9, a crash): no orphaned node keeps the model in memory and its
-    robots on the ROS graph. Call it after the SIGTERM handler is installed. The variable is removed, so the
-    node's own children do not inherit it. Linux only (prctl PR_SET_PDEATHSIG); returns whether it is armed."""
-    pid = os.environ.pop(STOP_WITH_PID_ENV, "")
-    if not pid.isdigit() or not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    if ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0) != 0:
-        return False
-    if os.getppid() != int(pid):    # the starter died before the request took effect
-        os.kill(os.getpid(), signal.SIGTERM)
-    return True
 
 
 def set_gil_switch_interval() -> float:
@@ -103,7 +72,7 @@ def parameter_error_message(exc: ParameterException) -> str:
 
 class StopFlag:
     """Set by SIGINT/SIGTERM (or by the node itself); ``signal`` is the first signal, later ones change nothing.
-    The handlers take no lock (ros/signal_latch.py): a signal never hangs the node, whenever it comes."""
+    The handlers take no lock (ros/process_signals.py): a signal never hangs the node, whenever it comes."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
@@ -155,6 +124,18 @@ class Spinner:
             self._thread.join(timeout)
 
 
+def start_node_process() -> StopFlag:
+    """What every node process does first (spin_node, run_executor): SIGINT/SIGTERM set the returned stop flag
+    (handlers that take no lock), SIGUSR2 dumps the threads, the node stops if its starter dies, and the GIL
+    switch interval is set. Call ``restore(ignore=True)`` on the flag when the process is about to exit."""
+    stop = StopFlag()
+    stop.install()
+    enable_thread_dump()
+    stop_with_parent()
+    set_gil_switch_interval()
+    return stop
+
+
 def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], int] | int,
               args: list[str] | None = None,
               work: Callable[[object, StopFlag], int] | None = None,
@@ -168,11 +149,7 @@ def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], i
     ``work``'s result, else ``exit_code(node)`` if given, else 0 (a requested stop is a normal end). Meant as a
     process's main: SIGINT and SIGTERM stay ignored after it returns.
     """
-    stop = StopFlag()
-    stop.install()
-    enable_thread_dump()
-    stop_with_parent()
-    set_gil_switch_interval()
+    stop = start_node_process()
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     context = rclpy.get_default_context()
     node = executor = spinner = None

@@ -11,7 +11,7 @@ import time
 from collections import Counter, OrderedDict, deque
 from pathlib import Path
 
-from timely_llm_ros.ros.bringup import stopping_with_this_process
+from timely_llm_ros.ros.process_signals import stopping_with_this_process
 from timely_llm_ros.ros.memory_trim import resident_mib
 
 REPO = Path(__file__).resolve().parents[2]

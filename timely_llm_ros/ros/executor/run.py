@@ -1,9 +1,7 @@
 """main() for executor nodes: spin until SIGINT/SIGTERM, let open segments report their end, exit 0."""
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 import time
 from typing import Callable, Sequence, Union
 
@@ -12,9 +10,7 @@ from rclpy.exceptions import ParameterException
 from rclpy.signals import SignalHandlerOptions
 
 from ..elastic_executor import ElasticExecutor
-from ..signal_latch import SignalLatch
-from ..spin import (BAD_PARAMETER_EXIT, enable_thread_dump, parameter_error_message, set_gil_switch_interval,
-                    stop_with_parent)
+from ..spin import BAD_PARAMETER_EXIT, parameter_error_message, start_node_process
 from .base import SkillExecutorNode
 
 Nodes = Union[SkillExecutorNode, Sequence[SkillExecutorNode]]
@@ -25,13 +21,8 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
 
     Returns 0 on a signal (no traceback, threads joined), 1 when the node cannot start (bad parameters). Meant as
     a process's main: SIGINT and SIGTERM stay ignored after it returns."""
-    stop = threading.Event()
-    # Our own handlers (not rclpy's): on a signal the nodes still have to send the results of open segments.
-    latch = SignalLatch({s: lambda _: stop.set() for s in (signal.SIGINT, signal.SIGTERM)}, name="stop-signals")
-    latch.install()
-    enable_thread_dump()
-    stop_with_parent()
-    set_gil_switch_interval()
+    # our own handlers (not rclpy's): on a signal the nodes still have to send the results of open segments
+    stop = start_node_process()
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     nodes: list[SkillExecutorNode] = []
     executor = None
@@ -67,4 +58,4 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
             node.shutdown()
             node.destroy_node()
         rclpy.try_shutdown()
-        latch.restore(ignore=True)   # the process ends now: a late Ctrl-C must not turn exit 0 into -2
+        stop.restore(ignore=True)   # the process ends now: a late Ctrl-C must not turn exit 0 into -2
