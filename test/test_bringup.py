@@ -156,14 +156,37 @@ def test_node_params_file_is_accepted_by_rcl_and_reaches_namespaced_executor(tmp
 def test_overrides_target_existing_sections_and_reject_bad_input():
     fleet = load_fleet(DEMO)
     apply_overrides(fleet, ["timely_server.policy=timely", "executor.time_scale=2", "bringup.workload=false",
-                            "new_node.flag=true"])
+                            "/drone_1/executor.time_scale=3"])
     assert fleet.node_params["/**/timely_server"]["ros__parameters"]["policy"] == "timely"
     assert fleet.node_params["/**/executor"]["ros__parameters"]["time_scale"] == 2
-    assert fleet.node_params["new_node"]["ros__parameters"]["flag"] is True
+    assert fleet.node_params["/drone_1/executor"]["ros__parameters"]["time_scale"] == 3
     assert fleet.workload is False and len(build_children(fleet, "p.yaml")) == 6
     for bad in ["policy=timely", "timely_server.policy", "bringup.executors=[]", "bringup.stop_grace_s=-1"]:
         with pytest.raises(ValueError):
             apply_overrides(fleet, [bad])
+    # a node the bringup does not start (a typo) would silently set nothing: refused, naming the real ones
+    for typo in ["timely_sever.policy=edf", "/drone_1/executr.time_scale=2"]:
+        with pytest.raises(ValueError, match="starts no node named .*timely_server, executor, fleet_workload"):
+            apply_overrides(fleet, [typo])
+
+
+def test_an_override_without_a_section_in_the_fleet_reaches_namespaced_executors(tmp_path):
+    """A fleet whose params file has no executor section: --set executor.x must still reach /drone_3/executor
+    (a bare section "executor" would only match a node outside any namespace)."""
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"/**/timely_server": {"ros__parameters": {"max_batch": 2}}}))
+    fleet = parse_fleet({"bringup": {"params_file": "params.yaml", "executors": [
+        {"agent": "drone_3", "robot_type": "drone"}]}}, base_dir=tmp_path)
+    apply_overrides(fleet, ["executor.time_scale=0.25"])
+    params = write_node_params(fleet, tmp_path)
+    context = rclpy.Context()
+    rclpy.init(args=["--ros-args", "--params-file", str(params), "-r", "__ns:=/drone_3", "-r", "__node:=executor"],
+               context=context)
+    try:
+        node = Node("anything", context=context, automatically_declare_parameters_from_overrides=True)
+        assert node.get_parameter("time_scale").value == 0.25
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)
 
 
 @pytest.mark.parametrize("executors, complaint", [
@@ -452,7 +475,9 @@ def test_nodes_stop_when_the_bringup_is_killed(tmp_path):
         "executors": [{"agent": "drone_1", "robot_type": "drone"}]}}))
     temp = tmp_path / "tmp"
     temp.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.ros.bringup", "--fleet", str(fleet)],
+    # --set: the nodes get a merged params file, which must not outlive the bringup either
+    proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.ros.bringup", "--fleet", str(fleet),
+                             "--set", "timely_server.max_batch=3"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "TMPDIR": str(temp)})
     lines: list[str] = []
@@ -463,6 +488,7 @@ def test_nodes_stop_when_the_bringup_is_killed(tmp_path):
     pids = [int(m) for m in re.findall(r"\[bringup\] started \S+ \(pid (\d+)\)", "".join(lines))]
     try:
         assert len(pids) == 2 and not any(_gone(p) for p in pids), "".join(lines)[-3000:]
+        assert re.search(r"\[timely_server\].*configured: .*max_batch=3 ", "".join(lines)), "".join(lines)[-3000:]
         proc.kill()
         proc.wait(10)
         proc.stdout.close()   # as when the bringup is gone: nobody reads the nodes' output any more
@@ -471,7 +497,7 @@ def test_nodes_stop_when_the_bringup_is_killed(tmp_path):
             time.sleep(0.2)
         left = [p for p in pids if not _gone(p)]
         assert left == [], f"still running after the bringup died: {left}"
-        # no --set: the bringup made no temporary folder, so even a kill -9 leaves none
+        # the merged params lived in memory (memfd), so even a kill -9 leaves no file behind
         assert [p.name for p in temp.iterdir() if p.name.startswith("timely")] == []
     finally:
         for pid in pids:

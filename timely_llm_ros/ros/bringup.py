@@ -3,8 +3,10 @@
 A fleet description (config/fleet/*.yaml) has a top-level ``bringup:`` section saying what to start and
 naming the nodes' ROS params file (``params_file``, relative to the description), which the nodes get as
 is with ``--params-file``; rcl never reads the description. Only when parameters are overridden (``--set``)
-or a legacy description carries parameter sections of its own are they merged into a params file in a
-temporary folder, removed when the bringup ends.
+or a legacy description carries parameter sections of its own are they merged into a params file: on Linux an
+in-memory file (memfd) the nodes inherit and read as ``/dev/fd/N``, so nothing is on disk even after a
+``kill -9`` of the bringup (``cat /proc/<bringup pid>/fd/N`` shows it); elsewhere a temporary folder, removed
+when the bringup ends.
 
 The server is a lifecycle node: it is started with ``autostart:=false`` and the bringup configures and
 activates it through its lifecycle services (an outside manager, as ``ros2 launch`` does), then starts
@@ -27,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence, TextIO
+from typing import Any, Iterator, Sequence, TextIO
 
 import yaml
 
@@ -37,6 +39,7 @@ from .process_signals import (STOP_WITH_PID_ENV, THREAD_DUMP_SIGNAL, SignalLatch
 SERVER_NAME = "timely_server"
 EXECUTOR_NAME = "executor"
 WORKLOAD_NAME = "fleet_workload"
+NODE_NAMES = (SERVER_NAME, EXECUTOR_NAME, WORKLOAD_NAME)
 NODE_MODULES = {
     "server": "timely_llm_ros.ros.server_node",
     "executor": "timely_llm_ros.ros.executor_node",
@@ -83,6 +86,7 @@ class ChildSpec:
     node_name: str = ""
     namespace: str = "/"
     lifecycle: bool = False        # a managed node the supervisor configures and activates
+    pass_fds: tuple[int, ...] = () # file descriptors the process inherits (an in-memory params file)
 
 
 def parse_fleet(data: dict[str, Any], require_bringup: bool = True, base_dir: Path | None = None) -> FleetConfig:
@@ -156,7 +160,9 @@ def apply_overrides(config: FleetConfig, overrides: Sequence[str]) -> None:
     """Apply ``node.param=value`` overrides (value parsed as YAML) to the node sections or ``bringup``.
 
     ``node`` matches a section named exactly so or ending in ``/node`` (``executor`` matches ``/**/executor``);
-    otherwise a new section is added.
+    otherwise a new section ``/**/node`` is added, which reaches the node in any namespace (the executors run
+    in their robots' namespaces). ``node`` must name a node the bringup starts (a typo would otherwise be
+    ignored by every node); a fully qualified ``/drone_1/executor`` sets one robot's executor alone.
     """
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -171,9 +177,11 @@ def apply_overrides(config: FleetConfig, overrides: Sequence[str]) -> None:
                 raise ValueError(f"--set bringup.{param}: settable are {', '.join(BRINGUP_SETTINGS)}")
             setattr(config, param, getattr(parse_fleet({"bringup": {param: value}}), param))
             continue
-        section_name = next(
-            (k for k in config.node_params if k == node or str(k).endswith("/" + node)), node
-        )
+        if node.rpartition("/")[2] not in NODE_NAMES:
+            raise ValueError(f"--set {key}: the bringup starts no node named {node.rpartition('/')[2]!r} "
+                             f"(its nodes: {', '.join(NODE_NAMES)}; bringup.<setting> for the bringup itself)")
+        section_name = next((k for k in config.node_params if k == node or str(k).endswith("/" + node)),
+                            node if node.startswith("/") else f"/**/{node}")
         section = config.node_params.setdefault(section_name, {})
         section.setdefault("ros__parameters", {})[param] = value
 
@@ -199,12 +207,22 @@ def write_node_params(config: FleetConfig, directory: str | Path | None = None,
     return path
 
 
-def node_params_file(config: FleetConfig, directory: str | Path) -> Path:
-    """The params file to hand the nodes: the fleet's own file when unchanged, else a merged copy in
-    ``directory`` (a temporary folder the caller removes)."""
-    if config.params_file is not None and not config.modified:
-        return config.params_file
-    return write_node_params(config, directory)
+@contextlib.contextmanager
+def merged_params_file(config: FleetConfig) -> Iterator[tuple[Path, tuple[int, ...]]]:
+    """The merged params file for the nodes and the descriptors they must inherit to read it.
+
+    Linux: an in-memory file (memfd) named ``/dev/fd/N``; the kernel frees it with its last holder, so a
+    bringup killed outright leaves nothing behind. Elsewhere: a file in a temporary folder removed on exit."""
+    if hasattr(os, "memfd_create") and Path("/dev/fd").is_dir():
+        fd = os.memfd_create("timely_node_params")
+        try:
+            os.write(fd, node_params_yaml(config).encode("utf-8"))
+            yield Path(f"/dev/fd/{fd}"), (fd,)
+        finally:
+            os.close(fd)
+        return
+    with tempfile.TemporaryDirectory(prefix="timely_bringup_") as tmp:
+        yield write_node_params(config, tmp), ()
 
 
 def build_children(
@@ -213,10 +231,12 @@ def build_children(
     log_level: str = "info",
     with_workload: bool = True,
     entry_points: dict[str, list[str]] | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> list[ChildSpec]:
     """The processes to start, in start order (server, executors, workload).
 
-    ``entry_points`` maps a role to the argv that runs its node (default ``<python> -m <module>``).
+    ``entry_points`` maps a role to the argv that runs its node (default ``<python> -m <module>``);
+    ``pass_fds``: descriptors every child inherits (those ``params_file`` needs, see merged_params_file).
     """
     entry = {role: [sys.executable, "-m", module] for role, module in NODE_MODULES.items()}
     entry.update(entry_points or {})
@@ -242,6 +262,8 @@ def build_children(
             WORKLOAD_NAME, "workload",
             [*entry["workload"], "--ros-args", "-r", f"__node:={WORKLOAD_NAME}", *tail],
         ))
+    for child in children:
+        child.pass_fds = tuple(pass_fds)
     return children
 
 
@@ -258,7 +280,7 @@ class _Child:
         self.activated = False            # configured and activated by the supervisor
         self.proc = subprocess.Popen(
             spec.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, text=True, errors="replace", bufsize=1, start_new_session=True,
+            env=env, text=True, errors="replace", bufsize=1, start_new_session=True, pass_fds=spec.pass_fds,
         )
         self._reader = threading.Thread(target=self._pump, args=(out, out_lock), daemon=True)
         self._reader.start()
@@ -554,7 +576,9 @@ def make_parser() -> argparse.ArgumentParser:
                         help="do not start the workload; run until Ctrl-C")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NODE.PARAM=VALUE",
                         help="override a parameter, e.g. --set timely_server.policy=timely or "
-                             "--set executor.time_scale=0.5 (value parsed as YAML; repeatable)")
+                             "--set executor.time_scale=0.5 (every executor; /drone_1/executor.time_scale=0.5 for "
+                             "one); NODE is timely_server, executor, fleet_workload or bringup (value parsed as "
+                             "YAML; repeatable)")
     return parser
 
 
@@ -575,11 +599,11 @@ def main(argv: Sequence[str] | None = None,
     except (OSError, ValueError, yaml.YAMLError) as exc:
         print(f"[bringup] error: {path}: {exc}", file=sys.stderr)
         return 2
-    # a folder only for a merged params file: a bringup killed outright then leaves nothing behind
+    # the fleet's own params file as it is; a merged one (--set) only in memory where the OS allows
     merged = config.params_file is None or config.modified
-    with tempfile.TemporaryDirectory(prefix="timely_bringup_") if merged else contextlib.nullcontext("") as tmp:
-        node_params = node_params_file(config, tmp)
-        children = build_children(config, node_params, args.log_level, not args.no_workload, entry_points)
+    with merged_params_file(config) if merged else contextlib.nullcontext((config.params_file, ())) as given:
+        node_params, fds = given
+        children = build_children(config, node_params, args.log_level, not args.no_workload, entry_points, fds)
         if not children:
             print("[bringup] nothing to start (server, executors and workload all off)", file=sys.stderr)
             return 2
@@ -591,6 +615,9 @@ def main(argv: Sequence[str] | None = None,
         latch.install()    # SIGINT/SIGTERM stop the children cleanly; SIGUSR2 dumps every process's threads
         try:
             supervisor.say(f"fleet from {path}: {', '.join(c.name for c in children)}")
+            if merged:
+                where = f"in memory, cat /proc/{os.getpid()}/fd/{fds[0]}" if fds else str(node_params)
+                supervisor.say(f"node parameters merged with --set ({where})")
             code = supervisor.run()
             return 0 if code == EXIT_INTERRUPTED else code  # Ctrl-C / SIGTERM is a normal way to end a fleet
         finally:
