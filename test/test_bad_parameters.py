@@ -33,3 +33,26 @@ def test_a_bad_parameter_ends_the_node_with_a_line_that_says_what_to_write(argv,
     assert "Traceback" not in out, out[-3000:]
     assert says in out, out[-3000:]
     assert "ros2 param describe" in out
+
+
+ROS_ARGS_CASES = [
+    # a command line rcl itself rejects, before any node exists: (module and arguments, what the line must say)
+    (["timely_llm_ros.ros.server_node", "--ros-args", "-p", "policy=edf"],
+     "'-p policy=edf'", "set a parameter as -p name:=value"),
+    (["timely_llm_ros.ros.executor.host", "--agents", "d1:drone", "--ros-args", "--params-file", "/nonexistent.yaml"],
+     "'--params-file /nonexistent.yaml'", "--params-file must name a readable ROS params file"),
+    (["timely_llm_ros.ros.workload_node", "--ros-args", "--log-level", "loud"],
+     "'--log-level loud'", "--log-level takes debug, info, warn, error or fatal"),
+]
+
+
+@pytest.mark.parametrize("argv,names,says", ROS_ARGS_CASES, ids=["server-p-without-colon", "executor-missing-file",
+                                                                 "workload-bad-log-level"])
+def test_a_command_line_rcl_rejects_ends_the_node_with_what_to_write(argv, names, says):
+    """rclpy.init raises before the node exists; that was a traceback ending in rcl's C source lines."""
+    proc = subprocess.run([sys.executable, "-m", *argv], cwd=REPO, env=ros_env(), capture_output=True, text=True,
+                          timeout=60)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and ".c:" not in out, out[-3000:]
+    assert "invalid ROS arguments" in out and names in out and says in out, out[-3000:]

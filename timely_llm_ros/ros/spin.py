@@ -27,6 +27,7 @@ from typing import Callable
 import rclpy
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException, ParameterException
 from rclpy.signals import SignalHandlerOptions
+from rclpy._rclpy_pybind11 import RCLError
 
 from .elastic_executor import IDLE_EXIT_S, ElasticExecutor
 # the two constants stay importable from spin, where nodes found them before
@@ -68,6 +69,33 @@ def parameter_error_message(exc: ParameterException) -> str:
         reason = text.split("Reason: ", 1)[-1]
         return f"parameter value rejected: {reason}{_SEE}"
     return f"parameter error: {text}"
+
+
+_RCL_SOURCE = re.compile(r",? at /\S+:\d+")      # rcl's "at /project/src/rcl/arguments.c:352" trail
+_ROS_ARGS_HINTS = (
+    ("parameter override rule", "set a parameter as -p name:=value (':=', not '='; a list as -p name:=[1, 2])"),
+    ("params file", "--params-file must name a readable ROS params file (node_name: {ros__parameters: {...}}; "
+                    "/**/node_name matches the node in any namespace)"),
+    ("remap rule", "remap as -r from:=to (e.g. -r __ns:=/drone_1)"),
+    ("log level", "--log-level takes debug, info, warn, error or fatal"),
+)
+
+
+def ros_args_error_message(exc: Exception) -> str:
+    """What to do about a command line rcl rejected (its own message names the argument, then C source lines)."""
+    text = _RCL_SOURCE.sub("", str(exc).replace("failed to initialize rcl: ", "")).strip()
+    hint = next((h for key, h in _ROS_ARGS_HINTS if key in text), "see the ROS arguments: --ros-args ... --")
+    return f"invalid ROS arguments: {text} -> {hint}"
+
+
+def init_ros(args: list[str] | None) -> str | None:
+    """rclpy.init without rclpy's signal handlers (StopFlag has them); None, or what to do when rcl rejects the
+    command line (a -p without ':=', a params file that does not exist or does not parse): no traceback."""
+    try:
+        rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    except RCLError as exc:
+        return ros_args_error_message(exc)
+    return None
 
 
 class StopFlag:
@@ -150,7 +178,11 @@ def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], i
     process's main: SIGINT and SIGTERM stay ignored after it returns.
     """
     stop = start_node_process()
-    rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    refused = init_ros(args)
+    if refused is not None:
+        print(f"error: {refused}", file=sys.stderr, flush=True)
+        stop.restore(ignore=True)
+        return BAD_PARAMETER_EXIT
     context = rclpy.get_default_context()
     node = executor = spinner = None
     code = 0

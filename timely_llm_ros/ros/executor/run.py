@@ -7,10 +7,9 @@ from typing import Callable, Sequence, Union
 
 import rclpy
 from rclpy.exceptions import ParameterException
-from rclpy.signals import SignalHandlerOptions
 
 from ..elastic_executor import ElasticExecutor
-from ..spin import BAD_PARAMETER_EXIT, parameter_error_message, start_node_process
+from ..spin import BAD_PARAMETER_EXIT, init_ros, parameter_error_message, start_node_process
 from .base import SkillExecutorNode
 
 Nodes = Union[SkillExecutorNode, Sequence[SkillExecutorNode]]
@@ -23,7 +22,11 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
     a process's main: SIGINT and SIGTERM stay ignored after it returns."""
     # our own handlers (not rclpy's): on a signal the nodes still have to send the results of open segments
     stop = start_node_process()
-    rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    refused = init_ros(args)
+    if refused is not None:
+        print(f"executor: cannot start: {refused}", file=sys.stderr, flush=True)
+        stop.restore(ignore=True)
+        return BAD_PARAMETER_EXIT
     nodes: list[SkillExecutorNode] = []
     executor = None
     try:
