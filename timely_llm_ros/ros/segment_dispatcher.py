@@ -22,17 +22,21 @@ from typing import Callable
 from rclpy.callback_groups import CallbackGroup
 from rclpy.exceptions import InvalidHandle
 from rclpy.node import Node
-from rclpy.qos import QoSProfile
 
 from timely_llm_ros.action import ExecuteSegment
 
 from ..core.errors import ErrorCode
 from ..core.request import Segment
-from .action_client import ActionClient
+from .action_client import ActionClient, deep_queues
 from .conversions import execute_goal
 
 Post = Callable[[Callable], None]
-GOAL_QUEUE = QoSProfile(depth=100)
+# Every queue of the clients to the executors keeps 100 (rclpy's default is 10): a request the executor has not
+# received yet stays in the client's history until the executor acknowledges it. With 10, a burst of goal writes
+# evicted requests the executor never got; and once an executor had not answered for over a second (Fast DDS then
+# stops handing it samples through shared memory and relies on resending from that history), only the last 10
+# cancels reached it and the robot ran segments of ended plans to their end. ~85 KB per robot.
+CLIENT_QUEUES = deep_queues(100)
 
 
 @dataclass
@@ -69,11 +73,8 @@ class SegmentDispatcher:
         with self._lock:
             client = self._clients.get(agent)
             if client is None:
-                # goal requests kept until the executor has them (rclpy's default history of 10 let a burst of
-                # writes evict a request the executor had not received; +42 KB per robot, the other queues stay)
                 client = ActionClient(self._node, ExecuteSegment, f"{agent}/execute_segment",
-                                      recovery_timer=False, callback_group=self._group,
-                                      goal_service_qos_profile=GOAL_QUEUE)
+                                      recovery_timer=False, callback_group=self._group, **CLIENT_QUEUES)
                 self._clients[agent] = client
             return client
 
