@@ -27,7 +27,7 @@ from typing import Callable
 import rclpy
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException, ParameterException
 from rclpy.signals import SignalHandlerOptions
-from rclpy._rclpy_pybind11 import RCLError
+from rclpy._rclpy_pybind11 import RCLError   # what rclpy.init raises when rcl rejects the command line
 
 from .elastic_executor import IDLE_EXIT_S, ElasticExecutor
 # the two constants stay importable from spin, where nodes found them before
@@ -84,7 +84,8 @@ _ROS_ARGS_HINTS = (
 def ros_args_error_message(exc: Exception) -> str:
     """What to do about a command line rcl rejected (its own message names the argument, then C source lines)."""
     text = _RCL_SOURCE.sub("", str(exc).replace("failed to initialize rcl: ", "")).strip()
-    hint = next((h for key, h in _ROS_ARGS_HINTS if key in text), "see the ROS arguments: --ros-args ... --")
+    hint = next((h for key, h in _ROS_ARGS_HINTS if key in text),
+                "after --ros-args: -p name:=value, --params-file FILE, -r from:=to, --log-level LEVEL")
     return f"invalid ROS arguments: {text} -> {hint}"
 
 
