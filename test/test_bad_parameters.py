@@ -56,3 +56,16 @@ def test_a_command_line_rcl_rejects_ends_the_node_with_what_to_write(argv, names
     assert proc.returncode == 1, out[-3000:]
     assert "Traceback" not in out and ".c:" not in out, out[-3000:]
     assert "invalid ROS arguments" in out and names in out and says in out, out[-3000:]
+
+
+@pytest.mark.parametrize("param,says", [
+    ("agents:=[drone_1]", "parameter agents: agent entry 'drone_1' must look like 'drone_1:drone'"),
+    ("tasks_file:=/nonexistent/tasks.yaml", "parameter tasks_file: [Errno 2] No such file or directory"),
+], ids=["agent-without-type", "missing-tasks-file"])
+def test_a_workload_file_or_entry_it_cannot_use_ends_the_node_with_one_line(param, says):
+    """The workload node reads files and entries in its constructor; a bad one was a ValueError traceback."""
+    proc = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.workload_node", "--ros-args", "-p", param],
+                          cwd=REPO, env=ros_env(), capture_output=True, text=True, timeout=60)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and f"error: cannot start: {says}" in out, out[-3000:]

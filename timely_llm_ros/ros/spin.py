@@ -99,6 +99,11 @@ def init_ros(args: list[str] | None) -> str | None:
     return None
 
 
+class NodeStartError(Exception):
+    """A node's constructor found a parameter it cannot start with (a file that does not exist or does not parse,
+    an entry of the wrong form); the message says which and what to write. spin_node prints it, exit 1."""
+
+
 class StopFlag:
     """Set by SIGINT/SIGTERM (or by the node itself); ``signal`` is the first signal, later ones change nothing.
     The handlers take no lock (ros/process_signals.py): a signal never hangs the node, whenever it comes."""
@@ -192,6 +197,9 @@ def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], i
             node = make_node()
         except ParameterException as exc:   # a user's -p / params-file mistake: say what to do, no traceback
             print(f"error: {parameter_error_message(exc)}", file=sys.stderr, flush=True)
+            return BAD_PARAMETER_EXIT
+        except NodeStartError as exc:
+            print(f"error: cannot start: {exc}", file=sys.stderr, flush=True)
             return BAD_PARAMETER_EXIT
         if hasattr(node, "stop_flag"):
             node.stop_flag = stop

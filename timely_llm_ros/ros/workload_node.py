@@ -18,12 +18,14 @@ rest are cancelled, and the table is printed as usual.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import rclpy
 import yaml
@@ -42,7 +44,7 @@ from ..core.workload.generator import Workload, WorkloadTask
 from ..paths import config_dir
 from .action_client import ActionClient, deep_queues
 from .outcome_table import OutcomeRow, format_table
-from .spin import spin_node
+from .spin import NodeStartError, spin_node
 
 
 STATE_SILENCE_S = 5.0   # no server state this long: the server publishes none under server_state_topic
@@ -69,10 +71,20 @@ def parse_agents(entries: list[str], tasks: dict, per_agent: int) -> list[AgentS
             raise ValueError(f"agent entry {entry!r} must look like 'drone_1:drone'")
         pool = tasks.get(robot_type) or []
         if not pool:
-            raise ValueError(f"no tasks for robot type {robot_type!r} in the tasks file")
+            raise ValueError(f"no tasks for robot type {robot_type!r} in the tasks file (it has: "
+                             f"{', '.join(map(str, tasks)) or 'none'})")
         chosen = [pool[(i + k) % len(pool)] for k in range(per_agent)]
         agents.append(AgentSpec(name, robot_type, chosen))
     return agents
+
+
+@contextlib.contextmanager
+def _parameter(name: str) -> Iterator[None]:
+    """A file or an entry the node cannot use, raised inside, becomes a NodeStartError naming the parameter."""
+    try:
+        yield
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise NodeStartError(f"parameter {name}: {exc}") from None
 
 
 class FleetWorkloadNode(Node):
@@ -113,12 +125,18 @@ class FleetWorkloadNode(Node):
                                  callback_group=MutuallyExclusiveCallbackGroup())
         self.stop = threading.Event()      # replaced by spin_node's stop flag
         self._stop_at: float | None = None
-        self.workload: Workload | None = load_any(workload_file) if workload_file else None
+        # a file or an entry it cannot use ends the node with one line naming the parameter (spin_node)
         self.agents: list[AgentSpec] = []
+        with _parameter("workload_file"):
+            self.workload: Workload | None = load_any(workload_file) if workload_file else None
         if self.workload is None:
             path = Path(tasks_file) if tasks_file else config_dir() / "fleet_tasks.yaml"
-            self.tasks = yaml.safe_load(path.read_text())
-            self.agents = parse_agents(self.agent_entries, self.tasks, int(self.per_agent))
+            with _parameter("tasks_file"):
+                self.tasks = yaml.safe_load(path.read_text()) or {}
+                if not isinstance(self.tasks, dict):
+                    raise ValueError(f"{path} must map robot types to lists of tasks")
+            with _parameter("agents"):
+                self.agents = parse_agents(self.agent_entries, self.tasks, int(self.per_agent))
         # goals are sent from the agent threads (our ActionClient makes that safe); a replayed burst gets responses
         # and feedback of many goals at once
         self.client = ActionClient(self, Plan, "plan", callback_group=MutuallyExclusiveCallbackGroup(),
