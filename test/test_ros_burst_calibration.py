@@ -1,4 +1,4 @@
-"""The ROS burst benchmark's calibration: the urgent demand that scales the burst to the planner's speed."""
+"""The ROS burst benchmark: the calibration that scales the burst to the planner's speed, and its argument checks."""
 from __future__ import annotations
 
 import argparse
@@ -78,3 +78,11 @@ def test_the_as_run_machine_comes_from_the_replays_steps_after_the_warm_up(tmp_p
     assert pooled.steps == 3 and pooled.slowdown == pytest.approx(3.0)
     assert pooled.step_overhead_s == pytest.approx(0.001)
     assert per_policy["timely"].slowdown == pytest.approx(2.0) and per_policy["edf"].slowdown == pytest.approx(3.5)
+
+
+def test_an_unknown_policy_is_refused_before_any_process_starts(tmp_path, capsys):
+    """A typo in --policies was found only after the server (model loaded) failed to configure: a traceback."""
+    assert rb.main(["--policies", "timely,edf-admt", "--seeds", "1", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown policy 'edf-admt'" in err and "edf-admit" in err
+    assert not (tmp_path / "out").exists()
