@@ -89,16 +89,6 @@ def ros_args_error_message(exc: Exception) -> str:
     return f"invalid ROS arguments: {text} -> {hint}"
 
 
-def init_ros(args: list[str] | None) -> str | None:
-    """rclpy.init without rclpy's signal handlers (StopFlag has them); None, or what to do when rcl rejects the
-    command line (a -p without ':=', a params file that does not exist or does not parse): no traceback."""
-    try:
-        rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
-    except RCLError as exc:
-        return ros_args_error_message(exc)
-    return None
-
-
 class NodeStartError(Exception):
     """A node's constructor found a parameter it cannot start with (a file that does not exist or does not parse,
     an entry of the wrong form); the message says which and what to write. spin_node prints it, exit 1."""
@@ -158,15 +148,24 @@ class Spinner:
             self._thread.join(timeout)
 
 
-def start_node_process() -> StopFlag:
+def start_node_process(args: list[str] | None, refused_prefix: str = "error") -> StopFlag | None:
     """What every node process does first (spin_node, run_executor): SIGINT/SIGTERM set the returned stop flag
-    (handlers that take no lock), SIGUSR2 dumps the threads, the node stops if its starter dies, and the GIL
-    switch interval is set. Call ``restore(ignore=True)`` on the flag when the process is about to exit."""
+    (handlers that take no lock), SIGUSR2 dumps the threads, the node stops if its starter dies, the GIL switch
+    interval is set, and rclpy is initialised without its own signal handlers. Call ``restore(ignore=True)`` on
+    the flag when the process is about to exit. None when rcl rejects the command line (a -p without ':=', a
+    params file that does not exist or does not parse): one line saying what to write is printed, no traceback,
+    and the caller exits with BAD_PARAMETER_EXIT."""
     stop = StopFlag()
     stop.install()
     enable_thread_dump()
     stop_with_parent()
     set_gil_switch_interval()
+    try:
+        rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    except RCLError as exc:
+        print(f"{refused_prefix}: {ros_args_error_message(exc)}", file=sys.stderr, flush=True)
+        stop.restore(ignore=True)
+        return None
     return stop
 
 
@@ -183,11 +182,8 @@ def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], i
     ``work``'s result, else ``exit_code(node)`` if given, else 0 (a requested stop is a normal end). Meant as a
     process's main: SIGINT and SIGTERM stay ignored after it returns.
     """
-    stop = start_node_process()
-    refused = init_ros(args)
-    if refused is not None:
-        print(f"error: {refused}", file=sys.stderr, flush=True)
-        stop.restore(ignore=True)
+    stop = start_node_process(args)
+    if stop is None:
         return BAD_PARAMETER_EXIT
     context = rclpy.get_default_context()
     node = executor = spinner = None

@@ -9,7 +9,7 @@ import rclpy
 from rclpy.exceptions import ParameterException
 
 from ..elastic_executor import ElasticExecutor
-from ..spin import BAD_PARAMETER_EXIT, init_ros, parameter_error_message, start_node_process
+from ..spin import BAD_PARAMETER_EXIT, parameter_error_message, start_node_process
 from .base import SkillExecutorNode
 
 Nodes = Union[SkillExecutorNode, Sequence[SkillExecutorNode]]
@@ -21,11 +21,8 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
     Returns 0 on a signal (no traceback, threads joined), 1 when the node cannot start (bad parameters). Meant as
     a process's main: SIGINT and SIGTERM stay ignored after it returns."""
     # our own handlers (not rclpy's): on a signal the nodes still have to send the results of open segments
-    stop = start_node_process()
-    refused = init_ros(args)
-    if refused is not None:
-        print(f"executor: cannot start: {refused}", file=sys.stderr, flush=True)
-        stop.restore(ignore=True)
+    stop = start_node_process(args, refused_prefix="executor: cannot start")
+    if stop is None:
         return BAD_PARAMETER_EXIT
     nodes: list[SkillExecutorNode] = []
     executor = None
