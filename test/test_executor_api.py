@@ -231,6 +231,44 @@ def test_cancels_sent_while_the_executor_process_is_paused_all_take_effect(stall
         assert not missed, f"{len(missed)} of 30 cancelled segments ran anyway (statuses {statuses})"
 
 
+@pytest.mark.parametrize("ending", ["cancelled", "failed"])
+def test_a_plan_stops_at_a_segment_that_was_cancelled_or_failed(ending):
+    """Segments 1 and 2 of a plan wait behind segment 0. When 0 is cancelled (only 0) or fails, they end NOT_RUN
+    without starting. Before, the robot moved on to segment 1 the moment 0 ended: until the server's
+    separate cancel for it came, or to its end after a failure, although the plan past a failed step no longer
+    holds. A segment of the same plan sent afterwards (the new plan after a failure) runs as usual."""
+    fault = "abort_probability:=1.0" if ending == "failed" else "abort_probability:=0.0"
+    node = _start("timely_llm_ros.ros.executor_node", f"stop_{ending}", "robot_type:=drone", "time_scale:=1.0",
+                  fault)
+    client = _Client(f"stop_{ending}")
+    try:
+        fb: list[list] = [[], [], [], []]
+        first = client.send(_segment("plan", 0, ("mf", 500)), fb[0])   # 5.4 s; with the fault it fails half-way
+        later = [client.send(_segment("plan", i, ("mf", 5)), fb[i]) for i in (1, 2)]
+        assert _wait(lambda: fb[0]), "segment 0 never started"
+        if ending == "cancelled":
+            wait(first.cancel_goal_async(), 5.0)
+        status, result = client.result(first, 15.0)
+        assert (status, result.error_code) == ((GoalStatus.STATUS_CANCELED, R.CANCELLED) if ending == "cancelled"
+                                               else (GoalStatus.STATUS_ABORTED, R.FAILED))
+        for handle, seen in zip(later, fb[1:3]):
+            status, result = client.result(handle, 5.0)
+            assert status == GoalStatus.STATUS_ABORTED and result.error_code == R.NOT_RUN, result.error_message
+            assert result.error_message.startswith("not run: segment 0 of this plan ended first"), \
+                result.error_message
+            assert not seen, "a segment after the one that ended must not start"
+        status, result = client.result(client.send(_segment("plan", 3, ("mf", 5)), fb[3]), 15.0)
+        assert fb[3], "a segment sent after the plan stopped must run"
+        if ending == "cancelled":
+            assert status == GoalStatus.STATUS_SUCCEEDED, result.error_message
+        else:
+            assert "injected fault" in result.error_message
+    finally:
+        client.close()
+        node.stop()
+    assert node.proc.returncode == 0 and "Traceback" not in node.output(), node.output()[-3000:]
+
+
 def test_skill_registry_collects_marked_functions_and_methods():
     class Robot:
         def rate(self, args):

@@ -50,7 +50,7 @@ def test_plan_result_constants_are_exactly_the_core_error_codes():
 
 def test_execute_segment_error_codes_are_distinct():
     declared = _result_constants(ROOT / "action" / "ExecuteSegment.action")
-    assert set(declared) == {"ERROR_NONE", "UNKNOWN_SKILL", "BUSY", "CANCELLED", "FAILED"}
+    assert set(declared) == {"ERROR_NONE", "UNKNOWN_SKILL", "BUSY", "CANCELLED", "FAILED", "NOT_RUN"}
     assert len(set(declared.values())) == len(declared) and declared["ERROR_NONE"] == 0
     assert all(getattr(ExecuteSegment.Result, k) == v for k, v in declared.items())
 

@@ -10,7 +10,8 @@ module); the base serves ``<namespace>/execute_segment`` and handles the rest:
 - progress feedback (skills_done, current_skill, time_remaining) at the start, after each skill and every
   ``feedback_period_s``;
 - cancel: the running skill sees ``ctx.cancelled`` (``ctx.sleep`` raises), ``halt()`` is called, CANCELLED;
-- FAILED when a skill raises; execution_time measured from the moment the segment starts running.
+- FAILED when a skill raises; execution_time measured from the moment the segment starts running;
+- a plan stops at a segment that did not succeed: its later segments waiting here end NOT_RUN at once.
 """
 from __future__ import annotations
 
@@ -199,30 +200,58 @@ class SkillExecutorNode(Node):
     def _execute(self, handle) -> ExecuteSegment.Result:
         with self._cv:
             job = self._jobs.get(bytes(handle.goal_id.uuid))
+        result = None
         try:
-            if job is None:  # cannot happen: every accepted goal is registered first
-                handle.abort()
-                return R(success=False, error_code=R.FAILED, error_message="segment not registered")
-            if job.verdict is not None:
-                handle.abort()
-                return job.verdict
-            if handle.is_cancel_requested:
-                handle.canceled()
-                return R(success=False, error_code=R.CANCELLED, error_message="cancelled while queued")
-            if self._stopping:
-                handle.abort()
-                return R(success=False, error_code=R.FAILED, error_message=SHUTDOWN_MESSAGE)
-            return self._run(job)
+            result = self._outcome(handle, job)
+            return result
         finally:
+            orphans: list[_Job] = []
             with self._cv:
                 self._jobs.pop(bytes(handle.goal_id.uuid), None)
                 if job is not None:
                     self._timing(job, "ended")
+                    if result is None or not result.success:
+                        orphans = self._orphans(job, result)
                     self._order.done(job.request_id, job.index)
                     if self._running is job:
                         self._running = None
                         self._pause_feedback()
                 self._cv.notify_all()
+            for orphan in orphans:
+                self._start(orphan)
+
+    def _outcome(self, handle, job: _Job | None) -> ExecuteSegment.Result:
+        if job is None:  # cannot happen: every accepted goal is registered first
+            handle.abort()
+            return R(success=False, error_code=R.FAILED, error_message="segment not registered")
+        if job.verdict is not None:
+            handle.abort()
+            return job.verdict
+        if handle.is_cancel_requested:
+            handle.canceled()
+            return R(success=False, error_code=R.CANCELLED, error_message="cancelled while queued")
+        if self._stopping:
+            handle.abort()
+            return R(success=False, error_code=R.FAILED, error_message=SHUTDOWN_MESSAGE)
+        return self._run(job)
+
+    def _orphans(self, ended: _Job, result: ExecuteSegment.Result | None) -> list[_Job]:
+        """The later segments of `ended`'s plan waiting here, taken out of the queue with a NOT_RUN verdict (call
+        with the lock held): a plan does not go on past a segment that failed or was cancelled. Its server
+        cancels them too, but one cancel at a time: the next segment started for a few ms in between. Segments
+        of the plan that arrive later (a new plan after a failure, under the same request id) run as usual."""
+        why = result.error_message if result is not None else "executor error"
+        orphans = [w.item for w in self._order.waiting
+                   if w.request_id == ended.request_id and w.index > ended.index]
+        for job in orphans:
+            self._order.remove(job)
+            if not job.handle.is_cancel_requested:   # its own cancel came too: it ends CANCELLED
+                job.verdict = R(success=False, error_code=R.NOT_RUN,
+                                error_message=f"not run: segment {ended.index} of this plan ended first ({why})")
+        if orphans:
+            self.get_logger().info(f"[{ended.request_id}] segments {[j.index for j in orphans]} not run: "
+                                   f"segment {ended.index} ended without success")
+        return orphans
 
     # ------------------------------------------------------------------ running a segment
     def _run(self, job: _Job) -> ExecuteSegment.Result:
