@@ -292,6 +292,27 @@ def test_failed_segment_replans_with_a_context_naming_the_failed_skill():
     # without the option the request ends EXECUTION_FAILED (test_executor_failure_ends_the_request_with_its_code)
 
 
+def test_a_replan_withdraws_the_segments_already_sent_behind_the_failed_one():
+    """fcfs streams the plan: all three segments are out when the first fails. The replan withdraws the two
+    behind it (the server cancels them at the robot), and none of the new plan's segments reuses their numbers."""
+    clock = VirtualClock()
+    engine = SimEngine(LATENCY, clock)
+    from timely_llm_ros.core.scheduler import SchedulerConfig, SegmentsWithdrawn
+    sched = PlanScheduler(engine, make_policy("fcfs"), load_skill_sets(), load_exec_models(), clock,
+                          SchedulerConfig(replan_on_failure=1))
+    sched.submit(request("a", "mf(50);tc(90);mb(20);"))
+    sent = []
+    while len(sent) < 3 and sched.busy():
+        sent += [ev.segment.index for ev in sched.step() if isinstance(ev, SegmentReady)]
+    assert sent == [0, 1, 2]
+    sched.on_execution_started("a", 0, clock())
+    events = sched.on_execution_finished("a", 0, clock() + 0.5, ok=False, error="motor stalled")
+    assert [ev for ev in events if isinstance(ev, SegmentsWithdrawn)] == [SegmentsWithdrawn("a", (1, 2))]
+    clock.advance(0.5)
+    dispatched, finished = run_to_end(sched, clock)
+    assert finished["a"].ok and [i for _, i, _ in dispatched] == [3, 4, 5]
+
+
 @pytest.mark.parametrize("policy", ["timely", "timebill", "rtlm", "semantic"])
 def test_a_long_running_scheduler_keeps_no_per_request_state_beyond_its_outcome_bound(policy):
     """A server runs for days: finished requests must not accumulate in the scheduler or the policy."""

@@ -88,7 +88,16 @@ class RequestFinished:
     outcome: RequestOutcome
 
 
-Event = Union[SegmentReady, StateChanged, RequestFinished]
+@dataclass(frozen=True)
+class SegmentsWithdrawn:
+    """Segments already dispatched that must not run any more: one before them failed and the request is being
+    planned again (its robot's executor drops them; cancel any it still holds)."""
+
+    req_id: str
+    indices: tuple[int, ...]
+
+
+Event = Union[SegmentReady, StateChanged, RequestFinished, SegmentsWithdrawn]
 
 
 @dataclass
@@ -549,8 +558,11 @@ class PlanScheduler:
         The new plan's segments continue the request's numbering; its first one waits from t (TUF_1)."""
         gen = track.gen
         req = gen.req
+        withdrawn = tuple(seg.index for seg in track.in_flight)
         for seg in list(track.in_flight) + list(track.to_dispatch):
             track.discarded.add(seg.index)
+        if withdrawn:
+            self._events.append(SegmentsWithdrawn(req.req_id, withdrawn))
         track.in_flight.clear()
         track.to_dispatch.clear()
         if track.engine_held:

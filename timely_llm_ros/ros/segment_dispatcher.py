@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.exceptions import InvalidHandle
@@ -162,10 +162,13 @@ class SegmentDispatcher:
         if self._on_feedback is not None:
             self._on_feedback(key[0], key[1], msg.feedback)
 
-    def cancel_request(self, req_id: str) -> None:
-        """Cancel whatever segment of this request an executor is running."""
+    def cancel_request(self, req_id: str, indices: Iterable[int] | None = None) -> None:
+        """Cancel the segments of this request that are out (those in `indices`, or all), the last one first: the
+        robot's executor then never starts a later segment between the cancel of its running one and its own."""
+        wanted = None if indices is None else set(indices)
         with self._lock:
-            items = [(k, v) for k, v in self._inflight.items() if k[0] == req_id]
+            items = sorted(((k, v) for k, v in self._inflight.items()
+                            if k[0] == req_id and (wanted is None or k[1] in wanted)), key=lambda kv: -kv[0][1])
             for k, _ in items:
                 del self._inflight[k]
         for _, inflight in items:
@@ -290,6 +293,8 @@ class SegmentDispatcher:
         except Exception as exc:
             self._fail(key, now, f"segment {index} result lost: {exc}", pop=False)
             return
+        if result.error_code == ExecuteSegment.Result.NOT_RUN and self._earlier_out(req_id, index):
+            return   # the robot stopped the plan at an earlier segment, whose own result (on its way) decides
         ok = bool(result.success)
         err = result.error_message or f"executor error code {result.error_code}"
         if result.error_code == ExecuteSegment.Result.BUSY:
@@ -302,6 +307,10 @@ class SegmentDispatcher:
             start = max(inflight.sent_at, now - took)
             self._post(lambda s: s.on_execution_started(req_id, index, start))
         self._post(lambda s: s.on_execution_finished(req_id, index, now, ok=ok, error=err, code=code))
+
+    def _earlier_out(self, req_id: str, index: int) -> bool:
+        with self._lock:
+            return any(k[0] == req_id and k[1] < index for k in self._inflight)
 
     def _fail(self, key: tuple[str, int], now: float, message: str, pop: bool = True) -> None:
         if pop:

@@ -37,7 +37,8 @@ from ..core.errors import ErrorCode, RequestError
 from ..core.policies import make_policy
 from ..core.request import RequestState
 from ..core.runtime import SchedulerThread
-from ..core.scheduler import PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady, StateChanged
+from ..core.scheduler import (PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady, SegmentsWithdrawn,
+                              StateChanged)
 from ..core.step_trace import StepTraceWriter
 from ..core.validation import GoalLimits, validate_goal
 from .client_host import KINDS as CLIENT_HOST_KINDS, ClientHost
@@ -477,6 +478,9 @@ class PlanServerNode(LifecycleNode):
                     self._on_events(self.scheduler.on_execution_finished(ev.req_id, ev.segment.index, now))
                 elif self.dispatcher is not None:
                     self.dispatcher.send(ev.req_id, session.agent_id, ev.segment)
+            elif isinstance(ev, SegmentsWithdrawn):   # replanning: the executor drops these; cancel any in transit
+                if self.dispatcher is not None:
+                    self.dispatcher.cancel_request(ev.req_id, ev.indices)
             elif isinstance(ev, StateChanged) and ev.state not in _FINAL:
                 session.state = ev.state.value
                 self._publish(session, plan_feedback(self.scheduler, session, ev.state.value))
