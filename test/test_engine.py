@@ -566,3 +566,86 @@ def test_a_reserved_store_is_made_at_its_size_kept_when_idle_and_never_grown_bel
     for g in ["g0", *ids]:
         reserved.release(g)
     assert reserved._store is first
+
+
+class LayerTrip:
+    """An interrupt_check that says "stop" at the n-th layer it is asked about in a step (armed per step)."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+        self.at: int | None = None
+
+    def arm(self, at: int | None) -> None:
+        self.asked, self.at = 0, at
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.at is not None and self.asked >= self.at
+
+
+@pytest.mark.parametrize("kw", [{}, {"batch_prefill": False}, {"step_token_budget": 16},
+                                {"prefix_cache_mb": 1, "prefix_min_tokens": 8}],
+                         ids=["batched-prefill", "one-by-one", "chunked", "prefix-cache"])
+def test_steps_cut_short_at_random_layers_leave_every_generation_token_exact(tiny, kw):
+    """Steps interrupted before any layer of their decode or prefill forwards (one or several of them) emit nothing
+    for the forward cut short, keep the tokens of the forwards that completed, and every generation still equals
+    its solo greedy output: a cut-short decode or prefill leaves no trace in the KV."""
+    rng = random.Random(21)
+    shared = prompt(110, 30)
+    specs = {f"g{i}": (shared[:rng.randrange(12, 30)] + prompt(111 + i, rng.randrange(3, 20))[1:],
+                       rng.randrange(8, 30)) for i in range(6)}
+    engine = make(tiny, **kw)
+    trip = LayerTrip()
+    engine.interrupt_check = trip
+    layers = tiny.model.config.num_hidden_layers
+    arrivals = {gid: 2 * i for i, gid in enumerate(specs)}
+    outputs: dict[str, list[int]] = {}
+    cut = 0
+    for t in range(600):
+        for gid, at in arrivals.items():
+            if at == t:
+                engine.add(gid, *specs[gid])
+        live = [g for g, at in arrivals.items() if at <= t and g not in outputs]
+        if not live:
+            if len(outputs) == len(specs):
+                break
+            continue
+        before = {g: engine.output_ids(g) for g in live}
+        decoding = {g for g in live if engine._gens[g].prefilled}
+        trip.arm(rng.randrange(1, 2 * layers + 1) if rng.random() < 0.5 else None)
+        res = engine.step(live)
+        if res.interrupted:
+            cut += 1
+            assert trip.asked == trip.at                    # it ended at the first layer told to stop
+        for g in live:
+            advanced = engine.output_ids(g)[:-1] == before[g] and g in res.tokens
+            assert advanced or engine.output_ids(g) == before[g], g   # one token, or none at all
+        assert res.interrupted or decoding <= set(res.tokens)
+        for gid in res.finished:
+            outputs[gid] = engine.output_ids(gid)
+            engine.release(gid)
+    assert cut >= 10 and engine.interrupted_steps == cut
+    for gid, (ids, max_new) in specs.items():
+        assert outputs[gid] == solo_greedy(tiny, ids, max_new), gid
+
+
+def test_the_layer_gate_asks_nothing_outside_a_step_and_goes_with_its_engine(tiny):
+    """interrupt_check is asked once per decoder layer of an engine step, never by other forwards of the model
+    (a reference generate), and an engine that is gone leaves no hook on the shared model."""
+    import gc
+
+    layers = tiny.model.model.layers
+    gc.collect()                               # engines of earlier tests
+    hooks_before = sum(len(layer._forward_pre_hooks) for layer in layers)
+    engine = make(tiny)
+    asked = []
+    engine.interrupt_check = lambda: asked.append(1) or False
+    engine.add("g", prompt(120, 9), 3)
+    engine.step(["g"])
+    assert len(asked) == tiny.model.config.num_hidden_layers
+    solo_greedy(tiny, prompt(121, 5), 3)
+    assert len(asked) == tiny.model.config.num_hidden_layers
+    assert sum(len(layer._forward_pre_hooks) for layer in layers) == hooks_before + len(layers)
+    del engine
+    gc.collect()
+    assert sum(len(layer._forward_pre_hooks) for layer in layers) == hooks_before

@@ -6,12 +6,17 @@ prefilled (their first output token comes from the prefill), the others decode o
 With chunked prefill (step_token_budget set) a step decodes every prefilled generation and spends the
 rest of the budget on prompt chunks, in the order the ids are given; a generation whose prompt is not
 complete yet emits no token in that step.
+
+Interrupts (engines with ``interruptible``): the driver sets ``interrupt_check``, a callable the engine asks
+between decoder layers of every forward in a step; when it returns True the step ends there. The forwards already
+complete keep their tokens; the generations of the forward cut short emit nothing and are left exactly as before
+the step (their partial KV writes are overwritten when they run again), and the result says ``interrupted``.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Container, Sequence
+from typing import Any, Callable, Container, Sequence
 
 from .detokenize import PrefixDiffStream, TextStream
 
@@ -28,6 +33,8 @@ class StepResult:
     finished: set[str] = field(default_factory=set)   # gens that emitted EOS or hit their cap
     elapsed_s: float = 0.0                            # measured (real) or modelled (simulated) step time
     prefilled: list[str] = field(default_factory=list)  # gens prefilled in this step
+    interrupted: bool = False                         # cut short at a layer boundary by interrupt_check: gens
+                                                      # without a token here did not advance
 
 
 @dataclass
@@ -49,6 +56,8 @@ class Engine(ABC):
     step_token_budget: int | None = None  # chunked prefill: tokens (decodes + prefill chunks) per step; None = off
     fused_steps: bool = False  # prefills and decodes of a step run in one forward (vLLM); False: the decode pass
                                # of the members already prefilled runs after the prefill forwards, on its own
+    interruptible: bool = False   # asks interrupt_check between decoder layers and can end a step there
+    interrupt_check: Callable[[], bool] | None = None   # set by the driver (scheduler thread, simulator)
 
     @abstractmethod
     def encode(self, text: str) -> list[int]:

@@ -10,14 +10,20 @@ where the fewest rows must move (a generation leaving at either edge moves nothi
 With ``decode_gaps`` the decode instead runs over the rows the batch occupies, leavers left in place as
 gap rows (no copies, a wasted decode row each); off by default, see ``_arrange``.
 Invariant: a prefilled generation's KV holds prompt + output[:-1]; output[-1] is the next input.
+Interrupts: a forward pre-hook on every decoder layer asks ``interrupt_check`` (set by the driver) during a step;
+when it says so the forward stops there (``StepInterrupted``). A cut-short decode leaves every length as it was (the
+keys/values its first layers wrote at each row's next column are overwritten when the row decodes again), a cut-short
+prefill frees its rows as a failed one does, so the step's result is token-exact with the step not having run.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
+import weakref
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -115,6 +121,16 @@ class TransformersEngine(GenerationTable, Engine):
         self.gap_rent_steps = 2    # rows are compacted once a gap outlives this many decode steps (ski rental)
         self.gap_row_steps = 0     # gap rows decoded so far (load-independent cost of decode_gaps)
         self._gap_age: dict[int, int] = {}   # decode steps each gap row of the range has been a gap
+        # interrupts: every decoder layer first asks interrupt_check while a step runs (_gate)
+        self.interrupt_check: Callable[[], bool] | None = None
+        self.interrupted_steps = 0
+        self._gate_open = False
+        layers = decoder_layers(self.model)
+        self.interruptible = bool(layers)
+        # the hooks hold the engine weakly and go when it does: a model outlives its engines (tests, a reconfigure)
+        gate = functools.partial(_gate, weakref.ref(self))
+        self._gate_hooks = [layer.register_forward_pre_hook(gate) for layer in layers]
+        weakref.finalize(self, _remove_hooks, list(self._gate_hooks))
 
     # ----- tokenizer -----
     def encode(self, text: str) -> list[int]:
@@ -174,6 +190,7 @@ class TransformersEngine(GenerationTable, Engine):
         self._mark_released(gen_id)
 
     def close(self) -> None:
+        _remove_hooks(self._gate_hooks)
         self._gens.clear()
         self._store, self._slots, self._last_active = None, [], []
         self.model = None
@@ -187,15 +204,22 @@ class TransformersEngine(GenerationTable, Engine):
         result = StepResult(tokens={})
         with torch.inference_mode():
             decoding = [g for g in gens if g.prefilled]
-            if decoding:
-                self._decode(decoding, result)
             new = [g for g in gens if not g.prefilled]
             before = sum(g.kv_len for g in new)
-            if new and self.step_token_budget is not None:
-                self._prefill_chunks(new, self.step_token_budget - len(decoding), result)
-            elif new:
-                self._prefill(new, result)
-            self.last_step_tokens = len(decoding) + sum(g.kv_len for g in new) - before
+            self._gate_open = self.interrupt_check is not None
+            try:
+                if decoding:
+                    self._decode(decoding, result)
+                if new and self.step_token_budget is not None:
+                    self._prefill_chunks(new, self.step_token_budget - len(decoding), result)
+                elif new:
+                    self._prefill(new, result)
+            except StepInterrupted:
+                result.interrupted = True
+                self.interrupted_steps += 1
+            finally:
+                self._gate_open = False
+            self.last_step_tokens = max(len(result.tokens) - len(result.prefilled) + sum(g.kv_len for g in new) - before, 0)
             self._enforce_budget()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -262,6 +286,9 @@ class TransformersEngine(GenerationTable, Engine):
                     mask = cols[None, :] <= cols[done:, None]
                     out = self.model(input_ids=ids, position_ids=cols[None, done:], attention_mask=mask[None, None],
                                      past_key_values=store, use_cache=True, logits_to_keep=1)
+            except StepInterrupted:
+                gen.kv_len = done                   # the chunks before this one stay in its row
+                raise
             except Exception:
                 self._free_row(gen)
                 gen.kv_len = 0
@@ -611,6 +638,34 @@ class TransformersEngine(GenerationTable, Engine):
     def is_offloaded(self, gen_id: str) -> bool:
         """Whether a generation's KV currently lives in host memory."""
         return self._get(gen_id, "is_offloaded").offloaded
+
+
+class StepInterrupted(Exception):
+    """Raised between decoder layers when the engine's interrupt_check asks to end the step (never escapes step)."""
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's decoder layers: the module list as long as its config's num_hidden_layers (``model.layers`` in
+    Llama-family models). Empty when there is none to find (the engine then cannot be interrupted)."""
+    n = getattr(model.config, "num_hidden_layers", None)
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == n:
+            return list(module)
+    return []
+
+
+def _gate(engine_ref: "weakref.ref[TransformersEngine]", module: torch.nn.Module, args) -> None:
+    """Forward pre-hook of each decoder layer: end the step here if the engine's interrupt_check says so."""
+    engine = engine_ref()
+    if engine is not None and engine._gate_open and engine.interrupt_check():
+        engine._gate_open = False
+        raise StepInterrupted
+
+
+def _remove_hooks(handles: list) -> None:
+    for handle in handles:
+        handle.remove()
+    handles.clear()
 
 
 def _eos_ids(loaded: LoadedModel) -> set[int]:
