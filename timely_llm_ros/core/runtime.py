@@ -3,6 +3,11 @@
 The ROS node's callbacks run on executor threads; they never touch the scheduler directly but
 `post()` or `call()` functions into this thread's inbox. Between inbox items the thread runs
 scheduler steps while there is work, and sleeps on the inbox when there is none.
+
+Interrupts: a request's submit waits in the inbox while an engine step runs. On an interruptible engine the
+caller also `announce()`s it; the engine asks between its decoder layers (on this thread, so nothing else reads
+the scheduler meanwhile) and the step ends early when the policy says the newcomer should not wait for it
+(PlanScheduler.interrupts_step).
 """
 from __future__ import annotations
 
@@ -10,10 +15,12 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, Callable, Iterable
 
+from .request import PlanRequest
 from .scheduler import Event, PlanScheduler
 from .step_trace import StepRecord
 
@@ -34,6 +41,11 @@ class SchedulerThread:
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="timely-scheduler", daemon=True)
+        self._arrivals: deque[PlanRequest] = deque()   # announced, not yet weighed against a step in flight
+        engine = scheduler.engine
+        self.interruptible = bool(getattr(engine, "interruptible", False))
+        if self.interruptible:
+            engine.interrupt_check = self._arrival_interrupts
 
     def start(self) -> None:
         self._thread.start()
@@ -47,6 +59,21 @@ class SchedulerThread:
     def post(self, fn: Callable[[PlanScheduler], Iterable[Event] | None]) -> None:
         """Run fn(scheduler) on the scheduler thread; events it returns are dispatched."""
         self._inbox.put((fn, None))
+
+    def announce(self, req: PlanRequest) -> None:
+        """`req`'s submit was just posted: the engine step in flight may end early for it (thread-safe; a no-op on an
+        engine that cannot be interrupted)."""
+        if self.interruptible:
+            self._arrivals.append(req)
+
+    def _arrival_interrupts(self) -> bool:
+        """The engine's interrupt_check (this thread, between decoder layers): does an announced request cut the
+        step in flight short? Each announcement is weighed once, against the step running when it is first seen."""
+        while self._arrivals:
+            req = self._arrivals.popleft()
+            if self.scheduler.interrupts_step(req, self.scheduler.clock()):
+                return True
+        return False
 
     def call(self, fn: Callable[[PlanScheduler], Any]) -> Future:
         """Like post, but returns a Future with fn's return value (events are not dispatched)."""

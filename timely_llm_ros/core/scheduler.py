@@ -140,6 +140,8 @@ class PlanScheduler:
         self.loop_s: deque = deque(maxlen=16)
         self._last_run: tuple[float, float] | None = None   # (start, engine time) of a step that left work
         self.preemptions = 0                         # generations the policy suspended mid-segment
+        self.interrupted_steps = 0                   # engine steps an arrival cut short (interrupts_step)
+        self._stepping: tuple[Generation, ...] = ()  # the members of the engine step in flight
         self.steps = 0
         self.last_step: StepRecord | None = None    # what the last engine step did and took (step traces)
         self._tracks: dict[str, _Track] = {}
@@ -167,6 +169,15 @@ class PlanScheduler:
 
     def is_running(self, req_id: str) -> bool:
         return req_id in self._running
+
+    def interrupts_step(self, req: PlanRequest, now: float) -> bool:
+        """Whether `req`, arriving at `now` while an engine step runs, should cut that step short: it is new to
+        this scheduler (a request it already holds was weighed when the step was picked) and the policy says so
+        (Policy.interrupts: by default, it outranks every member of the step). The engine asks this through its
+        interrupt_check between decoder layers, on the thread that runs the step."""
+        if not self._stepping or req.req_id in self._tracks:
+            return False
+        return self.policy.interrupts(Generation(req=req, prompt_ids=[], enqueued_at=now), self._stepping, now)
 
     # ----------------------------------------------------------------- inputs
     def submit(self, req: PlanRequest) -> list[Event]:
@@ -280,6 +291,9 @@ class PlanScheduler:
             return self._drain()
         self._apply_batch(batch, now)
         ids = [g.req_id for g in batch]
+        decode_batch = sum(1 for g in batch if g.prefilled)
+        decode_kv = sum(len(g.prompt_ids) + len(g.output_ids) for g in batch if g.prefilled)
+        self._stepping = tuple(batch)
         try:
             result = self.engine.step(ids)
         except EngineError as exc:
@@ -287,15 +301,23 @@ class PlanScheduler:
                 self._finish(self._tracks[gen.req_id], RequestState.FAILED, ErrorCode.GENERATION_FAILED,
                              f"engine step failed: {exc}")
             return self._drain()
+        finally:
+            self._stepping = ()
         t = self.clock()
-        self.last_step_time = result.elapsed_s
         self.steps += 1
-        prefills = self._measure(batch, result)
-        self.last_step = StepRecord(t=now, engine_s=result.elapsed_s, prefills=prefills,
-                                    decode_batch=sum(1 for g in batch if g.prefilled),
-                                    decode_kv_tokens=sum(len(g.prompt_ids) + len(g.output_ids) for g in batch
-                                                         if g.prefilled),
-                                    reload_s=sum(g.reload_s for g in batch))
+        if result.interrupted:
+            # a partial step measures nothing: neither the decode speed nor the prefill cost
+            self.interrupted_steps += 1
+            prefills = ()
+            for gen in batch:
+                if not gen.prefilled and gen.req_id not in result.tokens:   # its prompt's forward was cut short
+                    gen.prefill_left = self._prefill_left(gen.req_id, len(gen.prompt_ids))
+        else:
+            self.last_step_time = result.elapsed_s
+            prefills = self._measure(batch, result)
+        self.last_step = StepRecord(t=now, engine_s=result.elapsed_s, prefills=prefills, decode_batch=decode_batch,
+                                    decode_kv_tokens=decode_kv, reload_s=sum(g.reload_s for g in batch),
+                                    interrupted=result.interrupted)
         for gen in batch:
             self._absorb(self._tracks[gen.req_id], result.tokens.get(gen.req_id),
                          gen.req_id in result.finished, result.elapsed_s, t)
@@ -381,8 +403,8 @@ class PlanScheduler:
         """Take one step's output for one generation: text, segments, suspension, completion."""
         gen = track.gen
         req_id = gen.req_id
-        if not gen.prefilled and token is None and not finished:
-            return         # chunked prefill: its prompt is not complete yet
+        if token is None and not finished:
+            return         # no progress: a chunked prompt not complete yet, or a forward an interrupt cut short
         if gen.prefilled:  # decode speed only: a prefill step says nothing about the time per token
             gen.step_times.append(elapsed)
         gen.prefilled = True

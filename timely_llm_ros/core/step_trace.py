@@ -12,6 +12,7 @@ profile, ``load_factors`` measures the two numbers the simulator needs to replay
   step_overhead_s  mean(iteration_s - engine_s): the loop's own time per step
 
 ``LatencyModel.under_load(slowdown, step_overhead_s)`` is that machine (benchmarks/ros_burst.py: sim-as-run).
+Steps an arrival interrupted ran only part of their forward and are left out of both.
 """
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ class StepRecord:
     events_s: float = 0.0             # this step's events handed on (feedback, segments sent to robots, results)
     idle_s: float = 0.0               # the loop's housekeeping after the step (timeouts, the state topic)
     policy: str = ""                  # the policy that chose the step (as the server names it)
+    interrupted: bool = False         # an arrival cut it short: engine_s is the part that ran, the columns above
+                                      # what was asked (left out of load_factors)
 
     @property
     def scheduling_s(self) -> float:
@@ -115,7 +118,8 @@ def read_step_trace(path: str | Path) -> list[StepRecord]:
                                   decode_batch=int(row["decode_batch"]), decode_kv_tokens=int(row["decode_kv_tokens"]),
                                   reload_s=float(row["reload_s"]), iteration_s=float(row["iteration_s"]),
                                   inbox_s=float(row.get("inbox_s") or 0.0), events_s=float(row.get("events_s") or 0.0),
-                                  idle_s=float(row.get("idle_s") or 0.0), policy=row["policy"]))
+                                  idle_s=float(row.get("idle_s") or 0.0), policy=row["policy"],
+                                  interrupted=row.get("interrupted") == "True"))
     return out
 
 
@@ -130,9 +134,9 @@ class LoadFactors:
 
 def load_factors(records: Sequence[StepRecord] | Iterable[StepRecord], latency: LatencyModel) -> LoadFactors:
     """Slowdown (a ratio of sums) and the mean per-step overhead of the records' steps against `latency`."""
-    records = list(records)
+    records = [r for r in records if not r.interrupted]   # a partial forward is no measure of the profile
     if not records:
-        raise ValueError("load_factors: no steps in the trace")
+        raise ValueError("load_factors: no steps in the trace (none that ran whole)")
     predicted = sum(r.predicted_s(latency) for r in records)
     measured = sum(r.forward_s for r in records)
     timed = [r for r in records if r.iteration_s > 0.0]

@@ -50,17 +50,21 @@ class Policy(ABC):
     Class flags say how the scheduler treats segments:
       segmented:       suspend a generation as soon as a segment is executable;
       stream_segments: dispatch each segment when found (False: only after the whole plan);
-      uses_feedback:   the robot's reported start/finish times replace the estimates in E (False: ablation).
+      uses_feedback:   the robot's reported start/finish times replace the estimates in E (False: ablation);
+      interrupt_default: whether a request that arrives during an engine step may cut it short (option
+                       `interrupt`; see `interrupts`).
     """
 
     name: ClassVar[str] = ""
     segmented: ClassVar[bool] = True
     stream_segments: ClassVar[bool] = True
     uses_feedback: bool = True     # False: E from execution estimates only (executor reports ignored for E)
+    interrupt_default: ClassVar[bool] = True
 
     def __init__(self, max_batch: int = 8, options: Mapping[str, Any] | None = None) -> None:
         self.max_batch = max_batch
         self.options = Options(options or {})
+        self.interrupt = bool(self.options.get("interrupt", self.interrupt_default))
 
     def unread_options(self) -> set[str]:
         """Option names given to this policy that it never looked up (a misspelt or foreign option)."""
@@ -83,6 +87,17 @@ class Policy(ABC):
     def should_drop(self, gen: Generation, now: float) -> str | None:
         """Reason to drop a waiting generation now, or None to keep it (default: never drop)."""
         return None
+
+    def interrupts(self, arrival: Generation, members: Sequence[Generation], now: float) -> bool:
+        """Whether `arrival`, a request new to the scheduler at `now`, should cut short the engine step in flight
+        that runs `members` (on an interruptible engine the step then ends at the next layer boundary and the next
+        pick sees the arrival). Default: when this policy ranks it above every member, i.e. when it would have
+        been picked before each of them had it arrived a moment before the step (option `interrupt`; FCFS
+        orders never rank a newcomer first, so they never interrupt)."""
+        if not self.interrupt or not members:
+            return False
+        p = self.priority(arrival, now)
+        return all(p > self.priority(m, now) for m in members)
 
     def select(self, waiting: Sequence[Generation], running: Sequence[Generation],
                ctx: SchedulingContext) -> list[Generation]:

@@ -30,6 +30,7 @@ class RtlmPolicy(Policy):
     static (batch-level serving as in the paper: no request joins a running batch)."""
 
     name = "rtlm"
+    interrupt_default = False   # its paper cuts no step short (option interrupt: true adds it)
     segmented = False
 
     def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | None = None) -> None:
@@ -120,6 +121,7 @@ class FifoStatic(Policy):
     once the running batch has finished (no request joins a running batch)."""
 
     name = "fifo-static"
+    interrupt_default = False   # its paper cuts no step short (option interrupt: true adds it)
     segmented = False
 
     def priority(self, gen: Generation, now: float) -> float:

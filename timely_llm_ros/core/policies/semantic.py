@@ -39,6 +39,7 @@ class SemanticPolicy(Policy):
     class_levels {class: level}, classifier (an object with .level(text)), length_predictor (.predict(task, ctx))."""
 
     name = "semantic"
+    interrupt_default = False   # its paper cuts no step short (option interrupt: true adds it)
     segmented = False
 
     def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | None = None) -> None:

@@ -36,6 +36,7 @@ class SlicePolicy(Policy):
     l_base_ms, l_per_seq_ms, measure (online l(b), default True)."""
 
     name = "slice"
+    interrupt_default = False   # its paper cuts no step short (option interrupt: true adds it)
     segmented = False
 
     def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | None = None) -> None:

@@ -30,6 +30,7 @@ class TimeBillPolicy(Policy):
     q_per_seq (decode-step cost per extra sequence in the batch), length_predictor."""
 
     name = "timebill"
+    interrupt_default = False   # its paper cuts no step short (option interrupt: true adds it)
     segmented = False
 
     def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | None = None) -> None:

@@ -34,6 +34,12 @@ higher with the prefills alone, the step prefills alone and the others are suspe
 since it passed a check planned before it ran (held-out seeds 31-60); its measurements on the 4090 profile and
 through the ROS server on the embedded planner are in docs/record.md ("Prefill steps alone on the embedded planner").
 
+Interrupts (option interrupt, default on; the ablation timely-nointerrupt turns it off; Policy.interrupts): a request
+that arrives while an engine step runs and that Eq. 4 ranks above every member of that step ends the step at the next
+decoder layer, on engines that check between layers (transformers, the simulator; not vLLM). Preemption at any
+token acts between steps; this acts inside one, so an urgent arrival no longer waits for a normal prefill step (up
+to step_prefill_s) or a long decode step in flight. The cut-short forward is lost work for its members.
+
 Options: segment_gen_time_s {robot_type: s}, online_gen_time (G tracks measured segments), max_segment_tokens
 {robot_type: n}, network_delay_s, token_time_s (batch-1 decode step assumed before one is measured), decode_seq_ratio
 (r: a decode step of B sequences takes t_1 * (1 + r (B - 1))), prefill_token_s (assumed before one is measured),
@@ -43,7 +49,7 @@ chunk: 0.1 s = half the urgent class's 0.2 s ERT, so an arrival that waits one w
 admit_per_step (prefills joining per step; 0 = no count limit), step_reloads (KV reloads of generations coming back from
 host memory count in that per-step work too; default on), segment_estimate ("mean": admission assumes the expected
 segment length, the default with the utility test; "max": the worst case, the default with the deadline test),
-crowd_plan (plan crowds of first segments in waves; default on with the utility test), crowd_objective ("utility";
+crowd_plan (plan crowds of first segments in waves; default on with the utility test), interrupt, crowd_objective ("utility";
 "served": most members served with positive utility first), crowd_promise (a split's deferred members keep their place;
 both off by default: ablations), prefill_alone, utility_floor, drop.
 """
@@ -553,6 +559,16 @@ class TimelyMixedSteps(TimelyPolicy):
 
     def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(max_batch, {**(options or {}), "prefill_alone": False})
+
+
+@register
+class TimelyNoInterrupt(TimelyPolicy):
+    """Ablation: timely with option interrupt off: a request that arrives during an engine step waits for its end."""
+
+    name = "timely-nointerrupt"
+
+    def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(max_batch, {**(options or {}), "interrupt": False})
 
 
 @register

@@ -10,6 +10,8 @@ YAML schema (config/latency/<name>.yaml; engine/profiler.py writes the same keys
     kv: {bytes_per_token: 131072, budget_bytes: 6.0e9, reload_bytes_per_s: 1.8e10}
     cached_prefix_tokens: 0                         # shared prompt prefix served from a prefix cache
     step_overhead_s: 0.0                            # the serving loop's own time per step, beside the forward
+    layers: 32                                      # decoder layers: where an interrupted step can end (1: only
+                                                    # at its end, i.e. never cut short)
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ class LatencyModel:
     cached_prefix_tokens: int = 0
     step_overhead_s: float = 0.0     # the serving loop's own time per engine step: passes on the clock, but is no
                                      # part of the step's elapsed time the engine reports (SimEngine)
+    layers: int = 1                  # decoder layers of the model: an interrupt ends a step at a layer boundary
     source: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -64,6 +67,16 @@ class LatencyModel:
         t = (sum(pre) + self.prefill_c) if pre else 0.0
         return t + self.decode_s(decode_batch, decode_kv_tokens)
 
+    def interrupted_s(self, elapsed: float, reload_s: float, at: float) -> float:
+        """Where a step of `elapsed` seconds (its first `reload_s` moving KV back from host) ends when an interrupt
+        is raised `at` seconds into it: the KV reloads complete, then the layer in progress does (a check runs
+        before each of the model's `layers` decoder layers). Returns `elapsed` when that is the step's end."""
+        forward = elapsed - reload_s
+        if forward <= 0.0 or self.layers <= 1:
+            return elapsed
+        q = forward / self.layers
+        return min(elapsed, reload_s + math.ceil(max(at - reload_s, 0.0) / q - 1e-9) * q)
+
     def under_load(self, slowdown: float, step_overhead_s: float) -> "LatencyModel":
         """This engine on a loaded machine: every forward-pass coefficient times `slowdown`, and a fixed
         `step_overhead_s` per step for the serving loop's own work (both measured on a real run: ros_burst.py)."""
@@ -82,7 +95,8 @@ class LatencyModel:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "LatencyModel":
         pre, dec, kv = d["prefill"], d["decode"], d.get("kv") or {}
-        known = {"prefill", "decode", "kv", "network_delay_s", "source", "cached_prefix_tokens", "step_overhead_s"}
+        known = {"prefill", "decode", "kv", "network_delay_s", "source", "cached_prefix_tokens", "step_overhead_s",
+                 "layers"}
         return cls(
             prefill_a=float(pre.get("a", 0.0)), prefill_b=float(pre.get("b", 0.0)), prefill_c=float(pre.get("c", 0.0)),
             decode_base=float(dec["base"]), decode_per_seq=float(dec.get("per_seq", 0.0)),
@@ -93,6 +107,7 @@ class LatencyModel:
             reload_bytes_per_s=float(kv.get("reload_bytes_per_s", math.inf)),
             cached_prefix_tokens=int(d.get("cached_prefix_tokens", 0)),
             step_overhead_s=float(d.get("step_overhead_s", 0.0)),
+            layers=max(1, int(d.get("layers", 1))),
             source=str(d.get("source", "")),
             extra={k: v for k, v in d.items() if k not in known},
         )
@@ -107,6 +122,7 @@ class LatencyModel:
                    "reload_bytes_per_s": self.reload_bytes_per_s},
             "cached_prefix_tokens": self.cached_prefix_tokens,
             "step_overhead_s": self.step_overhead_s,
+            "layers": self.layers,
             "source": self.source,
         }
         out.update(self.extra)

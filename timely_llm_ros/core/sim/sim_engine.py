@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ...engine.base import Engine, EngineError, MemoryStats, StepResult
 from .clock import VirtualClock
@@ -38,7 +38,13 @@ class SimEngine(Engine):
     step_token_budget (chunked prefill): a step decodes every prefilled generation (one token each) and spends
     what is left of the budget on prompt chunks in the order given; a chunk of n tokens ending at context c
     costs a*n*c + b*n (+ c once per step), so a prompt in one chunk costs what the unchunked prefill costs.
+    Interrupts: the driver sets interrupt_at(start, end) -> the time of the first arrival in (start, end) that
+    interrupts the step, or None; the step then ends at the next layer boundary (LatencyModel.interrupted_s) with
+    nothing generated (its KV reloads are kept), a conservative model of the real engine, which keeps the forwards
+    already complete.
     """
+
+    interruptible = True
 
     def __init__(self, latency: LatencyModel, clock: VirtualClock | None = None,
                  prompt_tokens: int = 0, tokenizer: PieceTokenizer | None = None,
@@ -57,6 +63,8 @@ class SimEngine(Engine):
         self._prompt_seen: dict[str, int] = {}
         self._pending_reload_s = 0.0
         self.steps = 0
+        self.interrupt_at: Callable[[float, float], float | None] | None = None
+        self.interrupted_steps = 0
 
     # tokens
     def encode(self, text: str) -> list[int]:
@@ -91,6 +99,7 @@ class SimEngine(Engine):
                 raise EngineError(f"generation {gid!r} is suspended; resume it before stepping")
             if g.finished:
                 raise EngineError(f"generation {gid!r} already finished")
+        before = [g.prefill_done for _, g in gens]
         prefills: list[tuple[int, int]] = []
         decode_batch = decode_kv = 0
         for _, g in gens:
@@ -113,8 +122,16 @@ class SimEngine(Engine):
                 room -= n
             if g.prefill_done >= g.prompt_tokens:
                 completes.add(id(g))
-        elapsed = self.latency.step_s(prefills, decode_batch, decode_kv) + self._pending_reload_s
-        self._pending_reload_s = 0.0
+        reload_s, self._pending_reload_s = self._pending_reload_s, 0.0
+        elapsed = self.latency.step_s(prefills, decode_batch, decode_kv) + reload_s
+        cut = self._cut(elapsed, reload_s)
+        if cut is not None:
+            for (_, g), done in zip(gens, before):
+                g.prefill_done = done
+            self.interrupted_steps += 1
+            self.clock.advance(cut + self.latency.step_overhead_s)
+            self.steps += 1
+            return StepResult(tokens={}, elapsed_s=cut, interrupted=True)
         result = StepResult(tokens={}, elapsed_s=elapsed)
         for gid, g in gens:
             if not g.prefilled:
@@ -132,6 +149,17 @@ class SimEngine(Engine):
         self.clock.advance(elapsed + self.latency.step_overhead_s)   # the serving loop's own time passes too
         self.steps += 1
         return result
+
+    def _cut(self, elapsed: float, reload_s: float) -> float | None:
+        """Where this step ends if an arrival interrupts it (None: it runs whole)."""
+        if self.interrupt_at is None:
+            return None
+        t0 = self.clock.now
+        at = self.interrupt_at(t0, t0 + elapsed)
+        if at is None:
+            return None
+        cut = self.latency.interrupted_s(elapsed, reload_s, at - t0)
+        return cut if cut < elapsed else None
 
     def prefill_left(self, gen_id: str) -> int | None:
         g = self._get(gen_id)

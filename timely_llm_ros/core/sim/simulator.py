@@ -12,9 +12,10 @@ imports torch: the engine is passed in.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
-import math
 import itertools
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -133,6 +134,11 @@ class Simulator:
         self._robot_free: dict[str, float] = {}   # request id -> when its robot finishes its queued segments
         self._robot_type: dict[str, str] = {}
         self._rejected: list[RequestOutcome] = []   # refused by submit (e.g. prompt too long)
+        self._arrivals: list[tuple[float, int, WorkloadTask]] = []   # arrivals not yet submitted, in time order
+        if isinstance(engine, SimEngine):     # an arrival may cut a modelled step short at a layer boundary
+            engine.interrupt_at = self._first_interrupt
+        elif engine.interruptible:            # a real engine asks between its layers (wall clock)
+            engine.interrupt_check = self._due_interrupt
 
     def run(self, tasks: Workload | Iterable[WorkloadTask], max_sim_s: float = 1e7) -> SimResult:
         """Simulate until every task has finished (or max_sim_s of simulated time passed)."""
@@ -169,14 +175,38 @@ class Simulator:
 
     # internals
     def _push(self, t: float, kind: int, payload: tuple) -> None:
-        heapq.heappush(self._events, (t, next(self._seq), kind, payload))
+        seq = next(self._seq)
+        heapq.heappush(self._events, (t, seq, kind, payload))
+        if kind == _ARRIVE:
+            bisect.insort(self._arrivals, (t, seq, payload[0]), key=lambda a: a[:2])
+
+    def _first_interrupt(self, start: float, end: float) -> float | None:
+        """SimEngine.interrupt_at: the first arrival strictly inside (start, end) that interrupts the step."""
+        i = bisect.bisect_right(self._arrivals, start, key=lambda a: a[0])
+        for t, _, task in itertools.islice(self._arrivals, i, None):
+            if t >= end:
+                break
+            if self.scheduler.interrupts_step(task.to_request(self.urgency_classes, arrival=t), t):
+                return t
+        return None
+
+    def _due_interrupt(self) -> bool:
+        """A real engine's interrupt_check: has an arrival that interrupts the step in flight come due?"""
+        now = self.clock.now
+        for t, _, task in self._arrivals:
+            if t > now:
+                return False
+            if self.scheduler.interrupts_step(task.to_request(self.urgency_classes, arrival=t), now):
+                return True
+        return False
 
     def _process_due(self) -> None:
         sched = self.scheduler
         while self._events and self._events[0][0] <= self.clock.now:
-            t, _, kind, payload = heapq.heappop(self._events)
+            t, seq, kind, payload = heapq.heappop(self._events)
             if kind == _ARRIVE:
                 task: WorkloadTask = payload[0]
+                self._arrivals.pop(bisect.bisect_left(self._arrivals, (t, seq), key=lambda a: a[:2]))
                 self._submit(task, t)
             elif (payload[0], payload[1]) in self._lost:
                 continue
