@@ -399,6 +399,7 @@ class PlanServerNode(LifecycleNode):
         if session.outcome is None and loop is not None:
             session.submitted = True
             loop.post(lambda s: self._submit(s, req, session))
+            loop.announce(req)      # an engine step in flight may end early for it (policy parameter interrupt)
             log.info(f"[{session.req_id}] {req.agent_id} ({req.robot_type}, {req.urgency or 'custom TUF'}): "
                      f"{req.task!r}")
         elif session.outcome is None:

@@ -32,6 +32,9 @@ def scheduler_state_msg(node, scheduler: PlanScheduler, counts: dict[str, int],
     msg.requests_done = counts["done"]
     msg.requests_dropped = counts["dropped"]
     msg.requests_failed = counts["failed"]
+    msg.engine_steps = scheduler.steps
+    msg.interrupted_steps = scheduler.interrupted_steps
+    msg.preemptions = scheduler.preemptions
     msg.executors_ready, msg.executors_pending = list(executors_ready), list(executors_pending)
     for g in gens:
         waiting = g.state in (RequestState.QUEUED, RequestState.SUSPENDED)
@@ -61,7 +64,8 @@ def diagnostics_msg(node, state: SchedulerState, max_batch: int, extra: dict | N
               "last_step_time_s": f"{state.last_step_time:.4f}", "kv_device_bytes": int(state.kv_device_bytes),
               "kv_host_bytes": int(state.kv_host_bytes), "requests_total": state.requests_total,
               "requests_done": state.requests_done, "requests_dropped": state.requests_dropped,
-              "requests_failed": state.requests_failed, **(extra or {})}
+              "requests_failed": state.requests_failed, "engine_steps": state.engine_steps,
+              "interrupted_steps": state.interrupted_steps, "preemptions": state.preemptions, **(extra or {})}
     status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
     return DiagnosticArray(header=state_header(node), status=[status])
 
