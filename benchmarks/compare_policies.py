@@ -5,6 +5,7 @@
         [--batch-sweep 1,2,4,6,8,12,16] [--latency llama3-8b-rtx4090] --out out/bench_wid1
     python benchmarks/compare_policies.py --workload WID1,WID2,WID3,burst,closed-loop --out out/ablation
     python benchmarks/compare_policies.py --workload WID1 --cache-sweep 0,1000,2000,2400,2600,2800,2883 --out out/cache
+    python benchmarks/compare_policies.py --workload WID1,burst --layers-sweep 1,4,8,16,32,80 --out out/layers
     python benchmarks/compare_policies.py --workload WID1 --seeds 1-30 --blocks 5 --policies timely,cap05 \\
         --variant cap05=timely:step_prefill_s=0.05 --out out/cap05
 
@@ -15,7 +16,7 @@ the mean [min-max] over the seeds; each seed draws its own workload and every po
 Upper bound per class: the same latency model serving that class alone (its requests only), best of
 BOUND_POLICIES; "share" = utility / bound. Writes <out>/runs.csv (one row per preset, seed, policy, max batch,
 group), <out>/summary.csv and <out>/summary.md (mean [min-max]), with --blocks <out>/blocks.md, and PNG plots
-(utility per policy; batch sweep; cache sweep).
+(utility per policy; batch sweep; cache sweep; layers sweep: where an interrupt can end a step).
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.workload import generate, load_spec, load_workload  # noqa: E402
 from timely_llm_ros.core.workload.generator import Workload, burst  # noqa: E402
 
-DEFAULT_POLICIES = ("timely,timely-fixed,timely-nodrop,timely-open-loop,timely-nopreempt,timely-mixed-steps,"
+DEFAULT_POLICIES = ("timely,timely-fixed,timely-nodrop,timely-open-loop,timely-nopreempt,timely-nointerrupt,"
+                    "timely-mixed-steps,"
                     "timely-chunked,timely-maxseg,timely-reloads-free,timely-fixed-cap,edf,edf-admit,fcfs,fcfs-admit,"
                     "vllm-stream,vllm")
 BOUND_POLICIES = ("timely", "edf-admit", "edf", "vllm-stream")
@@ -87,6 +89,7 @@ register_preset("closed-loop",
 register_variant("timely-fixed", "timely", {"adaptive": False})
 register_variant("timely-nodrop", "timely", {"drop": "never"})
 register_variant("timely-nopreempt", "timely", {"preempt": False})
+register_variant("edf-admit-nointerrupt", "edf-admit", {"interrupt": False})
 register_variant("timely-paper-admit", "timely", {"prefill_aware": False, "preempt": False})
 register_variant("timely-deadline-admit", "timely", {"admission": "deadline"})
 register_variant("timely-chunked", "timely", {}, {"step_token_budget": 256})
@@ -176,6 +179,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-batch", type=int, default=16, help="max batch size without a sweep")
     p.add_argument("--latency", default="llama3-8b-rtx4090", help="config/latency profile name or YAML path")
     p.add_argument("--cache-sweep", default="", help="cached prefix tokens to sweep (0..prompt length)")
+    p.add_argument("--layers-sweep", default="", help="decoder layers of the latency model to sweep (an interrupt "
+                   "ends a step at the next of that many boundaries; 1: never mid-step)")
     p.add_argument("--variant", action="append", default=[], metavar="NAME=POLICY:KEY=VALUE,...",
                    help="register a policy variant for --policies (repeatable), e.g. "
                         "timely-cap05=timely:step_prefill_s=0.05 (values are read as YAML scalars)")
@@ -231,17 +236,25 @@ def run(args) -> list[dict]:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     batches = [int(b) for b in args.batch_sweep.split(",") if b.strip()] or [args.max_batch]
     caches = [int(c) for c in args.cache_sweep.split(",") if c.strip()] or [None]
-    if args.blocks > 0 and (batches != [args.max_batch] or caches != [None]):
-        raise SystemExit("--blocks: leave out --batch-sweep and --cache-sweep (one figure per policy and seed)")
+    layer_counts = [int(n) for n in args.layers_sweep.split(",") if n.strip()] or [None]
+    if caches != [None] and layer_counts != [None]:
+        raise SystemExit("--cache-sweep and --layers-sweep: one sweep at a time")
+    if any(n is not None and n < 1 for n in layer_counts):
+        raise SystemExit(f"--layers-sweep {args.layers_sweep!r}: layer counts are >= 1")
+    if args.blocks > 0 and (batches != [args.max_batch] or caches != [None] or layer_counts != [None]):
+        raise SystemExit("--blocks: leave out --batch-sweep, --cache-sweep and --layers-sweep (one figure per policy "
+                         "and seed)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     base_latency = load_latency_model(args.latency)
     rows: list[dict] = []
     print(f"latency profile {args.latency} ({base_latency.source}); cached prefix "
-          f"{base_latency.cached_prefix_tokens} tokens unless swept")
+          f"{base_latency.cached_prefix_tokens} tokens, {base_latency.layers} layers unless swept")
+    variants = [(c, n) for c in caches for n in layer_counts]
     for preset, seed, workload, preset_sim in workloads(args):
-        for cached in caches:
+        for cached, layers in variants:
             latency = base_latency if cached is None else replace(base_latency, cached_prefix_tokens=cached)
+            latency = latency if layers is None else replace(latency, layers=layers)
             bound, per_request = ({}, {}) if args.no_bound else bound_for(workload, latency, preset_sim, seed)
             if bound:   # all: the class bounds weighted by how many requests each class has
                 counts = _counts(workload)
@@ -254,7 +267,8 @@ def run(args) -> list[dict]:
                         lost = [o for o in res.outcomes if (g == "all" or o.req.urgency == g)
                                 and o.state == RequestState.DROPPED and per_request.get(o.req.req_id, 0.0) > 0]
                         rows.append({"preset": preset, "seed": seed, "policy": spec, "max_batch": mb,
-                                     "cached": latency.cached_prefix_tokens, "group": g, "n": m.n,
+                                     "cached": latency.cached_prefix_tokens, "layers": latency.layers,
+                                     "group": g, "n": m.n,
                                      "utility": m.utility, "share_of_max": m.utility_share, "bound": b,
                                      "share": m.utility / b if b and not math.isnan(b) and b > 0 else math.nan,
                                      "response_time": m.response_time, "waiting_time": m.waiting_time,
@@ -273,7 +287,7 @@ def run(args) -> list[dict]:
         (out / "blocks.md").write_text(blocks_md(rows, args.blocks), encoding="utf-8")
         print(f"per-block means: {out / 'blocks.md'}")
     if not args.no_plots:
-        plot(rows, out, caches != [None], len(batches) > 1)
+        plot(rows, out, caches != [None], len(batches) > 1, layer_counts != [None])
     print(f"wrote {out / 'runs.csv'}, {out / 'summary.csv'}, {out / 'summary.md'}")
     return rows
 
@@ -286,11 +300,14 @@ def _counts(workload: Workload) -> dict[str, int]:
 
 
 def summarize_rows(rows: list[dict]) -> list[dict]:
-    keys = list(dict.fromkeys((r["preset"], r["policy"], r["max_batch"], r["cached"], r["group"]) for r in rows))
+    def key_of(r: dict) -> tuple:
+        return r["preset"], r["policy"], r["max_batch"], r["cached"], r["layers"], r["group"]
+
     out = []
-    for key in keys:
-        sel = [r for r in rows if (r["preset"], r["policy"], r["max_batch"], r["cached"], r["group"]) == key]
-        out.append({"preset": key[0], "policy": key[1], "max_batch": key[2], "cached": key[3], "group": key[4],
+    for key in dict.fromkeys(key_of(r) for r in rows):
+        sel = [r for r in rows if key_of(r) == key]
+        out.append({"preset": key[0], "policy": key[1], "max_batch": key[2], "cached": key[3], "layers": key[4],
+                    "group": key[5],
                     "seeds": len(sel), "utility": span([r["utility"] for r in sel]),
                     "share_of_max": span([r["share_of_max"] for r in sel]),
                     "share_of_bound": span([r["share"] for r in sel]),
@@ -333,18 +350,19 @@ def markdown(summary: list[dict], args) -> str:
     lines = [f"Policies on {args.workload} ({args.latency}), seeds {args.seeds}: mean [min-max].", ""]
     for preset in dict.fromkeys(r["preset"] for r in summary):
         lines += [f"### {preset}" + (f" ({PRESETS[preset].about})" if preset in PRESETS else ""), "",
-                  "| policy | batch | cached | group | utility | share of max (U/beta) | share of bound | dropped |"
-                  " dropped (bound > 0) |", "|---|---|---|---|---|---|---|---|---|"]
+                  "| policy | batch | cached | layers | group | utility | share of max (U/beta) | share of bound |"
+                  " dropped | dropped (bound > 0) |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in summary:
             if r["preset"] == preset:
-                lines.append(f"| {r['policy']} | {r['max_batch']} | {r['cached']} | {r['group']} | {r['utility']} | "
+                lines.append(f"| {r['policy']} | {r['max_batch']} | {r['cached']} | {r['layers']} | {r['group']} | "
+                             f"{r['utility']} | "
                              f"{r['share_of_max']} | {r['share_of_bound']} | {r['dropped']} | "
                              f"{r['dropped_bound_positive']} |")
         lines.append("")
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], out: Path, cache_sweep: bool, batch_sweep: bool) -> None:
+def plot(rows: list[dict], out: Path, cache_sweep: bool, batch_sweep: bool, layers_sweep: bool = False) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -352,22 +370,27 @@ def plot(rows: list[dict], out: Path, cache_sweep: bool, batch_sweep: bool) -> N
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     for preset in dict.fromkeys(r["preset"] for r in rows):
         sel = [r for r in rows if r["preset"] == preset]
-        if cache_sweep:
+        if cache_sweep or layers_sweep:
+            column, label = ("cached", "cached prompt prefix (tokens)") if cache_sweep else \
+                ("layers", "decoder layers (an interrupt ends a step at the next boundary)")
             groups = [g for g in dict.fromkeys(r["group"] for r in sel) if g != "all"]
             fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 3.6), squeeze=False)
             for ax, g in zip(axes[0], groups):
                 for pol in policies:
-                    pts = sorted({r["cached"] for r in sel})
+                    pts = sorted({r[column] for r in sel})
                     ys = [statistics.fmean(r["utility"] for r in sel if r["policy"] == pol and r["group"] == g
-                                           and r["cached"] == c) for c in pts]
+                                           and r[column] == c) for c in pts]
                     ax.plot(pts, ys, marker="o", label=pol)
-                ax.set_xlabel("cached prompt prefix (tokens)")
+                ax.set_xlabel(label)
+                if layers_sweep:
+                    ax.set_xscale("log", base=2)
                 ax.set_ylabel(f"{g} utility (mean over seeds)")
                 ax.axhline(0, color="black", lw=0.5)
                 ax.set_title(f"{preset}: {g}")
             axes[0][0].legend(fontsize=7)
             fig.tight_layout()
-            fig.savefig(out / f"cache_sweep_{preset}.png", dpi=120)
+            fig.savefig(out / f"{column}_sweep_{preset}.png" if layers_sweep else out / f"cache_sweep_{preset}.png",
+                        dpi=120)
             plt.close(fig)
             continue
         if batch_sweep:
