@@ -269,7 +269,11 @@ def ros_utilities(rows: list[dict], workload: Workload) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------------------- simulator
 def ensure_profile(path: Path) -> Path:
-    if not path.exists():
+    """The embedded planner's latency profile, made when missing or older than its `layers` key (without it the
+    simulator would model no interrupts)."""
+    import yaml
+
+    if not path.exists() or "layers" not in (yaml.safe_load(path.read_text(encoding="utf-8")) or {}):
         print(f"profiling the embedded planner into {path} (one torch thread)", flush=True)
         path.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "timely_llm_ros.engine.profiler", "--out", str(path), "--threads", "1",

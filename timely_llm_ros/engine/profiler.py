@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         "decode": decode,
         "network_delay_s": 0.0,
         "kv": {"bytes_per_token": engine.kv_shape.bytes_per_token, "reload_bytes_per_s": bandwidth},
+        "layers": int(loaded.model.config.num_hidden_layers),    # where an interrupt can end a step
         "source": f"timely_llm_ros.engine.profiler {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {desc}",
         "fit": {"prefill_mape": pre_err, "decode_mape": dec_err,
                 "prefill_points": [[n, t] for n, t in pre_points],
