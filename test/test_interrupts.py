@@ -63,6 +63,19 @@ def test_an_arrival_interrupts_only_when_the_policy_ranks_it_above_every_member(
     assert not make_policy("slice").interrupt and make_policy("slice", options={"interrupt": True}).interrupt
 
 
+def test_an_arrival_the_next_pick_could_not_take_interrupts_nothing():
+    """A full batch of a policy that never leaves running generations out comes back whole after a cut, ahead of
+    the newcomer: no interrupt. With room, or with preemption (timely), the newcomer runs next and it interrupts."""
+    normal = [gen("normal", 0.01 * i, rid=f"m{i}") for i in range(4)]
+    urgent = gen("urgent", 0.1, rid="u")
+    assert not make_policy("edf", max_batch=4).interrupts(urgent, normal, 0.1)
+    assert make_policy("edf", max_batch=5).interrupts(urgent, normal, 0.1)
+    assert make_policy("timely", max_batch=4).interrupts(urgent, normal, 0.1)
+    assert not make_policy("timely", max_batch=4, options={"preempt": False}).interrupts(urgent, normal, 0.1)
+    assert not make_policy("timely", max_batch=4, options={"adaptive": False}).interrupts(urgent, normal, 0.1)
+    assert make_policy("timely", max_batch=5, options={"preempt": False}).interrupts(urgent, normal, 0.1)
+
+
 def test_eq4_lets_a_fresh_request_cut_a_later_segment_of_its_own_class_short_where_a_class_rule_would_not():
     """A member generating a later segment whose robot is busy for another 4 s has slack: Eq. 4 ranks a fresh
     normal request (ERT 1 s) above it, so the step ends early for the newcomer, although both are of one class and

@@ -88,13 +88,23 @@ class Policy(ABC):
         """Reason to drop a waiting generation now, or None to keep it (default: never drop)."""
         return None
 
+    @property
+    def preempts_running(self) -> bool:
+        """Whether select may leave a running generation out of the next step to make room (default: no, running
+        generations stay until their segment ends)."""
+        return False
+
     def interrupts(self, arrival: Generation, members: Sequence[Generation], now: float) -> bool:
         """Whether `arrival`, a request new to the scheduler at `now`, should cut short the engine step in flight
         that runs `members` (on an interruptible engine the step then ends at the next layer boundary and the next
         pick sees the arrival). Default: when this policy ranks it above every member, i.e. when it would have
-        been picked before each of them had it arrived a moment before the step (option `interrupt`; FCFS
-        orders never rank a newcomer first, so they never interrupt)."""
+        been picked before each of them had it arrived a moment before the step, and the next pick can take it
+        (the batch has room, or select makes room by leaving running generations out): cutting a step whose
+        members all come back ahead of the newcomer would only throw work away. Option `interrupt`; FCFS orders
+        never rank a newcomer first, so they never interrupt."""
         if not self.interrupt or not members:
+            return False
+        if len(members) >= self.max_batch and not self.preempts_running:
             return False
         p = self.priority(arrival, now)
         return all(p > self.priority(m, now) for m in members)

@@ -167,6 +167,11 @@ class TimelyPolicy(Policy):
     def forget(self, req_id: str) -> None:
         self._promised.pop(req_id, None)
 
+    @property
+    def preempts_running(self) -> bool:
+        """Preemption at any token: the latency-guided pick leaves running generations out (not the fixed cap)."""
+        return self.preempt and self.adaptive
+
     def observe_segment(self, robot_type: str, gen_time_s: float) -> None:
         """Option online_gen_time: G follows the measured segment generation time (EMA, weight 0.2), so the
         priorities fit whatever engine and model serve them instead of a profile made elsewhere."""
