@@ -174,6 +174,7 @@ def run(args) -> list[dict]:
                         forced_plans=args.forced_plans, on_finished=lambda o, b=bar: b.update(1))
         result = sim.run(workload, max_sim_s=last_arrival + args.drain)
         bar.close()
+        interrupted = sim.scheduler.interrupted_steps
         del sim, engine
         gc.collect()
         groups = {**summarize(result.outcomes),
@@ -187,7 +188,8 @@ def run(args) -> list[dict]:
                                   "waiting_time": o.waiting_time, "utility": o.utility, "tokens": o.tokens,
                                   "segments": len(o.segments), "plan": o.plan_text.strip()})
         busy = sum(dt for _, dt in steps)
-        tqdm.write(f"  {name}: {len(steps)} engine steps, mean batch {sum(b for b, _ in steps) / max(len(steps), 1):.1f},"
+        tqdm.write(f"  {name}: {len(steps)} engine steps ({interrupted} cut short by an arrival), mean batch "
+                   f"{sum(b for b, _ in steps) / max(len(steps), 1):.1f},"
                    f" mean step {busy / max(len(steps), 1) * 1e3:.0f} ms; engine busy {busy:.1f} s of "
                    f"{result.sim_time_s:.1f} s wall time")
     write_csv(out / "summary.csv", rows, FIELDS)

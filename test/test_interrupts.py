@@ -215,3 +215,34 @@ def test_an_announced_urgent_request_ends_the_transformers_step_in_flight_and_ru
     outcome_u, outcome_n = finished["u"], finished["n"]
     assert outcome_u.segments[0].gen_finished < outcome_n.segments[0].gen_finished   # the urgent plan went first
     assert outcome_u.plan_text.strip().startswith(get_trace(6).plan.strip()[:8])
+
+
+def test_the_simulator_on_a_real_engine_cuts_a_step_when_an_arrival_comes_due_mid_forward():
+    """Simulator + transformers engine on the wall clock: an urgent task due at 0.05 s while the normal task's
+    prefill forward is in flight (held at layer 1 until 0.08 s, so the order is certain) ends that step at the next
+    layer; both plans still run whole, the urgent one's first."""
+    pytest.importorskip("torch")
+    from timely_llm_ros.core.sim.clock import WallClock
+    from timely_llm_ros.engine.loader import build_random_model
+    from timely_llm_ros.engine.transformers_engine import TransformersEngine, decoder_layers
+
+    loaded = build_random_model("tiny", device="cpu", seed=4)
+    engine = TransformersEngine(loaded)
+    clock = WallClock()
+    sim = Simulator(make_policy("timely"), None, engine=engine, clock=clock, time_scale=0.01, network_delay_s=0.0)
+    assert engine.interrupt_check is not None
+
+    def hold(module, args):
+        stepping = sim.scheduler._stepping
+        if stepping and stepping[0].req_id == "n" and not stepping[0].prefilled:
+            clock.advance_to(0.08)               # the urgent task comes due while this forward runs
+
+    hook = decoder_layers(loaded.model)[0].register_forward_pre_hook(hold)
+    try:
+        result = sim.run([task("n", 1, 0.0, 0), task("u", 6, 0.05, 0)], max_sim_s=60)
+    finally:
+        hook.remove()
+    got = {o.req.req_id: o for o in result.outcomes}
+    assert sim.scheduler.interrupted_steps >= 1 and engine.interrupted_steps == sim.scheduler.interrupted_steps
+    assert all(o.state == RequestState.DONE for o in got.values()), [o.message for o in got.values()]
+    assert got["u"].segments[0].gen_finished < got["n"].segments[0].gen_finished
