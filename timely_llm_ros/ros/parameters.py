@@ -49,7 +49,7 @@ class ServerParams:
 
 _DESCRIPTIONS = {
     "policy": ("scheduling policy: timely | fcfs | edf | vllm | vllm-stream, or a registered ablation such as "
-               "timely-mixed-steps or edf-admit (see docs/scheduling.md)", None),
+               "timely-nointerrupt, timely-mixed-steps or edf-admit (see docs/scheduling.md)", None),
     "max_batch": ("maximum generations decoded in one engine step", (1, 256)),
     "engine": ("LLM engine backend: transformers | vllm (vllm: kv_budget_mb sizes its KV pool, default 256)", None),
     "model_path": ("local Hugging Face model directory; empty = the embedded default planner", None),
