@@ -246,3 +246,36 @@ def test_the_simulator_on_a_real_engine_cuts_a_step_when_an_arrival_comes_due_mi
     assert sim.scheduler.interrupted_steps >= 1 and engine.interrupted_steps == sim.scheduler.interrupted_steps
     assert all(o.state == RequestState.DONE for o in got.values()), [o.message for o in got.values()]
     assert got["u"].segments[0].gen_finished < got["n"].segments[0].gen_finished
+
+
+def test_a_driver_that_is_dropped_frees_its_engine_without_the_cycle_collector():
+    """The engine's interrupt callback holds its driver weakly: dropping a Simulator (or a SchedulerThread) that drove
+    a real engine frees the engine, KV store included, by reference counting alone (gc disabled)."""
+    import gc
+    import weakref
+
+    pytest.importorskip("torch")
+    from timely_llm_ros.core.sim.clock import WallClock
+    from timely_llm_ros.engine.loader import build_random_model
+    from timely_llm_ros.engine.transformers_engine import TransformersEngine
+
+    loaded = build_random_model("tiny", device="cpu", seed=5)
+    gc.collect()
+    gc.disable()
+    try:
+        engine = TransformersEngine(loaded)
+        sim = Simulator(make_policy("timely"), None, engine=engine, clock=WallClock(), time_scale=0.01)
+        sim.run([task("n", 1, 0.0, 0)], max_sim_s=30)
+        ref = weakref.ref(engine)
+        del sim, engine
+        assert ref() is None, "the Simulator and its engine were kept alive by a reference cycle"
+        engine = TransformersEngine(loaded)
+        sched = PlanScheduler(engine, make_policy("timely"), load_skill_sets(), load_exec_models(), time.monotonic)
+        loop = SchedulerThread(sched, lambda events: None)
+        loop.start()
+        loop.stop()            # as the server's cleanup does (a thread never started keeps its target)
+        ref = weakref.ref(engine)
+        del loop, sched, engine
+        assert ref() is None, "the SchedulerThread and its engine were kept alive by a reference cycle"
+    finally:
+        gc.enable()

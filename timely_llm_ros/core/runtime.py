@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, Callable, Iterable
 
+from ..engine.base import weak_method
 from .request import PlanRequest
 from .scheduler import Event, PlanScheduler
 from .step_trace import StepRecord
@@ -45,7 +46,7 @@ class SchedulerThread:
         engine = scheduler.engine
         self.interruptible = bool(getattr(engine, "interruptible", False))
         if self.interruptible:
-            engine.interrupt_check = self._arrival_interrupts
+            engine.interrupt_check = weak_method(self._arrival_interrupts)
 
     def start(self) -> None:
         self._thread.start()

@@ -14,6 +14,7 @@ the step (their partial KV writes are overwritten when they run again), and the 
 """
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Container, Sequence
@@ -57,7 +58,8 @@ class Engine(ABC):
     fused_steps: bool = False  # prefills and decodes of a step run in one forward (vLLM); False: the decode pass
                                # of the members already prefilled runs after the prefill forwards, on its own
     interruptible: bool = False   # asks interrupt_check between decoder layers and can end a step there
-    interrupt_check: Callable[[], bool] | None = None   # set by the driver (scheduler thread, simulator)
+    interrupt_check: Callable[[], bool] | None = None   # set by the driver (scheduler thread, simulator), held
+                                                         # weakly (weak_method) when the driver owns the engine
 
     @abstractmethod
     def encode(self, text: str) -> list[int]:
@@ -152,6 +154,18 @@ class EngineWrapper(Engine):
             f = getattr(e, "set_prompt_tokens", None)
             if callable(f):
                 f(gen_id, n)
+
+
+def weak_method(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method` (bound) held weakly: its object may own the engine that keeps this callable (interrupt_check), and a
+    strong reference would make the two a cycle that only Python's cycle collector frees, KV store included. Once
+    the object is gone the callable returns None."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> Any:
+        target = ref()
+        return None if target is None else target(*args)
+    return call
 
 
 def check_new(existing: Container[str], gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int) -> None:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from ...engine.base import Engine
+from ...engine.base import Engine, weak_method
 from ..errors import ErrorCode, RequestError
 from ..exec_time import ExecTimeModel, load_exec_models
 from ..policies.base import Policy
@@ -136,9 +136,9 @@ class Simulator:
         self._rejected: list[RequestOutcome] = []   # refused by submit (e.g. prompt too long)
         self._arrivals: list[tuple[float, int, WorkloadTask]] = []   # arrivals not yet submitted, in time order
         if isinstance(engine, SimEngine):     # an arrival may cut a modelled step short at a layer boundary
-            engine.interrupt_at = self._first_interrupt
+            engine.interrupt_at = weak_method(self._first_interrupt)
         elif engine.interruptible:            # a real engine asks between its layers (wall clock)
-            engine.interrupt_check = self._due_interrupt
+            engine.interrupt_check = weak_method(self._due_interrupt)
 
     def run(self, tasks: Workload | Iterable[WorkloadTask], max_sim_s: float = 1e7) -> SimResult:
         """Simulate until every task has finished (or max_sim_s of simulated time passed)."""
@@ -186,19 +186,18 @@ class Simulator:
         for t, _, task in itertools.islice(self._arrivals, i, None):
             if t >= end:
                 break
-            if self.scheduler.interrupts_step(task.to_request(self.urgency_classes, arrival=t), t):
+            if self._interrupts(task, t, t):
                 return t
         return None
 
     def _due_interrupt(self) -> bool:
         """A real engine's interrupt_check: has an arrival that interrupts the step in flight come due?"""
         now = self.clock.now
-        for t, _, task in self._arrivals:
-            if t > now:
-                return False
-            if self.scheduler.interrupts_step(task.to_request(self.urgency_classes, arrival=t), now):
-                return True
-        return False
+        return any(self._interrupts(task, t, now) for t, _, task in itertools.takewhile(
+            lambda a: a[0] <= now, self._arrivals))
+
+    def _interrupts(self, task: WorkloadTask, arrival: float, now: float) -> bool:
+        return self.scheduler.interrupts_step(task.to_request(self.urgency_classes, arrival=arrival), now)
 
     def _process_due(self) -> None:
         sched = self.scheduler
