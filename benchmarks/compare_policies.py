@@ -371,8 +371,8 @@ def plot(rows: list[dict], out: Path, cache_sweep: bool, batch_sweep: bool, laye
     for preset in dict.fromkeys(r["preset"] for r in rows):
         sel = [r for r in rows if r["preset"] == preset]
         if cache_sweep or layers_sweep:
-            column, label = ("cached", "cached prompt prefix (tokens)") if cache_sweep else \
-                ("layers", "decoder layers (an interrupt ends a step at the next boundary)")
+            column, label, name = ("cached", "cached prompt prefix (tokens)", "cache") if cache_sweep else \
+                ("layers", "decoder layers (an interrupt ends a step at the next boundary)", "layers")
             groups = [g for g in dict.fromkeys(r["group"] for r in sel) if g != "all"]
             fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 3.6), squeeze=False)
             for ax, g in zip(axes[0], groups):
@@ -389,8 +389,7 @@ def plot(rows: list[dict], out: Path, cache_sweep: bool, batch_sweep: bool, laye
                 ax.set_title(f"{preset}: {g}")
             axes[0][0].legend(fontsize=7)
             fig.tight_layout()
-            fig.savefig(out / f"{column}_sweep_{preset}.png" if layers_sweep else out / f"cache_sweep_{preset}.png",
-                        dpi=120)
+            fig.savefig(out / f"{name}_sweep_{preset}.png", dpi=120)
             plt.close(fig)
             continue
         if batch_sweep:

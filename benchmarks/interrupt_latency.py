@@ -5,8 +5,9 @@ arrival waits for a step in flight with and without it.
     .venv/bin/python benchmarks/interrupt_latency.py [--batch 8] [--context 256] [--prompts 8] [--prompt-len 384]
     .venv/bin/python benchmarks/interrupt_latency.py --random-config llama3-8b-8l --device cuda
 
-1. Gate cost: decode steps of `--batch` generations, alternating an engine whose interrupt_check answers False at
-   every layer with the same engine with no check set (the hooks return at once); the median of the paired ratios.
+1. Gate cost: decode steps of `--batch` generations, rotating three set-ups of one engine: its layer hooks taken off
+   the model (bare), on with no check set (they return at once), and on with an interrupt_check that answers False
+   at every layer; the medians of the paired ratios to bare.
 2. Wait for the step in flight: a prefill step of `--prompts` prompts; a timer thread "arrives" a third of the way
    into it (its measured length) and raises the flag interrupt_check reads. Without interrupts the arrival waits for
    the step's end; with them, for the layer in progress. Medians over --reps of each, interleaved.
@@ -25,29 +26,36 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from timely_llm_ros.engine import benchkit as bk  # noqa: E402
-from timely_llm_ros.engine.transformers_engine import TransformersEngine  # noqa: E402
+from timely_llm_ros.engine.transformers_engine import TransformersEngine, decoder_layers  # noqa: E402
 
 
-def gate_cost(loaded, batch: int, context: int, steps: int) -> tuple[float, float, float]:
-    """(median decode step without a check, with a check answering False, median paired ratio)."""
+def gate_cost(loaded, batch: int, context: int, steps: int) -> dict[str, float]:
+    """Median decode step with the layer hooks taken off the model ("bare"), with them on and no check set
+    ("hooks"), and with a check answering False at every layer ("check"); and the median paired ratios to bare."""
     engine = TransformersEngine(loaded)
     ids = [f"g{i}" for i in range(batch)]
     for i, gid in enumerate(ids):
         engine.add(gid, bk.random_prompt(loaded, context, seed=i), 10**6, forced_ids=bk.endless(loaded))
     engine.step(ids)
-    off, on, ratios = [], [], []
+    layers = decoder_layers(loaded.model)
+    hooks = [dict(layer._forward_pre_hooks) for layer in layers]   # the gate (and nothing else) is hooked here
+    times: dict[str, list[float]] = {"bare": [], "hooks": [], "check": []}
     for _ in range(steps):
-        engine.interrupt_check = None
-        t0 = time.perf_counter()
-        engine.step(ids)
-        t1 = time.perf_counter()
-        engine.interrupt_check = bool            # bool() is False: asked at every layer, never stops
-        engine.step(ids)
-        t2 = time.perf_counter()
-        off.append(t1 - t0)
-        on.append(t2 - t1)
-        ratios.append((t2 - t1) / (t1 - t0))
-    return statistics.median(off), statistics.median(on), statistics.median(ratios)
+        for kind in times:
+            for layer, saved in zip(layers, hooks):
+                layer._forward_pre_hooks.clear()
+                if kind != "bare":
+                    layer._forward_pre_hooks.update(saved)
+            engine.interrupt_check = bool if kind == "check" else None   # bool() is False: asked, never stops
+            t0 = time.perf_counter()
+            engine.step(ids)
+            times[kind].append(time.perf_counter() - t0)
+    for layer, saved in zip(layers, hooks):
+        layer._forward_pre_hooks.update(saved)
+    out = {kind: statistics.median(v) for kind, v in times.items()}
+    for kind in ("hooks", "check"):
+        out[f"{kind}/bare"] = statistics.median(a / b for a, b in zip(times[kind], times["bare"]))
+    return out
 
 
 def wait_for_step(loaded, prompts: int, length: int, interrupt: bool, at_s: float) -> tuple[float, float, bool]:
@@ -86,10 +94,11 @@ def main(argv=None) -> None:
     print(bk.describe(loaded))
     layers = loaded.model.config.num_hidden_layers
 
-    off, on, ratio = gate_cost(loaded, args.batch, args.context, args.steps)
-    print(f"\n1. gate cost, decode step of {args.batch} x ~{args.context} tokens ({args.steps} pairs): "
-          f"no check {off * 1e3:.3f} ms, check at each of {layers} layers {on * 1e3:.3f} ms; "
-          f"paired ratio x{ratio:.3f}")
+    cost = gate_cost(loaded, args.batch, args.context, args.steps)
+    print(f"\n1. layer gate, decode step of {args.batch} x ~{args.context} tokens ({args.steps} rounds, interleaved): "
+          f"no hooks {cost['bare'] * 1e3:.3f} ms; hooks, no check {cost['hooks'] * 1e3:.3f} ms (paired x"
+          f"{cost['hooks/bare']:.3f}); a check at each of {layers} layers {cost['check'] * 1e3:.3f} ms (paired x"
+          f"{cost['check/bare']:.3f})")
 
     whole = statistics.median(wait_for_step(loaded, args.prompts, args.prompt_len, False, 10.0)[1]
                               for _ in range(3))
