@@ -42,7 +42,10 @@ class SchedulerThread:
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="timely-scheduler", daemon=True)
-        self._arrivals: deque[PlanRequest] = deque()   # announced, not yet weighed against a step in flight
+        # announced, not yet weighed against a step in flight; weighed at the next layer check, so only an idle engine
+        # lets them pile up (requests refused at submit): past the bound the oldest are forgotten, which only means
+        # they cut no step
+        self._arrivals: deque[PlanRequest] = deque(maxlen=4096)
         engine = scheduler.engine
         self.interruptible = bool(getattr(engine, "interruptible", False))
         if self.interruptible:
