@@ -218,9 +218,11 @@ def test_state_topic_and_diagnostics_report_the_served_requests(fleet):
 
 def test_urgent_goals_cut_normal_engine_steps_short_and_every_goal_is_served(fleet):
     """Urgent drone goals sent while the engine generates the first segments of eight normal arm plans (dry runs):
-    the server announces each to the scheduler thread, and the first ends a step of normal generations at a decoder
-    layer (Eq. 4 ranks it above all of them; the latched state counts interrupted_steps); every plan, the interrupted
-    ones included, still completes."""
+    the server announces each to the scheduler thread, and one that arrives while a step of normal first segments
+    runs ends it at a decoder layer (Eq. 4 ranks it above all of them; the latched state counts interrupted_steps);
+    every plan, the interrupted ones included, still completes. Whether an arrival lands inside such a step depends
+    on millisecond timing on a shared box (a step is a few ms), so the burst is sent up to five times until one
+    does (without the server's announce none ever does)."""
     from rclpy.qos import DurabilityPolicy, QoSProfile
 
     from timely_llm_ros.msg import SchedulerState
@@ -234,23 +236,26 @@ def test_urgent_goals_cut_normal_engine_steps_short_and_every_goal_is_served(fle
     while not states and time.monotonic() < deadline:
         time.sleep(0.05)
     before = states[-1].interrupted_steps if states else 0
-    normal = [client.send_async(**dict(ARM_TASK, dry_run=True, agent_id=f"arm_{i}")) for i in range(8)]
-    normal[0].accepted(30.0)
-    assert normal[0].wait_for(lambda fb: fb.state == "generating", 30.0)   # the engine is on their first segments
-    urgent = []
-    for i in range(6):
-        urgent.append(client.send_async(**dict(DRONE_TASK, urgency_class="urgent", dry_run=True,
-                                               agent_id=f"drone_{i % 2 + 1}")))
-        time.sleep(0.01)
-    for run in normal + urgent:
-        run.accepted(30.0)
-    for run in normal + urgent:
-        status, result = run.result(120)
-        assert status == GoalStatus.STATUS_SUCCEEDED, (result.error_code, result.error_message)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and states[-1].interrupted_steps == before:
-        time.sleep(0.05)
-    assert states[-1].interrupted_steps > before, "no urgent goal cut a step of normal generations short"
+    for _ in range(5):
+        normal = [client.send_async(**dict(ARM_TASK, dry_run=True, agent_id=f"arm_{i}")) for i in range(8)]
+        normal[0].accepted(30.0)
+        assert normal[0].wait_for(lambda fb: fb.state == "generating", 30.0)   # the engine is on first segments
+        urgent = []
+        for i in range(6):
+            urgent.append(client.send_async(**dict(DRONE_TASK, urgency_class="urgent", dry_run=True,
+                                                   agent_id=f"drone_{i % 2 + 1}")))
+            time.sleep(0.01)
+        for run in normal + urgent:
+            run.accepted(30.0)
+        for run in normal + urgent:
+            status, result = run.result(120)
+            assert status == GoalStatus.STATUS_SUCCEEDED, (result.error_code, result.error_message)
+        deadline = time.monotonic() + 2     # the latched state is published every 0.5 s
+        while time.monotonic() < deadline and states[-1].interrupted_steps == before:
+            time.sleep(0.05)
+        if states[-1].interrupted_steps > before:
+            break
+    assert states[-1].interrupted_steps > before, "no urgent goal cut a step of normal generations short in 5 bursts"
     assert states[-1].engine_steps > states[-1].interrupted_steps
 
 
