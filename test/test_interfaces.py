@@ -13,7 +13,7 @@ from rclpy.serialization import deserialize_message, serialize_message
 
 from timely_llm_ros.action import ExecuteSegment, Plan
 from timely_llm_ros.core.errors import ErrorCode
-from timely_llm_ros.msg import PlanSegment, RequestStatus, SchedulerState, Skill
+from timely_llm_ros.msg import ExecutorStatus, PlanSegment, RequestStatus, SchedulerState, Skill
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFINITIONS = sorted([*ROOT.glob("msg/*.msg"), *ROOT.glob("action/*.action")])
@@ -27,7 +27,7 @@ def _result_constants(action_file: Path) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("cls", [
-    Skill, PlanSegment, RequestStatus, SchedulerState,
+    Skill, PlanSegment, RequestStatus, SchedulerState, ExecutorStatus,
     Plan.Goal, Plan.Result, Plan.Feedback, ExecuteSegment.Goal, ExecuteSegment.Result, ExecuteSegment.Feedback,
 ])
 def test_every_generated_type_default_constructs_and_serializes(cls):
@@ -50,7 +50,7 @@ def test_plan_result_constants_are_exactly_the_core_error_codes():
 
 def test_execute_segment_error_codes_are_distinct():
     declared = _result_constants(ROOT / "action" / "ExecuteSegment.action")
-    assert set(declared) == {"ERROR_NONE", "UNKNOWN_SKILL", "BUSY", "CANCELLED", "FAILED", "NOT_RUN"}
+    assert set(declared) == {"ERROR_NONE", "UNKNOWN_SKILL", "BUSY", "CANCELLED", "FAILED", "NOT_RUN", "PREEMPTED"}
     assert len(set(declared.values())) == len(declared) and declared["ERROR_NONE"] == 0
     assert all(getattr(ExecuteSegment.Result, k) == v for k, v in declared.items())
 

@@ -114,7 +114,7 @@ class _WorkloadWriter:
     def task(self, t: WorkloadTask, stamp: int) -> None:
         goal = self.goal_cls(agent_id=t.agent_id, robot_type=t.robot_type, task=t.task, context=t.context,
                              urgency_class=t.urgency, ert=0.0, alpha=0.0, beta=0.0, max_new_tokens=0, dry_run=False,
-                             time_budget=0.0, tpot_slo_ms=0.0, ttft_slo_ms=0.0)
+                             time_budget=0.0, tpot_slo_ms=0.0, ttft_slo_ms=0.0, unconstrained=False)
         self.writer.write(self.goals, stamp, self.store.serialize_cdr(goal, GOAL_TYPE))
         meta = {"task_id": t.task_id, "trace_id": t.trace_id, "plan": t.plan, "prompt_tokens": t.prompt_tokens,
                 "event": t.event}
