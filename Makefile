@@ -1,6 +1,7 @@
 # Two commands for a fresh machine: `make demo` and `make test` (both set everything up first).
 VENV   ?= .venv
 ENGINE ?=
+MODEL  ?=
 PY     := $(VENV)/bin/python
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export ROS_LOG_DIR ?= $(CURDIR)/build/ros_log
@@ -10,7 +11,7 @@ export PYTHONUNBUFFERED := 1
 
 help:
 	@echo "make demo   set up .venv, build the interfaces, run the demo fleet (4 drones + 1 arm)"
-	@echo "           make demo ENGINE=vllm runs the same fleet on the vLLM engine"
+	@echo "           make demo ENGINE=vllm runs the same fleet on the vLLM engine; MODEL=smollm2 on SmolLM2-135M"
 	@echo "make test   set up if needed, run the whole test suite"
 	@echo "make bench  run the benchmarks (simulated policies, engine micro-benchmarks)"
 	@echo "make model  retrain the embedded default planner model (not needed: it is committed)"
@@ -22,10 +23,12 @@ setup:
 	@VENV=$(VENV) tools/build_interfaces.sh
 	@[ -f $(VENV)/.timely-editable ] || { $(PY) -m pip install -q --no-deps --no-build-isolation -e . \
 	  --config-settings editable_mode=compat && touch $(VENV)/.timely-editable; }
+	@$(PY) -m timely_llm_ros.engine.models prepare
 	@$(PY) -c "import timely_llm_ros.action, timely_llm_ros.core.scheduler; print('[setup] timely_llm_ros ready')"
 
 demo: setup
-	$(VENV)/bin/timely_bringup --fleet config/fleet/demo.yaml $(if $(ENGINE),--set timely_server.engine=$(ENGINE))
+	$(VENV)/bin/timely_bringup --fleet config/fleet/demo.yaml $(if $(ENGINE),--set timely_server.engine=$(ENGINE)) \
+	  $(if $(MODEL),--set timely_server.model=$(MODEL))
 
 test: setup
 	$(PY) -m pytest test -q -p no:cacheprovider

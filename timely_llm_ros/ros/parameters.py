@@ -12,6 +12,7 @@ class ServerParams:
     policy: str = "timely"
     max_batch: int = 8
     engine: str = "transformers"
+    model: str = "embedded"
     model_path: str = ""
     device: str = "auto"
     dtype: str = "auto"
@@ -52,7 +53,10 @@ _DESCRIPTIONS = {
                "timely-nointerrupt, timely-mixed-steps or edf-admit (see docs/scheduling.md)", None),
     "max_batch": ("maximum generations decoded in one engine step", (1, 256)),
     "engine": ("LLM engine backend: transformers | vllm (vllm: kv_budget_mb sizes its KV pool, default 256)", None),
-    "model_path": ("local Hugging Face model directory; empty = the embedded default planner", None),
+    "model": ("model entry of config/models.yaml: embedded (the project's planner) | smollm2 (SmolLM2-135M-Instruct) "
+              "| a team's own entry; model_path, when set, overrides it", None),
+    "model_path": ("a local Hugging Face model folder or a .gguf file, instead of a named model entry; empty = use "
+                   "`model`", None),
     "device": ("auto | cpu | cuda (auto = cuda when present)", None),
     "dtype": ("auto | float32 | bfloat16 | float16 (auto = float32 on cpu, bfloat16 on cuda)", None),
     "num_threads": ("torch CPU threads for the engine; 0 = torch's default (1 is steadier on a shared 2-core box)",

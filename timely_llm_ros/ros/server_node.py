@@ -66,6 +66,7 @@ class PlanServerNode(LifecycleNode):
         self.stop_flag = None            # set by spin_node: SIGINT/SIGTERM
         self.exit_code = 0
         self.scheduler: PlanScheduler | None = None
+        self.model_spec = None           # config/models.yaml entry loaded at configure (core.models.ModelSpec)
         self.loop: SchedulerThread | None = None
         self.dispatcher: SegmentDispatcher | None = None
         self._client_host: ClientHost | None = None
@@ -119,7 +120,7 @@ class PlanServerNode(LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         p = self.params
         log = self.get_logger()
-        log.info(f"configuring: engine={p.engine} model={p.model_path or '(embedded default)'} device={p.device}")
+        log.info(f"configuring: engine={p.engine} model={p.model_path or p.model} device={p.device}")
         if p.segment_clients not in CLIENT_HOST_KINDS:
             log.error(f"configure failed: segment_clients must be one of {', '.join(CLIENT_HOST_KINDS)}, "
                       f"got {p.segment_clients!r}")
@@ -139,7 +140,12 @@ class PlanServerNode(LifecycleNode):
                 from ..engine.process_engine import ProcessEngine as make_engine
             else:
                 from ..engine.factory import make_engine  # torch is imported only here
-            engine = make_engine(p.engine, p.model_path or None, device=p.device, dtype=p.dtype,
+            from ..core.models import ModelSpec, model_spec
+            from ..engine.models import weights_folder
+            self.model_spec = ModelSpec.for_path(p.model_path) if p.model_path else model_spec(p.model)
+            folder = weights_folder(self.model_spec)
+            dtype = p.dtype if p.dtype not in ("", "auto") else self.model_spec.dtype
+            engine = make_engine(p.engine, str(folder), device=p.device, dtype=dtype,
                                  kv_budget_mb=p.kv_budget_mb if p.kv_budget_mb > 0 else None,
                                  num_threads=p.num_threads or None, **engine_options(p))
             if p.engine_process:
