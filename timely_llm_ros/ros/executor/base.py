@@ -226,10 +226,12 @@ class SkillExecutorNode(Node):
                     if result is None or not result.success:
                         self._plans.release(job.request_id)
                         why = result.error_message if result is not None else "executor error"
-                        orphans = self._orphans(job, f"segment {job.index} of this plan ended first ({why})")
+                        orphans = self._orphans(job, f"segment {job.index} of this plan ended first ({why})",
+                                                f"segment {job.index} ended without success")
                     elif result.returned:
                         self._plans.returned(job.request_id, job.index)
-                        orphans = self._orphans(job, f"the plan returned at segment {job.index}")
+                        why = f"the plan returned at segment {job.index}"
+                        orphans = self._orphans(job, why, why)
                     self._order.done(job.request_id, job.index)
                     if self._running is job:
                         self._running = None
@@ -253,12 +255,13 @@ class SkillExecutorNode(Node):
             return R(success=False, error_code=R.FAILED, error_message=SHUTDOWN_MESSAGE)
         return self._run(job)
 
-    def _orphans(self, ended: SegmentJob, why: str) -> list[SegmentJob]:
+    def _orphans(self, ended: SegmentJob, why: str, summary: str) -> list[SegmentJob]:
         """The later segments of `ended`'s plan waiting here, taken out of the queue with a NOT_RUN verdict (call
         with the lock held): a plan does not go on past a segment that failed, was cancelled or returned. Its
         server cancels them too, but one cancel at a time: the next segment started for a few ms in between.
         Segments of a failed plan that arrive later (a new plan after a failure, under the same request id) run
-        as usual; those of a plan that returned end NOT_RUN on arrival."""
+        as usual; those of a plan that returned end NOT_RUN on arrival. ``why`` goes into their results,
+        ``summary`` into the log line."""
         orphans = [w.item for w in self._order.waiting
                    if w.request_id == ended.request_id and w.index > ended.index]
         for job in orphans:
@@ -266,7 +269,7 @@ class SkillExecutorNode(Node):
             if not job.handle.is_cancel_requested:   # its own cancel came too: it ends CANCELLED
                 job.verdict = R(success=False, error_code=R.NOT_RUN, error_message=f"not run: {why}")
         if orphans:
-            self.get_logger().info(f"[{ended.request_id}] segments {[j.index for j in orphans]} not run: {why}")
+            self.get_logger().info(f"[{ended.request_id}] segments {[j.index for j in orphans]} not run: {summary}")
         return orphans
 
     # ------------------------------------------------------------------ running a segment
