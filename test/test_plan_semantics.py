@@ -4,6 +4,8 @@ segments, returns, run-time errors), and the server with the embedded planner br
 Plan result."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -18,10 +20,11 @@ from timely_llm_ros.core.scene import load_scene  # noqa: E402
 from timely_llm_ros.core.scene_run import run_plan, segment_texts  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.skills.interpreter import format_value  # noqa: E402
-from timely_llm_ros.msg import RobotState  # noqa: E402
+from timely_llm_ros.msg import RobotState, Skill  # noqa: E402
 from timely_llm_ros.ros.executor.plans import returns_conflicts  # noqa: E402
 
-from ros_harness import NodeProcess, SpinningActionClient, plan_client, start_executor, start_server, wait  # noqa: E402
+from ros_harness import (REPO, NodeProcess, SpinningActionClient, plan_client, ros_env, start_executor,  # noqa: E402
+                         start_server, wait)
 
 R = ExecuteSegment.Result
 DRONE = load_skill_sets()["drone"]
@@ -158,6 +161,29 @@ def test_the_kinematic_drone_answers_from_its_scene_and_flies_to_what_it_sees(ro
     time.sleep(0.2)
     state = robot.states[-1]
     assert (state.x, state.y) == pytest.approx((1.5, 0.0), abs=1e-6)
+
+
+def test_a_goal_without_text_runs_its_skill_list_as_sent(robots):
+    """An old client sends only the flat skill list: the robot runs it, every call, as before."""
+    robot = robots["sem_empty"]
+    goal = ExecuteSegment.Goal(request_id="old", index=0, expected_duration=1.0,
+                               skills=[Skill(name="tc", args=["10"]), Skill(name="iv", args=["keys"]),
+                                       Skill(name="tu", args=["10"])])
+    handle = wait(robot.client.send_goal_async(goal), 20.0)
+    result = wait(robot.client.result_async(handle), 30.0).result
+    assert result.success and [(s.name, list(s.args)) for s in result.executed_skills] == [
+        ("tc", ["10"]), ("iv", ["keys"]), ("tu", ["10"])]
+
+
+@pytest.mark.parametrize("param, says", [
+    ("robot_type:=rover", "robot_type 'rover' has no skill set; known: arm, chat, drone"),
+    ("scene:=nowhere", "scene 'nowhere': no such file"),
+])
+def test_an_executor_without_a_language_or_scene_for_its_parameters_stops_at_start_up(param, says):
+    proc = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.executor_node", "--ros-args", "-p", param],
+                          cwd=REPO, env=ros_env(), capture_output=True, text=True, timeout=60)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in out and says in out, out[-3000:]
 
 
 def test_a_skill_declared_with_another_return_kind_than_its_skill_set_is_named():
