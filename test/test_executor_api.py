@@ -25,7 +25,9 @@ R = ExecuteSegment.Result
 
 
 def _segment(req: str, index: int, *calls: tuple) -> ExecuteSegment.Goal:
-    return ExecuteSegment.Goal(request_id=req, index=index, text=" ".join(c[0] for c in calls),
+    """A segment as the server sends it: its plan text (what the robot runs) and its skill calls."""
+    text = "".join(f"{c[0]}({','.join(repr(a) for a in c[1:])});" for c in calls)
+    return ExecuteSegment.Goal(request_id=req, index=index, text=text,
                                skills=[Skill(name=c[0], args=[str(a) for a in c[1:]]) for c in calls],
                                expected_duration=1.0)
 

@@ -6,7 +6,7 @@ import pytest
 from timely_llm_ros.core.errors import ErrorCode, RequestError
 from timely_llm_ros.core.exec_time import load_exec_models
 from timely_llm_ros.core.policies import make_policy
-from timely_llm_ros.core.request import PlanRequest, RequestState
+from timely_llm_ros.core.request import PlanRequest, RequestState, SkillCall
 from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady
 from timely_llm_ros.core.sim.clock import VirtualClock
 from timely_llm_ros.core.sim.latency_model import LatencyModel
@@ -72,18 +72,42 @@ def test_segments_are_dispatched_in_order_and_rejoin_to_the_plan():
     assert out.utility == pytest.approx(DEFAULT_URGENCY_CLASSES["normal"](out.response_time))
 
 
-def test_trailing_return_statement_joins_the_last_segment_without_a_skill():
-    """Issue 7: a plan ending in a return (->'found';) left that text in no segment. It now closes the last
-    segment's text (the result's segments rejoin to the whole plan); no skill call is added for it."""
+def test_trailing_statements_without_an_action_go_to_the_robot_as_the_last_segment():
+    """A plan ending in a query and a return (_1=iv('cat');->_1;) has that text in no action segment. The robot must
+    evaluate it (the return value comes from there), so it is sent as the plan's last segment, with its query and
+    an estimate of ~0 s: the texts the robot receives are the result's segments and rejoin to the whole plan."""
     plan = "mf(50);_1=iv('cat');->_1;"
     sched, _, clock = make()
     sched.submit(request("r", plan))
     dispatched, finished = run_to_end(sched, clock)
     out = finished["r"]
     assert out.ok, out.message
+    assert [text for _, _, text in dispatched] == [seg.text for seg in out.segments]
     assert "".join(seg.text for seg in out.segments) == out.plan_text
-    assert out.segments[-1].text.endswith("->_1;")
-    assert [c.name for seg in out.segments for c in seg.skills] == ["mf"]   # iv / the return add no skill call
+    last = out.segments[-1]
+    assert last.text.strip() == "_1=iv('cat');->_1;" and [c.name for c in last.skills] == ["iv"]
+    assert last.est_exec_s < 0.01
+
+
+def test_a_segment_that_returned_ends_the_request_with_its_value_and_stops_the_generation():
+    """The robot reports a return in segment 0: the request ends DONE with the value at once; later segments are not
+    waited for (the robot does not run them) and the generation is released."""
+    sched, engine, clock = make()
+    sched.submit(request("r", "?iv('cat')==True{tp();->'cat';}mf(50);tc(90);mf(50);->'none';"))
+    first = None
+    for _ in range(500):
+        first = next((ev for ev in sched.step() if isinstance(ev, SegmentReady)), None)
+        if first is not None:
+            break
+    assert first is not None and first.segment.index == 0
+    sched.on_execution_started("r", 0, clock())
+    events = sched.on_execution_finished("r", 0, clock() + 0.5, executed=[SkillCall("iv", ("cat",)),
+                                                                          SkillCall("tp", ())],
+                                         returned=True, return_value="cat")
+    out = next(ev.outcome for ev in events if isinstance(ev, RequestFinished))
+    assert out.ok and out.state == RequestState.DONE and out.returned and out.return_value == "cat"
+    assert [c.name for c in out.segments[0].executed_skills] == ["iv", "tp"]
+    assert not sched.busy() and sched.active() == 0 and engine.memory().generations == 0
 
 
 def test_segmented_policy_suspends_after_each_segment_and_serves_others():

@@ -1,6 +1,8 @@
 """Property tests: random valid plans, split into random deltas, segment the same way however they are split."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -147,8 +149,18 @@ def test_arm_plans_give_one_segment_per_call(case):
 
 
 def typed(result) -> tuple:
-    """A parse result with every argument's type (True == 1 and Var('x') == 'x' would hide a difference)."""
-    return [(c.name, [(type(a).__name__, a) for a in c.args]) for c in result.skills], result.problems
+    """A parse result with every argument's type (True == 1 and Var('x') == 'x' would hide a difference), and its
+    program (the AST the robot runs) with every node's and leaf's type."""
+    return ([(c.name, [(type(a).__name__, a) for a in c.args]) for c in result.skills], result.problems,
+            typed_tree(result.program))
+
+
+def typed_tree(node) -> object:
+    if dataclasses.is_dataclass(node):
+        return type(node).__name__, [typed_tree(getattr(node, f.name)) for f in dataclasses.fields(node)]
+    if isinstance(node, (list, tuple)):
+        return [typed_tree(n) for n in node]
+    return type(node).__name__, node
 
 
 soup = st.lists(st.sampled_from(

@@ -65,6 +65,7 @@ class Segment:
     exec_started: float | None = None
     exec_finished: float | None = None
     ok: bool | None = None
+    executed_skills: list[SkillCall] = field(default_factory=list)   # what the robot ran (its result says)
 
     @property
     def exec_s(self) -> float | None:

@@ -25,7 +25,7 @@ from ..engine.base import Engine, EngineError
 from ..engine.detokenize import TextStream
 from .errors import ErrorCode, RequestError
 from .policies.base import Policy, SchedulingContext
-from .request import Generation, PlanRequest, RequestState, Segment
+from .request import Generation, PlanRequest, RequestState, Segment, SkillCall
 from .step_trace import StepRecord
 
 Clock = Callable[[], float]
@@ -62,6 +62,8 @@ class RequestOutcome:
     total_utility: float = 0.0          # Eq. 3: TUF_0(W(s0)) + sum_k TUF_1(W(s_k))
     finished_at: float = math.nan
     replans: int = 0                    # new generations after a failed segment (replan_on_failure)
+    returned: bool = False              # a return statement ended the plan on the robot
+    return_value: str = ""              # its value, as the robot reported it
 
     @property
     def ok(self) -> bool:
@@ -116,6 +118,7 @@ class _Track:
     replans: int = 0                                    # generations started over after a failed segment
     discarded: set = field(default_factory=set)         # indices of segments dropped by a failure (never run)
     engine_suspended: bool = False                      # suspended in the engine (resume before its next step)
+    return_value: str | None = None                     # set when a segment's return ended the plan
 
 
 class PlanScheduler:
@@ -232,14 +235,18 @@ class PlanScheduler:
         return self._drain()
 
     def on_execution_finished(self, req_id: str, index: int, t: float, ok: bool = True, error: str = "",
-                              code: ErrorCode = ErrorCode.EXECUTION_FAILED) -> list[Event]:
-        """The robot finished segment `index` at time t: the real completion replaces the estimate."""
+                              code: ErrorCode = ErrorCode.EXECUTION_FAILED, executed: Sequence[SkillCall] = (),
+                              returned: bool = False, return_value: str = "") -> list[Event]:
+        """The robot finished segment `index` at time t: the real completion replaces the estimate. `executed`: the
+        calls it ran; `returned`: a return statement ran in it, which ends the request DONE with `return_value`
+        (the robot does not run the plan's later segments; the generation stops)."""
         track = self._tracks.get(req_id)
         seg = self._segment(req_id, index)
         if track is None or seg is None:
             return self._drain()
         seg.exec_finished = t
         seg.ok = ok
+        seg.executed_skills = list(executed)
         if seg.exec_started is None:
             seg.exec_started = seg.dispatched if seg.dispatched is not None else t
         if seg in track.in_flight:
@@ -252,6 +259,10 @@ class PlanScheduler:
                 self._replan(track, seg, why, t)
             else:
                 self._finish(track, RequestState.FAILED, code, why)
+            return self._drain()
+        if returned:
+            track.return_value = return_value
+            self._finish(track, RequestState.DONE, ErrorCode.NONE, "", t)
             return self._drain()
         self._update_expected_end(track, actual_end=t)
         self._dispatch(track, t)
@@ -531,10 +542,14 @@ class PlanScheduler:
             return
         tail = getattr(track.segmenter, "pending", "")
         if tail.strip() and not capped and not getattr(track.segmenter, "error", None):
-            # A complete trailing statement without an action (a return such as ->'found';, or a query only it
-            # uses) is in no segment (the segmenter cuts on actions). It joins the last segment's text, adding
-            # no skill call (nothing would act on it), so the result's segments cover the whole plan text.
-            gen.segments[-1].text += tail
+            # Complete trailing statements without an action (a return such as ->'found';, or a query only it
+            # uses) are in no segment (the segmenter cuts on actions). They go to the robot as the plan's last
+            # segment, which evaluates them (the return value comes from there); the result's segments are the
+            # texts the robot received and cover the whole plan text.
+            calls = self.skill_sets[gen.req.robot_type].parse_skills(tail)
+            gen.segments.append(Segment(index=len(gen.segments), text=tail, skills=calls, gen_started=t,
+                                        gen_finished=t, est_exec_s=track.exec_model.min_time(calls)))
+            track.to_dispatch.append(gen.segments[-1])
         if capped and track.error is None:
             track.error = (ErrorCode.PLAN_TOO_LONG,
                            f"plan hit the {gen.req.max_new_tokens}-token cap before it ended; executed what was complete")
@@ -560,6 +575,8 @@ class PlanScheduler:
         gen.state = state
         outcome = measure_outcome(gen, state, code, message, self.clock() if t is None else t)
         outcome.replans = track.replans
+        if track.return_value is not None:
+            outcome.returned, outcome.return_value = True, track.return_value
         self.outcomes[req_id] = outcome
         keep = self.config.keep_outcomes
         while keep and len(self.outcomes) > keep:

@@ -35,7 +35,7 @@ def segment_to_msg(seg: Segment) -> PlanSegment:
     return PlanSegment(index=seg.index, text=seg.text, skills=[skill_to_msg(c) for c in seg.skills],
                        estimated_exec_time=float(seg.est_exec_s),
                        exec_time=float(exec_s) if exec_s is not None else -1.0,
-                       executed=bool(seg.ok))
+                       executed=bool(seg.ok), executed_skills=[skill_to_msg(c) for c in seg.executed_skills])
 
 
 def goal_fields(goal: Plan.Goal) -> GoalFields:
@@ -60,7 +60,8 @@ def outcome_to_result(req_id: str, outcome: RequestOutcome) -> Plan.Result:
                        response_time=_finite(outcome.response_time), waiting_time=_finite(outcome.waiting_time),
                        completion_time=_finite(outcome.completion_time), utility=float(outcome.utility),
                        segment_utility=float(outcome.total_utility),
-                       tokens_generated=outcome.tokens)
+                       tokens_generated=outcome.tokens, returned=outcome.returned,
+                       return_value=outcome.return_value)
 
 
 def error_result(req_id: str, code: int, message: str) -> Plan.Result:

@@ -28,7 +28,7 @@ from timely_llm_ros.action import ExecuteSegment
 from ..core.errors import ErrorCode
 from ..core.request import Segment
 from .action_client import ActionClient, deep_queues
-from .conversions import execute_goal
+from .conversions import execute_goal, skill_from_msg
 
 Post = Callable[[Callable], None]
 # Every queue of the clients to the executors keeps 100 (rclpy's default is 10): a request the executor has not
@@ -306,7 +306,10 @@ class SegmentDispatcher:
             # the executor's own measure of the segment: it started `took` seconds before its result arrived
             start = max(inflight.sent_at, now - took)
             self._post(lambda s: s.on_execution_started(req_id, index, start))
-        self._post(lambda s: s.on_execution_finished(req_id, index, now, ok=ok, error=err, code=code))
+        executed = [skill_from_msg(m) for m in result.executed_skills]
+        returned, value = ok and bool(result.returned), str(result.return_value)
+        self._post(lambda s: s.on_execution_finished(req_id, index, now, ok=ok, error=err, code=code,
+                                                     executed=executed, returned=returned, return_value=value))
 
     def _earlier_out(self, req_id: str, index: int) -> bool:
         with self._lock:

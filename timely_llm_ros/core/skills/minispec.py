@@ -13,11 +13,14 @@ Grammar (whitespace allowed between tokens)::
     operand   := call | VAR | NUMBER | STRING | True | False
     call      := SKILL '(' [operand (',' operand)*] ')'
 
-VAR is an identifier starting with '_' (``_1``). ``parse`` returns the skill calls in execution order with loops
-unrolled and a conditional's condition followed by its body once (its worst case), plus every problem found.
-A text that is one simple statement (a call, an assignment or a return of one call with plain arguments), the
-segmenter's usual case, is parsed by one regular expression; anything else by the recursive-descent parser.
-Both give the same result (``test/test_segmentation_properties.py`` compares them).
+VAR is an identifier starting with '_' (``_1``). ``&`` binds tighter than ``|``. ``parse`` returns the program
+(statements as an AST: ``SkillCall`` for a call, whose arguments are values, variables or nested calls;
+``Assign``, ``Return``, ``Loop``, ``Conditional`` with ``Compare``/``Logic`` conditions) -- what the robot's
+interpreter runs (``interpreter.py``) -- and, derived from it, the skill calls in execution order with loops unrolled
+and a conditional's condition followed by its body once (its worst case: the scheduler's estimates and the segmenter
+use it), plus every problem found. A text that is one simple statement (a call, an assignment or a return of one
+call with plain arguments), the segmenter's usual case, is parsed by one regular expression; anything else by the
+recursive-descent parser. Both give the same result (``test/test_segmentation_properties.py`` compares them).
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..request import SkillCall
+from .program import (Assign, Compare, Condition, Conditional, Logic, Loop, Operand, Return,
+                      Statement, Var, worst_case_calls)
 from .spec import SkillSpec
 
 FORMS = ("call", "assign", "return", "loop", "conditional")
@@ -57,22 +62,17 @@ class _Tok:
     pos: int
 
 
-class Var(str):
-    """A variable used as an argument (``_1``): a plain string to consumers, known only at run time."""
-
-    __slots__ = ()
-
-
 class _Stop(Exception):
     """A syntax error: parsing cannot continue."""
 
 
 @dataclass(slots=True)
 class ParseResult:
-    """Skill calls in execution order and the problems found ([] = valid)."""
+    """Skill calls in execution order (worst case), the problems found ([] = valid) and the program (its AST)."""
 
     skills: list[SkillCall] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    program: list[Statement] = field(default_factory=list)
 
 
 def tokenize(text: str) -> list[_Tok]:
@@ -94,6 +94,7 @@ def tokenize(text: str) -> list[_Tok]:
 
 class _Parser:
     def __init__(self, text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, ...]) -> None:
+        self.text = text
         self.toks = tokenize(text)
         self.i = 0
         self.skills = skills
@@ -122,8 +123,8 @@ class _Parser:
                         f"allowed: {', '.join(self.forms)}")
 
     # -- grammar
-    def program(self, in_block: bool) -> list[SkillCall]:
-        out: list[SkillCall] = []
+    def program(self, in_block: bool) -> list[Statement]:
+        out: list[Statement] = []
         while True:
             if self.tok.kind == "end":
                 if in_block:
@@ -133,36 +134,41 @@ class _Parser:
                 if not in_block:
                     raise _Stop(f"unbalanced braces: '}}' at offset {self.tok.pos} closes nothing")
                 return out
-            out.extend(self.statement())
+            stmt = self.statement()
+            if stmt is not None:
+                out.append(stmt)
 
-    def statement(self) -> list[SkillCall]:
+    def statement(self) -> Statement | None:
         tok = self.tok
         if self._at(";"):
             self.i += 1
-            return []
+            return None
         if tok.kind == "num" and self.toks[self.i + 1].text == "{":
             return self.loop()
         if self._at("?"):
             self._form("conditional", tok.pos)
             self.i += 1
-            calls = self.condition()
-            return calls + self.block()
+            start = self.tok.pos
+            cond = self.condition()
+            written = self.text[start:self.tok.pos].strip()
+            return Conditional(cond, self.block(), written)
+        stmt: Statement
         if self._at("->"):
             self._form("return", tok.pos)
             self.i += 1
-            calls = self.operand()[1]
+            stmt = Return(self.operand())
         elif tok.kind == "name" and tok.text.startswith("_"):
             self._form("assign", tok.pos)
             self.i += 1
             self._expect("=", f"after variable {tok.text}")
-            calls = self.operand()[1]
+            stmt = Assign(tok.text, self.operand())
         elif tok.kind == "name" and self.toks[self.i + 1].text == "(":
             self._form("call", tok.pos)
-            calls = self.call()
+            stmt = self.call()
         else:
             raise _Stop(f"expected a statement at offset {tok.pos}, got {self._show()}")
         self.statement_end()
-        return calls
+        return stmt
 
     def statement_end(self) -> None:
         if self._at(";"):
@@ -170,7 +176,7 @@ class _Parser:
         elif not (self._at("}") or self.tok.kind == "end"):
             raise _Stop(f"expected ';' at offset {self.tok.pos}, got {self._show()}")
 
-    def loop(self) -> list[SkillCall]:
+    def loop(self) -> Loop:
         tok = self.tok
         self._form("loop", tok.pos)
         self.i += 1
@@ -178,71 +184,76 @@ class _Parser:
         if not count.is_integer() or not 1 <= count <= MAX_LOOP:
             self.problems.append(f"loop count {tok.text} at offset {tok.pos} must be an integer in 1..{MAX_LOOP}")
             count = 1
-        return self.block() * int(count)
+        return Loop(int(count), self.block())
 
-    def block(self) -> list[SkillCall]:
+    def block(self) -> tuple[Statement, ...]:
         self._expect("{", "to open a block")
         body = self.program(in_block=True)
         self._expect("}", "to close a block")
-        return body
+        return tuple(body)
 
-    def condition(self) -> list[SkillCall]:
-        calls = self.comparison()
-        while self._at("&") or self._at("|"):
+    def condition(self) -> Condition:
+        """Terms joined by '|', each terms joined by '&' ('&' binds tighter)."""
+        terms = [self.conjunction()]
+        while self._at("|"):
             self.i += 1
-            calls += self.comparison()
-        return calls
+            terms.append(self.conjunction())
+        return terms[0] if len(terms) == 1 else Logic("|", tuple(terms))
 
-    def comparison(self) -> list[SkillCall]:
+    def conjunction(self) -> Condition:
+        terms = [self.comparison()]
+        while self._at("&"):
+            self.i += 1
+            terms.append(self.comparison())
+        return terms[0] if len(terms) == 1 else Logic("&", tuple(terms))
+
+    def comparison(self) -> Condition:
         if self._at("("):
             self.i += 1
-            calls = self.condition()
+            cond = self.condition()
             self._expect(")", "to close a condition")
-            return calls
-        calls = self.operand()[1]
+            return cond
+        left = self.operand()
         if self.tok.kind == "op" and self.tok.text in _COMPARATORS:
+            op = self.tok.text
             self.i += 1
-            calls += self.operand()[1]
-        return calls
+            return Compare(left, op, self.operand())
+        return Compare(left)
 
-    def operand(self) -> tuple[Any, list[SkillCall]]:
-        """(value, calls it makes); a variable's value is its name, a call's value is its SkillCall."""
+    def operand(self) -> Operand:
+        """A value: a literal, a variable (``Var``) or a call (``SkillCall``, evaluated when reached)."""
         tok = self.tok
         if tok.kind == "num":
             self.i += 1
-            return (float(tok.text) if "." in tok.text else int(tok.text)), []
+            return float(tok.text) if "." in tok.text else int(tok.text)
         if tok.kind == "str":
             self.i += 1
-            return _ESCAPE.sub(r"\1", tok.text[1:-1]), []
+            return _ESCAPE.sub(r"\1", tok.text[1:-1])
         if tok.kind == "name":
             if tok.text in ("True", "False"):
                 self.i += 1
-                return tok.text == "True", []
+                return tok.text == "True"
             if tok.text.startswith("_"):
                 self.i += 1
-                return Var(tok.text), []
+                return Var(tok.text)
             if self.toks[self.i + 1].text == "(":
-                calls = self.call()
-                return calls[-1], calls
+                return self.call()
             raise _Stop(f"unknown name {tok.text!r} at offset {tok.pos} (skills are called with '(...)')")
         raise _Stop(f"expected a value at offset {tok.pos}, got {self._show()}")
 
-    def call(self) -> list[SkillCall]:
+    def call(self) -> SkillCall:
         name = self.tok
         self.i += 2  # name and '('
-        values: list[Any] = []
-        nested: list[SkillCall] = []
+        values: list[Operand] = []
         if not self._at(")"):
             while True:
-                value, calls = self.operand()
-                values.append(value)
-                nested += calls
+                values.append(self.operand())
                 if not self._at(","):
                     break
                 self.i += 1
         self._expect(")", f"to close the call to {name.text}")
         _check(name.text, name.pos, values, self.skills, self.problems)
-        return nested + [SkillCall(name.text, tuple(values))]
+        return SkillCall(name.text, tuple(values))
 
 
 def _check(name: str, pos: int, values: list[Any], skills: Mapping[str, SkillSpec], problems: list[str]) -> None:
@@ -282,7 +293,9 @@ def _parse_simple(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, 
     values = [] if a1 is None else [_plain_value(a1)] if a2 is None else [_plain_value(a1), _plain_value(a2)]
     if more:
         values += [_plain_value(a) for a in _ARG.findall(more)]
-    result = ParseResult([SkillCall(name, tuple(values))])
+    call = SkillCall(name, tuple(values))
+    stmt: Statement = Assign(var, call) if var is not None else Return(call) if ret else call
+    result = ParseResult([call], program=[stmt])
     _check(name, m.start("name"), values, skills, result.problems)
     return result
 
@@ -309,7 +322,7 @@ def _parse_full(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, ..
     except _Stop as stop:
         return ParseResult([], [str(stop)])
     try:
-        calls = parser.program(in_block=False)
+        program = parser.program(in_block=False)
     except _Stop as stop:
         return ParseResult([], parser.problems + [str(stop)])
-    return ParseResult(calls, parser.problems)
+    return ParseResult(worst_case_calls(program), parser.problems, program)

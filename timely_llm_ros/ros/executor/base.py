@@ -5,8 +5,11 @@ module); the base serves ``<namespace>/execute_segment`` and handles the rest:
 
 - queueing: segments run one at a time, requests in order of arrival, each request's segments in index order;
   a queued segment holds no thread (the goal is executed when its turn comes);
-- verdicts at once, without queueing: UNKNOWN_SKILL (a skill the robot does not have), BUSY (queue full and
-  the segment belongs to no plan the robot already holds);
+- plan semantics: a segment's text is parsed with the robot type's skill set and run by the interpreter (queries
+  return values, variables live across the plan's segments, conditionals and loops are evaluated as they are
+  reached); after a return the plan's later segments end NOT_RUN;
+- verdicts at once, without queueing: UNKNOWN_SKILL (a skill the robot does not have, in any branch), FAILED (the
+  text does not parse), BUSY (queue full and the segment belongs to no plan the robot already holds);
 - progress feedback (skills_done, current_skill, time_remaining) at the start, after each skill and every
   ``feedback_period_s``;
 - cancel: the running skill sees ``ctx.cancelled`` (``ctx.sleep`` raises), ``halt()`` is called, CANCELLED;
@@ -17,7 +20,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
@@ -28,9 +30,12 @@ from rclpy.node import Node
 from timely_llm_ros.action import ExecuteSegment
 
 from ...core.request import SkillCall
+from ...core.skills.interpreter import Interpreter, PlanError, SegmentRun, Stopped, format_value
 from ..action_client import deep_queues
-from ..conversions import skill_from_msg
+from ..conversions import skill_from_msg, skill_to_msg
+from .job import SegmentJob
 from .order import PlanOrder
+from .plans import PlanStates, declared_returns, returns_conflicts, segment_program, skill_set_for
 from .skills import SkillCancelled, SkillContext, SkillFn, SkillRegistry, Estimate
 
 R = ExecuteSegment.Result
@@ -39,22 +44,8 @@ F = ExecuteSegment.Feedback
 SHUTDOWN_MESSAGE = "executor shutting down"
 
 
-@dataclass
-class _Job:
-    """One accepted segment."""
-
-    handle: Any
-    request_id: str
-    index: int
-    calls: list[SkillCall]
-    expected_s: float
-    verdict: Any = None           # a Result decided on arrival (UNKNOWN_SKILL, BUSY)
-    started: float | None = None
-    skills_done: int = 0
-    skill_started: float = 0.0
-    hint_s: float | None = None   # time remaining of the current skill, from ctx.progress()
-    ctx: SkillContext | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
+class _SkillError(Exception):
+    """A skill raised: the message names it, its arguments and the exception."""
 
 
 def _float_range(lo: float, hi: float) -> list[FloatingPointRange]:
@@ -64,8 +55,14 @@ def _float_range(lo: float, hi: float) -> list[FloatingPointRange]:
 class SkillExecutorNode(Node):
     """Base ExecuteSegment server; subclass it and register skills."""
 
+    ROBOT_TYPE = ""   # default of the robot_type parameter (a subclass names its skill set)
+
     def __init__(self, node_name: str = "executor", skills: object | None = None, **kwargs) -> None:
         super().__init__(node_name, **kwargs)
+        self.robot_type = self.declare_parameter("robot_type", self.ROBOT_TYPE, ParameterDescriptor(
+            description="skill set (config/skills/<type>.yaml) whose language segments are parsed and run in; "
+                        "empty: each goal's skill list runs as sent", read_only=True)).value
+        self.skill_set = skill_set_for(self.robot_type)
         self.queue_size = self.declare_parameter("queue_size", 16, ParameterDescriptor(
             description="segments that may wait behind the running one; a new request's segment beyond it gets BUSY",
             integer_range=[IntegerRange(from_value=0, to_value=10000, step=1)], read_only=True)).value
@@ -87,8 +84,9 @@ class SkillExecutorNode(Node):
             self.skills.add_marked(skills)
         self._cv = threading.Condition()
         self._order = PlanOrder(self.gap_timeout_s)
-        self._jobs: dict[bytes, _Job] = {}
-        self._running: _Job | None = None
+        self._plans = PlanStates()
+        self._jobs: dict[bytes, SegmentJob] = {}
+        self._running: SegmentJob | None = None
         self._stopping = False
         self._group = ReentrantCallbackGroup()
         self._action = ActionServer(self, ExecuteSegment, "execute_segment", execute_callback=self._execute,
@@ -105,9 +103,16 @@ class SkillExecutorNode(Node):
         self._worker.start()
 
     # ------------------------------------------------------------------ for subclasses
-    def register_skill(self, name: str, fn: SkillFn, estimate: Estimate | None = None) -> None:
-        """Add (or replace) the callable for skill ``name``: ``fn(ctx, *args)``."""
-        self.skills.add(name, fn, estimate)
+    def register_skill(self, name: str, fn: SkillFn, estimate: Estimate | None = None,
+                       returns: type | str | None = None) -> None:
+        """Add (or replace) the callable for skill ``name``: ``fn(ctx, *args)``; ``returns`` marks a query."""
+        self.skills.add(name, fn, estimate, returns)
+
+    def check_skills(self) -> None:
+        """ValueError when a skill's ``returns`` disagrees with the skill set (run_executor calls it at start)."""
+        conflicts = returns_conflicts(self.skill_set, self.skills.returns())
+        if conflicts:
+            raise ValueError("; ".join(conflicts))
 
     def on_segment_start(self, request_id: str, index: int, calls: list[SkillCall]) -> None:
         """Called when a segment starts running, before its first skill. Override (e.g. to arm the robot)."""
@@ -117,10 +122,10 @@ class SkillExecutorNode(Node):
 
     def ready_message(self) -> str:
         return (f"executor ready: {self.get_namespace().rstrip('/')}/execute_segment "
-                f"skills={','.join(self.skills.names())}")
+                f"robot_type={self.robot_type or '-'} skills={','.join(self.skills.names())}")
 
     # ------------------------------------------------------------------ action callbacks
-    def _timing(self, job: _Job, event: str) -> None:
+    def _timing(self, job: SegmentJob, event: str) -> None:
         if self.log_timing:
             self.get_logger().info(f"segment timing {job.request_id} {job.index} {event} {time.monotonic():.6f}")
 
@@ -132,14 +137,22 @@ class SkillExecutorNode(Node):
 
     def _on_accepted(self, handle) -> None:
         goal: ExecuteSegment.Goal = handle.request
-        job = _Job(handle, goal.request_id, int(goal.index), [skill_from_msg(s) for s in goal.skills],
-                   float(goal.expected_duration))
+        seg = segment_program(self.skill_set, goal.text, [skill_from_msg(s) for s in goal.skills])
+        job = SegmentJob(handle, goal.request_id, int(goal.index), seg.program, seg.calls,
+                         float(goal.expected_duration))
         unknown = sorted({c.name for c in job.calls if c.name not in self.skills})
         if unknown:
             job.verdict = R(success=False, error_code=R.UNKNOWN_SKILL,
                             error_message=f"this robot has no skill(s) {unknown}; it has {self.skills.names()}")
+        elif seg.problem:
+            job.verdict = R(success=False, error_code=R.FAILED,
+                            error_message=f"segment {job.index} is no valid {self.robot_type} plan text: {seg.problem}")
         with self._cv:
             self._jobs[bytes(handle.goal_id.uuid)] = job
+            returned = self._plans.returned_at(job.request_id)
+            if job.verdict is None and returned is not None and job.index > returned:
+                job.verdict = R(success=False, error_code=R.NOT_RUN,
+                                error_message=f"not run: the plan returned at segment {returned}")
             if job.verdict is None and self._stopping:
                 job.verdict = R(success=False, error_code=R.FAILED, error_message=SHUTDOWN_MESSAGE)
             elif job.verdict is None and len(self._order) >= self.queue_size and not self._holds(job.request_id):
@@ -166,7 +179,7 @@ class SkillExecutorNode(Node):
             job.ctx.wake()
         return CancelResponse.ACCEPT
 
-    def _start(self, job: _Job) -> None:
+    def _start(self, job: SegmentJob) -> None:
         """Hand the goal to the ROS executor to run _execute (any thread)."""
         try:
             job.handle.execute()
@@ -176,7 +189,7 @@ class SkillExecutorNode(Node):
     def _dispatch_loop(self) -> None:
         """Start the next segment in plan order when the robot is free; flush cancelled queued segments."""
         while True:
-            start: list[_Job] = []
+            start: list[SegmentJob] = []
             with self._cv:
                 for w in list(self._order.waiting):
                     if self._stopping or w.item.handle.is_cancel_requested:
@@ -205,13 +218,20 @@ class SkillExecutorNode(Node):
             result = self._outcome(handle, job)
             return result
         finally:
-            orphans: list[_Job] = []
+            orphans: list[SegmentJob] = []
             with self._cv:
                 self._jobs.pop(bytes(handle.goal_id.uuid), None)
                 if job is not None:
                     self._timing(job, "ended")
                     if result is None or not result.success:
-                        orphans = self._orphans(job, result)
+                        self._plans.release(job.request_id)
+                        why = result.error_message if result is not None else "executor error"
+                        orphans = self._orphans(job, f"segment {job.index} of this plan ended first ({why})",
+                                                f"segment {job.index} ended without success")
+                    elif result.returned:
+                        self._plans.returned(job.request_id, job.index)
+                        why = f"the plan returned at segment {job.index}"
+                        orphans = self._orphans(job, why, why)
                     self._order.done(job.request_id, job.index)
                     if self._running is job:
                         self._running = None
@@ -220,7 +240,7 @@ class SkillExecutorNode(Node):
             for orphan in orphans:
                 self._start(orphan)
 
-    def _outcome(self, handle, job: _Job | None) -> ExecuteSegment.Result:
+    def _outcome(self, handle, job: SegmentJob | None) -> ExecuteSegment.Result:
         if job is None:  # cannot happen: every accepted goal is registered first
             handle.abort()
             return R(success=False, error_code=R.FAILED, error_message="segment not registered")
@@ -235,67 +255,91 @@ class SkillExecutorNode(Node):
             return R(success=False, error_code=R.FAILED, error_message=SHUTDOWN_MESSAGE)
         return self._run(job)
 
-    def _orphans(self, ended: _Job, result: ExecuteSegment.Result | None) -> list[_Job]:
+    def _orphans(self, ended: SegmentJob, why: str, summary: str) -> list[SegmentJob]:
         """The later segments of `ended`'s plan waiting here, taken out of the queue with a NOT_RUN verdict (call
-        with the lock held): a plan does not go on past a segment that failed or was cancelled. Its server
-        cancels them too, but one cancel at a time: the next segment started for a few ms in between. Segments
-        of the plan that arrive later (a new plan after a failure, under the same request id) run as usual."""
-        why = result.error_message if result is not None else "executor error"
+        with the lock held): a plan does not go on past a segment that failed, was cancelled or returned. Its
+        server cancels them too, but one cancel at a time: the next segment started for a few ms in between.
+        Segments of a failed plan that arrive later (a new plan after a failure, under the same request id) run
+        as usual; those of a plan that returned end NOT_RUN on arrival. ``why`` goes into their results,
+        ``summary`` into the log line."""
         orphans = [w.item for w in self._order.waiting
                    if w.request_id == ended.request_id and w.index > ended.index]
         for job in orphans:
             self._order.remove(job)
             if not job.handle.is_cancel_requested:   # its own cancel came too: it ends CANCELLED
-                job.verdict = R(success=False, error_code=R.NOT_RUN,
-                                error_message=f"not run: segment {ended.index} of this plan ended first ({why})")
+                job.verdict = R(success=False, error_code=R.NOT_RUN, error_message=f"not run: {why}")
         if orphans:
-            self.get_logger().info(f"[{ended.request_id}] segments {[j.index for j in orphans]} not run: "
-                                   f"segment {ended.index} ended without success")
+            self.get_logger().info(f"[{ended.request_id}] segments {[j.index for j in orphans]} not run: {summary}")
         return orphans
 
     # ------------------------------------------------------------------ running a segment
-    def _run(self, job: _Job) -> ExecuteSegment.Result:
+    def _run(self, job: SegmentJob) -> ExecuteSegment.Result:
         handle = job.handle
-        job.started = job.skill_started = time.monotonic()
+        job.start(sum(self.skills.estimate(c.name, c.args) for c in job.calls))
         self._timing(job, "started")
         self._resume_feedback()
         stop = lambda: self._stopping or handle.is_cancel_requested or not handle.is_active  # noqa: E731
         self.get_logger().info(f"[{job.request_id}] segment {job.index}: "
                                f"{' '.join(f'{c.name}{list(c.args)}' for c in job.calls)}")
         self.on_segment_start(job.request_id, job.index, job.calls)
-        for i, call in enumerate(job.calls):
-            with job.lock:
-                job.skills_done, job.skill_started, job.hint_s = i, time.monotonic(), None
-                job.ctx = SkillContext(job.request_id, job.index, call.name, call.args, stop, self.get_logger(),
-                                       on_progress=lambda s, j=job: setattr(j, "hint_s", s))
-            self._feedback(job)
-            error = None
-            try:
-                self.skills.get(call.name).fn(job.ctx, *call.args)
-            except SkillCancelled:
-                pass
-            except Exception as exc:  # the robot's skill failed: report it, do not crash the node
-                error = f"skill {call.name}{list(call.args)} failed: {type(exc).__name__}: {exc}"
-            if error is not None or stop():
-                self._safe_halt()
-                return self._end(job, error)
-        with job.lock:
-            job.skills_done = len(job.calls)
+        with self._cv:
+            state = self._plans.state(job.request_id)
+        interpreter = Interpreter(lambda call: self._call(job, call, stop),
+                                  declared_returns(self.skill_set, self.skills.returns()), stop)
+        run = SegmentRun(executed=job.executed)
+        error = None
+        try:
+            interpreter.run_segment(job.program, state, job.index, run)
+        except Stopped:
+            pass
+        except (PlanError, _SkillError) as exc:
+            error = str(exc)
+        if error is not None or stop():
+            self._safe_halt()
+            return self._end(job, error)
+        job.finish()
         self._feedback(job)
         handle.succeed()
-        return R(success=True, error_code=R.ERROR_NONE, execution_time=time.monotonic() - job.started)
+        if run.returned:
+            self.get_logger().info(f"[{job.request_id}] the plan returned {format_value(run.value)!r} at segment "
+                                   f"{job.index}")
+        return R(success=True, error_code=R.ERROR_NONE, execution_time=time.monotonic() - job.started,
+                 executed_skills=[skill_to_msg(c) for c in job.executed], returned=run.returned,
+                 return_value=format_value(run.value) if run.returned else "")
 
-    def _end(self, job: _Job, error: str | None) -> ExecuteSegment.Result:
+    def _call(self, job: SegmentJob, call: SkillCall, stop) -> Any:
+        """Run one call of the segment (the interpreter's callback); its value goes back to the plan."""
+        entry = self.skills.get(call.name)
+        if entry is None:   # refused on arrival unless the skill was removed meanwhile
+            raise PlanError(f"this robot has no skill {call.name!r}; it has {self.skills.names()}")
+        job.begin_call(call, SkillContext(job.request_id, job.index, call.name, call.args, stop, self.get_logger(),
+                                          on_progress=lambda s, j=job: setattr(j, "hint_s", s)))
+        self._feedback(job)
+        try:
+            value = entry.fn(job.ctx, *call.args)
+        except SkillCancelled:
+            raise Stopped(f"{call.name} cancelled") from None
+        except Exception as exc:  # the robot's skill failed: report it, do not crash the node
+            raise _SkillError(f"skill {call.name}{list(call.args)} failed: {type(exc).__name__}: {exc}") from exc
+        job.end_call(self.skills.estimate(call.name, call.args))
+        if stop():
+            raise Stopped(f"cancelled after {call.name}")
+        return value
+
+    def _end(self, job: SegmentJob, error: str | None) -> ExecuteSegment.Result:
         elapsed = time.monotonic() - job.started
         handle = job.handle
+        executed = [skill_to_msg(c) for c in job.executed]
         if error is None and handle.is_cancel_requested:
             handle.canceled()
-            return R(success=False, error_code=R.CANCELLED, error_message="cancelled", execution_time=elapsed)
+            return R(success=False, error_code=R.CANCELLED, error_message="cancelled", execution_time=elapsed,
+                     executed_skills=executed)
         message = error or SHUTDOWN_MESSAGE
         self.get_logger().warning(f"[{job.request_id}] segment {job.index}: {message}")
         if handle.is_active:
             handle.abort()
-        return R(success=False, error_code=R.FAILED, error_message=message, execution_time=elapsed)
+        return R(success=False, error_code=R.FAILED, error_message=message, execution_time=elapsed,
+                 executed_skills=executed)
 
     def _safe_halt(self) -> None:
         try:
@@ -303,25 +347,11 @@ class SkillExecutorNode(Node):
         except Exception as exc:
             self.get_logger().error(f"halt() failed: {type(exc).__name__}: {exc}")
 
-    def _time_remaining(self, job: _Job) -> float:
-        now = time.monotonic()
-        with job.lock:
-            i, calls = job.skills_done, job.calls
-            if i >= len(calls):
-                return 0.0
-            ests = [self.skills.estimate(c.name, c.args) for c in calls]
-            if not any(ests):  # no per-skill estimates: the planner's estimate minus the time spent
-                return max(0.0, job.expected_s - (now - (job.started or now)))
-            current = job.hint_s if job.hint_s is not None else max(0.0, ests[i] - (now - job.skill_started))
-            return current + sum(ests[i + 1:])
-
-    def _feedback(self, job: _Job) -> None:
-        with job.lock:
-            done, total = job.skills_done, len(job.calls)
-            current = job.calls[done].name if done < total else ""
+    def _feedback(self, job: SegmentJob) -> None:
+        done, total, current, left = job.progress(lambda c: self.skills.estimate(c.name, c.args))
         try:
             job.handle.publish_feedback(F(skills_done=done, skills_total=total, current_skill=current,
-                                          time_remaining=float(self._time_remaining(job))))
+                                          time_remaining=float(left)))
         except Exception:  # goal already finished or the context is going down
             pass
 

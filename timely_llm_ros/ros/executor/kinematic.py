@@ -1,8 +1,9 @@
 """Example driver: a point drone whose skills move a kinematic state (x, y, z, yaw) published on ``robot_state``.
 
 What a real drone driver looks like with the executor API: one ``@skill`` method per MiniSpec skill, moving
-in small time steps so that a cancel stops it between two steps, and ``halt()`` to stop. Run it with
-``python -m timely_llm_ros.ros.executor.kinematic --ros-args -r __ns:=/drone_1``.
+in small time steps so that a cancel stops it between two steps, ``@skill(..., returns=...)`` queries answered by
+its camera -- here a simulated scene (parameter ``scene``, core/scene.py) seen from the drone's pose --, and
+``halt()`` to stop. Run it with ``python -m timely_llm_ros.ros.executor.kinematic --ros-args -r __ns:=/drone_1``.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile
 
 from timely_llm_ros.msg import RobotState
 
+from ...core.scene import SCAN_STEP_DEG, SCAN_STEPS, load_scene
 from .base import SkillExecutorNode
 from .run import run_executor
 from .skills import SkillContext, skill
@@ -23,7 +25,10 @@ _STEP_S = 0.02
 
 
 class KinematicDroneExecutor(SkillExecutorNode):
-    """mf/mb/ml/mr/mu/md (cm), tc/tu (degrees), d (s): moves at speed_mps / turns at turn_rate_dps."""
+    """mf/mb/ml/mr/mu/md (cm), tc/tu (degrees), d (s), g goto, s scan: moves at speed_mps / turns at turn_rate_dps;
+    iv/ox/oy/ow/oh/od/p: what the camera sees of the scene from the current pose; tp, l: logged."""
+
+    ROBOT_TYPE = "drone"
 
     def __init__(self, **kwargs) -> None:
         super().__init__("executor", **kwargs)
@@ -32,7 +37,10 @@ class KinematicDroneExecutor(SkillExecutorNode):
             description="linear speed (m/s)", floating_point_range=positive, read_only=True)).value
         self.turn_rate = self.declare_parameter("turn_rate_dps", 90.0, ParameterDescriptor(
             description="turn rate (degrees/s)", floating_point_range=positive, read_only=True)).value
-        self.x = self.y = self.z = self.yaw = 0.0
+        self.scene = load_scene(self.declare_parameter("scene", "", ParameterDescriptor(
+            description="what the camera sees: a YAML file, a name in config/scenes, or inline YAML; empty: an "
+                        "empty room", read_only=True)).value)
+        self.pose = self.scene.pose   # moved by the skills below, published on robot_state
         self._skill = ""
         self._state_lock = threading.Lock()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -76,6 +84,64 @@ class KinematicDroneExecutor(SkillExecutorNode):
     def delay(self, ctx: SkillContext, seconds: float) -> None:
         ctx.sleep(float(seconds))
 
+    @skill("g")
+    def goto(self, ctx: SkillContext, name: str) -> None:
+        """Face the object and fly up to half a metre in front of it (an object the scene lacks: stay)."""
+        with self._state_lock:
+            way = self.scene.approach(name)
+        if way is not None:
+            self._turn(ctx, way[1])
+            self._move(ctx, 100.0 * way[0], 0.0)
+
+    @skill("s")
+    def scan(self, ctx: SkillContext, name: str) -> None:
+        """Turn 45 degrees at a time, up to a full turn, until the object is in view."""
+        for _ in range(SCAN_STEPS):
+            if self._query(self.scene.visible, name):
+                return
+            self._turn(ctx, SCAN_STEP_DEG)
+
+    @skill("tp")
+    def take_picture(self, ctx: SkillContext) -> None:
+        ctx.logger.info(f"picture at {self.pose}")
+
+    @skill("l")
+    def log(self, ctx: SkillContext, text: str) -> None:
+        ctx.logger.info(f"plan log: {text}")
+
+    # ---- queries: what the camera sees from here
+    @skill("iv", returns=bool)
+    def is_visible(self, ctx: SkillContext, name: str) -> bool:
+        return self._query(self.scene.visible, name)
+
+    @skill("ox", returns=float)
+    def object_x(self, ctx: SkillContext, name: str) -> float:
+        return self._query(self.scene.image_x, name)
+
+    @skill("oy", returns=float)
+    def object_y(self, ctx: SkillContext, name: str) -> float:
+        return self._query(self.scene.image_y, name)
+
+    @skill("ow", returns=float)
+    def object_width(self, ctx: SkillContext, name: str) -> float:
+        return self._query(self.scene.width, name)
+
+    @skill("oh", returns=float)
+    def object_height(self, ctx: SkillContext, name: str) -> float:
+        return self._query(self.scene.height, name)
+
+    @skill("od", returns=float)
+    def object_distance(self, ctx: SkillContext, name: str) -> float:
+        return self._query(self.scene.distance_cm, name)
+
+    @skill("p", returns=str)
+    def probe(self, ctx: SkillContext, question: str) -> str:
+        return self._query(self.scene.probe, question)
+
+    def _query(self, ask, arg):
+        with self._state_lock:
+            return ask(arg)
+
     def halt(self) -> None:
         """A real drone would command a hover here (also called after each move); the point drone stops."""
         with self._state_lock:
@@ -97,11 +163,11 @@ class KinematicDroneExecutor(SkillExecutorNode):
             with self._state_lock:
                 self._skill = ctx.name
                 if heading is None:
-                    self.z += vertical * metres / steps
+                    self.pose.z += vertical * metres / steps
                 else:
-                    a = math.radians(self.yaw + heading)
-                    self.x += math.cos(a) * metres / steps
-                    self.y += math.sin(a) * metres / steps
+                    a = math.radians(self.pose.yaw + heading)
+                    self.pose.x += math.cos(a) * metres / steps
+                    self.pose.y += math.sin(a) * metres / steps
             self._publish()
         self.halt()
 
@@ -111,13 +177,14 @@ class KinematicDroneExecutor(SkillExecutorNode):
             ctx.sleep(abs(degrees) / self.turn_rate / steps)
             with self._state_lock:
                 self._skill = ctx.name
-                self.yaw = (self.yaw + degrees / steps + 180.0) % 360.0 - 180.0
+                self.scene.turn(degrees / steps)
             self._publish()
         self.halt()
 
     def _publish(self) -> None:
         with self._state_lock:
-            msg = RobotState(x=self.x, y=self.y, z=self.z, yaw=self.yaw, current_skill=self._skill)
+            p = self.pose
+            msg = RobotState(x=p.x, y=p.y, z=p.z, yaw=p.yaw, current_skill=self._skill)
         msg.stamp = self.get_clock().now().to_msg()
         self._pub.publish(msg)
 

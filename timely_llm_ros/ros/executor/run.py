@@ -30,6 +30,8 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
         try:
             made = make_nodes()
             nodes = [made] if isinstance(made, SkillExecutorNode) else list(made)
+            for node in nodes:
+                node.check_skills()
         except ParameterException as exc:   # a -p of the wrong type or out of its range
             print(f"executor: cannot start: {parameter_error_message(exc)}", file=sys.stderr)
             return BAD_PARAMETER_EXIT

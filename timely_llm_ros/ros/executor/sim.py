@@ -1,4 +1,6 @@
-"""The simulated robot: every skill of its execution-time profile sleeps a sampled time; faults on request.
+"""The simulated robot: every skill of its execution-time profile sleeps a sampled time, then acts on a simulated
+scene (``scene``: core/scene.py; queries answer from it, moves and turns change what is in view, so the same plan
+takes different branches in different scenes); faults on request.
 
 Fault injection (for the stress suite; all 0 by default): ``abort_probability`` (the segment's first skill
 fails half-way), ``hang_probability`` (the segment never finishes on its own; cancel still stops it),
@@ -12,6 +14,8 @@ from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 
 from ...core.exec_time import ExecTimeModel
 from ...core.request import SkillCall
+from ...core.scene import load_scene
+from ...core.scene_skills import act
 from .base import SkillExecutorNode
 from .skills import SkillContext, SkillFailed
 
@@ -22,13 +26,15 @@ def _probability(description: str) -> ParameterDescriptor:
 
 
 class SimulatedExecutorNode(SkillExecutorNode):
-    """A robot whose skills take the time its profile (config/exec_time/<robot_type>.yaml) samples."""
+    """A robot whose skills take the time its profile (config/exec_time/<profile>.yaml) samples and act on a scene."""
+
+    ROBOT_TYPE = "drone"
 
     def __init__(self, **kwargs) -> None:
         super().__init__("executor", **kwargs)
-        self.robot_type = self.declare_parameter(
-            "robot_type", "drone", ParameterDescriptor(description="skill set / execution-time profile: drone | arm",
-                                                       read_only=True)).value
+        self.scene = load_scene(self.declare_parameter("scene", "", ParameterDescriptor(
+            description="simulated scene: a YAML file, a name in config/scenes, or inline YAML; empty: an empty "
+                        "room (nothing in view)", read_only=True)).value)
         self.time_scale = self.declare_parameter(
             "time_scale", 1.0, ParameterDescriptor(description="multiplies every execution time (demos, tests)",
                                                    floating_point_range=[FloatingPointRange(
@@ -41,7 +47,7 @@ class SimulatedExecutorNode(SkillExecutorNode):
         self.overrun_s = self.declare_parameter("overrun_s", 0.0, ParameterDescriptor(
             description="fault injection: seconds added to every segment's execution", read_only=True,
             floating_point_range=[FloatingPointRange(from_value=0.0, to_value=3600.0, step=0.0)])).value
-        self.model = ExecTimeModel.load(self.robot_type)
+        self.model = ExecTimeModel.load(self.skill_set.exec_profile if self.skill_set is not None else self.robot_type)
         self._rng = random.Random(f"{self.get_namespace()}:{seed}")
         self._fault: str | None = None
         for name in self.model.skills:
@@ -54,8 +60,10 @@ class SimulatedExecutorNode(SkillExecutorNode):
         self._fault = "abort" if u < self.abort_probability else \
             "hang" if u < self.abort_probability + self.hang_probability else "overrun"
 
-    def _simulated(self, ctx: SkillContext, *args) -> None:
-        seconds = self.model.sample_time([SkillCall(ctx.name, args)], self._rng) * self.time_scale
+    def _simulated(self, ctx: SkillContext, *args):
+        """Sleep the sampled time, then act on the scene; a query returns what the scene answers."""
+        call = SkillCall(ctx.name, args)
+        seconds = self.model.sample_time([call], self._rng) * self.time_scale
         fault, self._fault = self._fault, None  # only the segment's first skill carries the fault
         if fault == "hang":
             ctx.sleep(float("inf"))
@@ -63,7 +71,8 @@ class SimulatedExecutorNode(SkillExecutorNode):
             ctx.sleep(seconds / 2)
             raise SkillFailed(f"injected fault (abort_probability {self.abort_probability})")
         ctx.sleep(seconds + (self.overrun_s if fault == "overrun" else 0.0))
+        return act(self.scene, self.robot_type, call)
 
     def ready_message(self) -> str:
         return (f"executor ready: {self.get_namespace().rstrip('/')}/execute_segment "
-                f"robot_type={self.robot_type} time_scale={self.time_scale}")
+                f"robot_type={self.robot_type} time_scale={self.time_scale} scene={self.scene.name!r}")

@@ -1,8 +1,9 @@
 """Skill registry and the context a skill runs in (no ROS types: a robot team's skill code stays ROS-free).
 
-A skill is a Python callable ``fn(ctx, *args)``: ``args`` are the call's arguments as parsed from the plan
-(numbers come as int/float, the rest as str). It returns when the skill is done, raises ``SkillCancelled`` (or
-returns after ``ctx.cancelled`` turned true) when cancelled, and raises any other exception when it failed.
+A skill is a Python callable ``fn(ctx, *args)``: ``args`` are the call's argument values (numbers as int/float,
+the rest as str; a variable or a nested query already evaluated). It returns when the skill is done -- a query
+returns its value (``@skill(..., returns=bool|float|str)``) --, raises ``SkillCancelled`` (or returns after
+``ctx.cancelled`` turned true) when cancelled, and raises any other exception when it failed.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 SkillFn = Callable[..., Any]
 Estimate = Callable[[tuple], float]
+RETURN_TYPES = {bool: "bool", float: "float", str: "str", "bool": "bool", "float": "float", "str": "str"}
 
 _MARK = "_timely_skill"
 
@@ -31,14 +33,28 @@ class SkillEntry:
     name: str
     fn: SkillFn
     estimate: Estimate | None = None   # seconds for these args, for progress feedback (time_remaining)
+    returns: str | None = None         # a query's value: "bool" | "float" | "str" (None: an action)
 
 
-def skill(name: str, estimate: Estimate | str | None = None) -> Callable[[SkillFn], SkillFn]:
+def _return_kind(name: str, returns: Any) -> str | None:
+    if returns is None:
+        return None
+    try:
+        return RETURN_TYPES[returns]
+    except (KeyError, TypeError):
+        raise ValueError(f"skill {name!r}: returns must be bool, float or str, got {returns!r}") from None
+
+
+def skill(name: str, estimate: Estimate | str | None = None,
+          returns: type | str | None = None) -> Callable[[SkillFn], SkillFn]:
     """Mark a function (or a method of an executor subclass) as the implementation of skill ``name``.
 
-    ``estimate(args) -> seconds`` feeds progress feedback; on a method it may name another method of the class."""
+    ``estimate(args) -> seconds`` feeds progress feedback; on a method it may name another method of the class.
+    ``returns`` (bool, float or str) marks a query: the value the function returns is what the plan reads."""
+    kind = _return_kind(name, returns)
+
     def mark(fn: SkillFn) -> SkillFn:
-        setattr(fn, _MARK, (name, estimate))
+        setattr(fn, _MARK, (name, estimate, kind))
         return fn
     return mark
 
@@ -49,10 +65,11 @@ class SkillRegistry:
     def __init__(self) -> None:
         self._skills: dict[str, SkillEntry] = {}
 
-    def add(self, name: str, fn: SkillFn, estimate: Estimate | None = None) -> None:
+    def add(self, name: str, fn: SkillFn, estimate: Estimate | None = None,
+            returns: type | str | None = None) -> None:
         if not name or not callable(fn):
             raise ValueError(f"skill {name!r}: needs a name and a callable")
-        self._skills[name] = SkillEntry(name, fn, estimate)
+        self._skills[name] = SkillEntry(name, fn, estimate, _return_kind(name, returns))
 
     def add_marked(self, source: object) -> int:
         """Add every ``@skill``-marked function of a module, class instance or mapping; returns how many."""
@@ -70,7 +87,7 @@ class SkillRegistry:
             mark = getattr(fn, _MARK, None)
             if mark is not None and callable(fn):
                 estimate = getattr(source, mark[1]) if isinstance(mark[1], str) else mark[1]
-                self.add(mark[0], fn, estimate)
+                self.add(mark[0], fn, estimate, mark[2])
                 n += 1
         return n
 
@@ -79,6 +96,10 @@ class SkillRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._skills)
+
+    def returns(self) -> dict[str, str]:
+        """Query skills and the kind of value each returns."""
+        return {name: e.returns for name, e in self._skills.items() if e.returns is not None}
 
     def estimate(self, name: str, args: tuple) -> float:
         """Estimated seconds for one call; 0 when the skill gives no estimate (or it fails)."""

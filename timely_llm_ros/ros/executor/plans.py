@@ -1,0 +1,99 @@
+"""The robot's side of plan semantics, without ROS types: the robot type's language and each plan's state.
+
+A segment's text is parsed with the skill set of the executor's robot type (config/skills/<type>.yaml, read through
+``skill_set_for``), the same parser the planner server segments with; the interpreter (core/skills/interpreter.py)
+runs it. A plan's variables live from its first segment until it returns, fails, is cancelled, or a segment of
+another plan starts on this robot; which plans returned (and at which segment) is remembered longer, so that a
+segment arriving after its plan returned does not run.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ...core.request import SkillCall
+from ...core.skills import SkillSet, load_skill_sets
+from ...core.skills.interpreter import PlanState
+from ...core.skills.minispec import parse
+from ...core.skills.program import Statement
+
+
+def skill_set_for(robot_type: str, directory: Path | None = None) -> SkillSet | None:
+    """The skill set named ``robot_type`` (from ``directory``, default config/skills); None for "" (a robot without
+    a plan language: it runs the skill list of each goal as sent). ValueError names the known types."""
+    if not robot_type:
+        return None
+    sets = load_skill_sets(directory)
+    if robot_type not in sets:
+        raise ValueError(f"robot_type {robot_type!r} has no skill set; known: {', '.join(sorted(sets))} "
+                         "(set -p robot_type:=<one of them>, or add config/skills/<type>.yaml)")
+    return sets[robot_type]
+
+
+@dataclass
+class SegmentProgram:
+    """What one goal asks the robot to run."""
+
+    program: list[Statement]    # the statements (for a goal without text: its skill list as call statements)
+    calls: list[SkillCall]      # every call it can make, worst case (progress total, the capability check)
+    problem: str = ""           # why the text does not parse ("" when it does)
+
+
+def segment_program(skill_set: SkillSet | None, text: str, sent_calls: Sequence[SkillCall]) -> SegmentProgram:
+    """Parse a segment's text with the robot's language; a goal without text (an old client), a robot without a
+    language, or a prose skill set (chat) runs the goal's skill list."""
+    if skill_set is None or skill_set.mode != "statements" or not text.strip():
+        return SegmentProgram(list(sent_calls), list(sent_calls))
+    result = parse(text, skill_set.skills, skill_set.statement_forms)
+    return SegmentProgram(result.program, result.skills, "; ".join(result.problems))
+
+
+def declared_returns(skill_set: SkillSet | None, implemented: Mapping[str, str]) -> dict[str, str]:
+    """The kind of value each query gives: the skill set's ``returns``, else what the executor's ``@skill`` says."""
+    kinds = dict(implemented)
+    if skill_set is not None:
+        kinds.update({name: spec.returns for name, spec in skill_set.skills.items() if spec.returns})
+    return kinds
+
+
+def returns_conflicts(skill_set: SkillSet | None, implemented: Mapping[str, str]) -> list[str]:
+    """Skills whose ``@skill(returns=...)`` disagrees with the skill set's ``returns`` (each as a sentence)."""
+    if skill_set is None:
+        return []
+    return [f"skill {name!r} returns {kind} in this executor but {skill_set.skills[name].returns} in the "
+            f"{skill_set.name} skill set" for name, kind in sorted(implemented.items())
+            if name in skill_set.skills and skill_set.skills[name].returns not in (None, kind)]
+
+
+class PlanStates:
+    """Plan-scoped state on one robot (not thread-safe: the executor holds its lock)."""
+
+    def __init__(self, remember: int = 1000) -> None:
+        self._remember = remember
+        self._current: tuple[str, PlanState] | None = None
+        self._returned: OrderedDict[str, int] = OrderedDict()   # request id -> segment whose return ended it
+
+    def state(self, request_id: str) -> PlanState:
+        """The state of this plan, for a segment of it that starts now; another plan's state is released."""
+        if self._current is None or self._current[0] != request_id:
+            self._current = (request_id, PlanState())
+        return self._current[1]
+
+    def release(self, request_id: str) -> None:
+        """The plan ended (failed, cancelled, refused): its variables go."""
+        if self._current is not None and self._current[0] == request_id:
+            self._current = None
+
+    def returned(self, request_id: str, index: int) -> None:
+        """A return ran in segment ``index``: the plan's state goes, its later segments will not run."""
+        self.release(request_id)
+        self._returned[request_id] = index
+        self._returned.move_to_end(request_id)
+        while len(self._returned) > self._remember:
+            self._returned.popitem(last=False)
+
+    def returned_at(self, request_id: str) -> int | None:
+        """The segment whose return ended this plan, or None."""
+        return self._returned.get(request_id)
