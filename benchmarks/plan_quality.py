@@ -222,13 +222,16 @@ def run_pass(scheduler: PlanScheduler, config: Configuration, tasks: Sequence[Ev
     while scheduler.busy():
         handle(scheduler.step())
     wall = time.monotonic() - t0
+    missing = sorted(set(by_id) - {r.task.id for r in records})
+    if missing:
+        raise RuntimeError(f"the scheduler went idle with requests not ended: {missing}")
     order = {task_id: i for i, task_id in enumerate(by_id)}
     records.sort(key=lambda r: order[r.task.id])
     return Pass(config.name, tasks[0].robot_type, records, wall)
 
 
 def evaluate(config: Configuration, tasks: Sequence[EvalTask], policy: str = "fcfs", max_batch: int = 8,
-             device: str = "auto", threads: int = 0, verbose: bool = True) -> list[Pass]:
+             device: str = "auto", threads: int = 1, verbose: bool = True) -> list[Pass]:
     """One pass per robot type (in the order the tasks name them) on one engine load, after a warm-up plan."""
     engine = load_engine(config, device, threads)
     scheduler = make_scheduler(engine, configured_skill_sets(config), policy, max_batch)
