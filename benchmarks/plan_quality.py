@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""Plan quality of one or more planner configurations over the labelled evaluation set (config/eval/).
+
+    python benchmarks/plan_quality.py [--configs embedded] [--split all|dev|test] [--robot-types drone,arm]
+        [--limit N] [--policy fcfs] [--max-batch 8] [--threads 1] [--by-kind] [--out out/plan_quality]
+
+Every plan comes through the server's own generation path: the engine that engine/factory.py builds for the
+configuration's model entry (config/models.yaml), driven by core.scheduler.PlanScheduler under a non-dropping
+policy with up to --max-batch generations per step, each goal validated as the server validates it, and every
+segment "executed" the moment it is ready (as the server's dry_run does: on SegmentReady, on_execution_started
+and on_execution_finished at once). Segmentation, the plan-length caps and the error codes are therefore exactly
+the server's. Each plan is then checked (core/plan_checks.py: parses, known skills, keys, exact, same skills).
+
+Prints, per configuration and robot type, the rates, the mean generated tokens per plan, the seconds per plan
+(the pass's wall time over its plans: batched throughput) and the mean latency of a plan (its first engine step
+to its end, in a batch of --max-batch), and the error codes of requests that did not end NONE; then one markdown
+table with the configurations side by side. Writes every plan to <out>/plans.csv and the summary to
+<out>/summary.json.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from timely_llm_ros.core.errors import ErrorCode, RequestError  # noqa: E402
+from timely_llm_ros.core.evalset import SPLITS, EvalTask, load_eval_tasks  # noqa: E402
+from timely_llm_ros.core.exec_time import load_exec_models  # noqa: E402
+from timely_llm_ros.core.models import model_spec  # noqa: E402
+from timely_llm_ros.core.plan_checks import (CHECKS, PlanCheck, called_skills, check_plan, rates,  # noqa: E402
+                                             string_arguments)
+from timely_llm_ros.core.policies import make_policy  # noqa: E402
+from timely_llm_ros.core.policies.timely import options_from_skill_sets  # noqa: E402
+from timely_llm_ros.core.request import RequestState  # noqa: E402
+from timely_llm_ros.core.scheduler import (PlanScheduler, RequestFinished, SchedulerConfig,  # noqa: E402
+                                           SegmentReady, StateChanged)
+from timely_llm_ros.core.skills import SkillSet, load_skill_sets  # noqa: E402
+from timely_llm_ros.core.urgency import load_urgency_classes  # noqa: E402
+from timely_llm_ros.core.validation import GoalFields, validate_goal  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """A planner setup under evaluation: a model entry, the grammar switch and prompt options.
+
+    grammar None keeps the model entry's default; True/False asks for it per request (the goal's ``unconstrained``
+    field). prompt: attributes of every robot type's skill set that shape its prompt (today ``prompt_template``),
+    set on copies for this configuration only.
+    """
+
+    name: str
+    model: str
+    grammar: bool | None = None
+    prompt: Mapping[str, Any] = field(default_factory=dict)
+
+
+# One line per configuration. Once the models branch (chat-template prompts) and the grammar branch (constrained
+# decoding per request) are merged, the SmolLM2 configurations are:
+#     Configuration("smollm2", "smollm2", grammar=False),
+#     Configuration("smollm2-grammar", "smollm2", grammar=True),
+CONFIGURATIONS = {c.name: c for c in (
+    Configuration("embedded", "embedded"),
+)}
+
+
+@dataclass
+class PlanRecord:
+    """One task's plan under one configuration, with its outcome and checks."""
+
+    config: str
+    task: EvalTask
+    plan: str
+    error_code: str
+    message: str
+    tokens: int
+    latency_s: float          # first engine step of the request to its end (nan if it never ran)
+    check: PlanCheck
+
+    def row(self) -> dict[str, Any]:
+        t = self.task
+        return {"config": self.config, "id": t.id, "robot_type": t.robot_type, "kind": t.kind, "split": t.split,
+                "task": t.task, "scene": t.scene, "reference": t.plan, "plan": self.plan,
+                "error_code": self.error_code, "message": self.message, "tokens": self.tokens,
+                "latency_s": round(self.latency_s, 4), **self.check.as_dict(),
+                "problems": "; ".join(self.check.problems)}
+
+
+@dataclass
+class Pass:
+    """One configuration over one robot type's tasks."""
+
+    config: str
+    robot_type: str
+    records: list[PlanRecord]
+    wall_s: float
+
+    def summary(self) -> dict[str, Any]:
+        n = len(self.records)
+        latencies = [r.latency_s for r in self.records if r.latency_s == r.latency_s]
+        errors = Counter(r.error_code for r in self.records if r.error_code != ErrorCode.NONE.name)
+        return {"config": self.config, "robot_type": self.robot_type, "n": n,
+                **rates(r.check for r in self.records),
+                "tokens_per_plan": statistics.fmean(r.tokens for r in self.records) if n else float("nan"),
+                "s_per_plan": self.wall_s / n if n else float("nan"),
+                "latency_s": statistics.fmean(latencies) if latencies else float("nan"),
+                "wall_s": self.wall_s, "errors": dict(sorted(errors.items())),
+                "kinds": {kind: {"n": len(group), **rates(r.check for r in group)}
+                          for kind, group in self.by_kind().items()}}
+
+    def by_kind(self) -> dict[str, list[PlanRecord]]:
+        groups: dict[str, list[PlanRecord]] = {}
+        for r in self.records:
+            groups.setdefault(r.task.kind, []).append(r)
+        return groups
+
+
+def configured_skill_sets(config: Configuration) -> dict[str, SkillSet]:
+    """The robot types' skill sets with the configuration's prompt options applied (copies)."""
+    sets = load_skill_sets()
+    if not config.prompt:
+        return sets
+    out: dict[str, SkillSet] = {}
+    for name, skill_set in sets.items():
+        unknown = [k for k in config.prompt if not hasattr(skill_set, k)]
+        if unknown:
+            raise SystemExit(f"configuration {config.name!r}: prompt options {unknown} are not skill-set fields")
+        out[name] = copy.copy(skill_set)
+        for key, value in config.prompt.items():
+            setattr(out[name], key, value)
+    return out
+
+
+def corpus_heldout_tasks(n: int) -> list[EvalTask]:
+    """``n`` drone and arm tasks from the embedded planner's own held-out split (model/corpus.py: unseen
+    template x object pairs), as a reference point measured with the same path and checks. Their key objects are
+    the reference plan's string arguments that the prompt shows; a plan without any has its last skill as key."""
+    from timely_llm_ros.model.evaluate import heldout_examples
+
+    examples = [e for e in heldout_examples(2 * n) if e.robot_type in ("drone", "arm")][:n]
+    tasks = []
+    for i, e in enumerate(examples):
+        keys = tuple(a for a in dict.fromkeys(string_arguments(e.plan)) if a in e.context or a in e.task)
+        kind = e.template.rstrip("0123456789")     # "find3" -> "find"
+        urgency = "urgent" if kind in ("injury", "collision", "evade") else "normal"
+        tasks.append(EvalTask(id=f"corpus-{e.robot_type}-{i:03d}", robot_type=e.robot_type, kind=kind, split="test",
+                              urgency=urgency, scene=e.context, task=e.task, plan=e.plan, key_objects=keys,
+                              key_skills=() if keys else (called_skills(e.plan)[-1],)))
+    return tasks
+
+
+def load_engine(config: Configuration, device: str, threads: int):
+    """The engine the server would build for the configuration's model entry."""
+    from timely_llm_ros.engine.factory import make_engine
+    from timely_llm_ros.engine.models import weights_folder
+
+    spec = model_spec(config.model)
+    return make_engine("transformers", str(weights_folder(spec)), device=device, dtype=spec.dtype,
+                       num_threads=threads or None)
+
+
+def goal_for(task: EvalTask, config: Configuration) -> GoalFields:
+    """The Plan goal a robot would send for this task."""
+    # the grammar branch adds the goal's `unconstrained` flag to GoalFields; a configuration that sets grammar
+    # needs it (until then this raises TypeError, naming the field)
+    grammar = {} if config.grammar is None else {"unconstrained": not config.grammar}
+    return GoalFields(agent_id=f"{task.robot_type}_eval", robot_type=task.robot_type, task=task.task,
+                      context=task.scene, urgency_class=task.urgency, **grammar)
+
+
+def make_scheduler(engine, skill_sets: Mapping[str, SkillSet], policy: str, max_batch: int) -> PlanScheduler:
+    """A PlanScheduler as the server configures it (its defaults; no network delay: nothing is sent)."""
+    # the models branch gives PlanScheduler the model entry's prompt encoding (chat template, system prompt from
+    # the skill set) and per-model token limits: pass them here exactly as the server's on_configure does
+    return PlanScheduler(engine, make_policy(policy, max_batch=max_batch, options=options_from_skill_sets(skill_sets)),
+                         skill_sets, load_exec_models(), time.monotonic, SchedulerConfig())
+
+
+def run_pass(scheduler: PlanScheduler, config: Configuration, tasks: Sequence[EvalTask],
+             progress: Callable[[int, int], None] | None = None) -> Pass:
+    """Submit every task at once, step the scheduler until all have ended, execute segments instantly."""
+    skill_sets, classes = scheduler.skill_sets, load_urgency_classes()
+    by_id = {t.id: t for t in tasks}
+    started: dict[str, float] = {}
+    records: list[PlanRecord] = []
+
+    def record(task: EvalTask, plan: str, code: ErrorCode, message: str, tokens: int, end: float) -> None:
+        latency = end - started[task.id] if task.id in started else float("nan")
+        records.append(PlanRecord(config.name, task, plan.strip(), code.name, message, tokens, latency,
+                                  check_plan(task, plan, skill_sets[task.robot_type])))
+        if progress is not None:
+            progress(len(records), len(tasks))
+
+    def handle(events) -> None:
+        for ev in events:
+            if isinstance(ev, SegmentReady):        # dry run: the robot "executes" it at once
+                now = time.monotonic()
+                handle(scheduler.on_execution_started(ev.req_id, ev.segment.index, now))
+                handle(scheduler.on_execution_finished(ev.req_id, ev.segment.index, now))
+            elif isinstance(ev, StateChanged) and ev.state == RequestState.GENERATING:
+                started.setdefault(ev.req_id, time.monotonic())
+            elif isinstance(ev, RequestFinished) and ev.req_id in by_id:
+                o = ev.outcome
+                record(by_id[ev.req_id], o.plan_text, o.error_code, o.message, o.tokens, time.monotonic())
+
+    t0 = time.monotonic()
+    for task in tasks:
+        try:
+            req = validate_goal(goal_for(task, config), task.id, time.monotonic(), skill_sets, classes)
+            handle(scheduler.submit(req))
+        except RequestError as err:               # refused at the door: counted with its code, never hidden
+            record(task, "", err.code, err.message, 0, time.monotonic())
+    while scheduler.busy():
+        handle(scheduler.step())
+    wall = time.monotonic() - t0
+    missing = sorted(set(by_id) - {r.task.id for r in records})
+    if missing:
+        raise RuntimeError(f"the scheduler went idle with requests not ended: {missing}")
+    order = {task_id: i for i, task_id in enumerate(by_id)}
+    records.sort(key=lambda r: order[r.task.id])
+    return Pass(config.name, tasks[0].robot_type, records, wall)
+
+
+def evaluate(config: Configuration, tasks: Sequence[EvalTask], policy: str = "fcfs", max_batch: int = 8,
+             device: str = "auto", threads: int = 1, verbose: bool = True) -> list[Pass]:
+    """One pass per robot type (in the order the tasks name them) on one engine load, after a warm-up plan."""
+    engine = load_engine(config, device, threads)
+    scheduler = make_scheduler(engine, configured_skill_sets(config), policy, max_batch)
+    groups: dict[str, list[EvalTask]] = {}
+    for task in tasks:
+        groups.setdefault(task.robot_type, []).append(task)
+    run_pass(scheduler, config, [replace(tasks[0], id="warm-up")])   # one-time start-up costs off the clock
+    passes = []
+    for robot_type, group in groups.items():
+        t0 = time.monotonic()
+
+        def progress(done: int, total: int, label=f"{config.name} {robot_type}") -> None:
+            if verbose and (done % 25 == 0 or done == total):
+                print(f"[{label}] {done}/{total} plans, {time.monotonic() - t0:.1f} s", flush=True)
+
+        passes.append(run_pass(scheduler, config, group, progress))
+    return passes
+
+
+def _pct(v: float) -> str:
+    return "-" if v != v else f"{100 * v:.1f}%"
+
+
+def markdown_table(summaries: Sequence[Mapping[str, Any]]) -> str:
+    """The configurations side by side, grouped by robot type."""
+    head = ["robot", "configuration", "n", *CHECKS, "tokens/plan", "s/plan", "latency s", "not NONE"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in sorted(summaries, key=lambda s: s["robot_type"]):
+        errors = ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "-"
+        cells = [s["robot_type"], s["config"], str(s["n"]), *(_pct(s[c]) for c in CHECKS),
+                 f"{s['tokens_per_plan']:.1f}", f"{s['s_per_plan']:.3f}", f"{s['latency_s']:.3f}", errors]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def kinds_table(summaries: Sequence[Mapping[str, Any]]) -> str:
+    """The check rates per task kind, the configurations side by side."""
+    head = ["robot", "kind", "configuration", "n", *CHECKS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = [(s["robot_type"], kind, s["config"], k) for s in summaries for kind, k in s["kinds"].items()]
+    for robot_type, kind, config, k in sorted(rows, key=lambda r: r[:2]):
+        lines.append("| " + " | ".join([robot_type, kind, config, str(k["n"]), *(_pct(k[c]) for c in CHECKS)]) + " |")
+    return "\n".join(lines)
+
+
+def write_outputs(out: Path, passes: Sequence[Pass]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [r.row() for p in passes for r in p.records]
+    with open(out / "plans.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "summary.json").write_text(json.dumps([p.summary() for p in passes], indent=1) + "\n", encoding="utf-8")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--configs", default="embedded", help=f"comma-separated; known: {', '.join(CONFIGURATIONS)}")
+    ap.add_argument("--split", default="all", choices=("all", *SPLITS))
+    ap.add_argument("--corpus-heldout", type=int, default=0, metavar="N",
+                    help="instead of the evaluation set: N tasks of the embedded planner's own held-out corpus split")
+    ap.add_argument("--robot-types", default="", help="comma-separated (default: every file in config/eval)")
+    ap.add_argument("--limit", type=int, default=0, help="first N tasks per robot type (0: all)")
+    ap.add_argument("--policy", default="fcfs", help="a non-dropping policy: fcfs | vllm-stream | vllm")
+    ap.add_argument("--max-batch", type=int, default=8)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch CPU threads (0: torch's default; 1 is steadier on a shared machine)")
+    ap.add_argument("--by-kind", action="store_true", help="also print the rates per task kind")
+    ap.add_argument("--out", type=Path, default=Path("out/plan_quality"))
+    return ap.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    names = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in names if c not in CONFIGURATIONS]
+    if unknown or not names:
+        raise SystemExit(f"unknown configurations {unknown}; known: {', '.join(CONFIGURATIONS)}")
+    robot_types = [r.strip() for r in args.robot_types.split(",") if r.strip()] or None
+    if args.corpus_heldout:
+        tasks = [t for t in corpus_heldout_tasks(args.corpus_heldout) if robot_types is None or t.robot_type in
+                 robot_types]
+    else:
+        tasks = load_eval_tasks(robot_types, None if args.split == "all" else args.split)
+    if args.limit:
+        tasks = [t for rt in dict.fromkeys(t.robot_type for t in tasks)
+                 for t in [t for t in tasks if t.robot_type == rt][:args.limit]]
+    passes: list[Pass] = []
+    for name in names:
+        print(f"== {name}: {len(tasks)} tasks, policy {args.policy}, max batch {args.max_batch}", flush=True)
+        for p in evaluate(CONFIGURATIONS[name], tasks, args.policy, args.max_batch, args.device, args.threads):
+            s = p.summary()
+            print(f"{name} {p.robot_type}: n={s['n']} " + " ".join(f"{c}={_pct(s[c])}" for c in CHECKS)
+                  + f" tokens/plan={s['tokens_per_plan']:.1f} s/plan={s['s_per_plan']:.3f}"
+                  + f" latency={s['latency_s']:.3f} s not NONE={s['errors'] or '-'}", flush=True)
+            passes.append(p)
+    print()
+    summaries = [p.summary() for p in passes]
+    print(markdown_table(summaries))
+    if args.by_kind:
+        print()
+        print(kinds_table(summaries))
+    write_outputs(args.out, passes)
+    print(f"\nevery plan: {args.out / 'plans.csv'}; summary: {args.out / 'summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
