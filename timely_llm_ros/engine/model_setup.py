@@ -56,7 +56,7 @@ class ModelSetup:
         names = list(self.skill_sets) if self.prompts.chat else list(self.skill_sets)[:1]
         return [self.prompts(self.skill_sets[n], "warm up", "") for n in names]
 
-    def describe(self) -> list[str]:
+    def describe(self, engine_kind: str = "transformers") -> list[str]:
         """Lines for the configure log: prompt format, BOS, prefix cache, limits per robot type."""
         spec = self.spec
         if self.prompts.chat:
@@ -69,7 +69,10 @@ class ModelSetup:
         shared = {n: self.prompts.shared_tokens(ss) for n, ss in self.skill_sets.items()}
         need = sum(shared.values()) * self.kv_bytes_per_token / 2**20
         per_type = ", ".join(f"{n} {t}" for n, t in shared.items())
-        if size > 0:
+        if engine_kind == "vllm":
+            lines.append(f"prefix caching: vLLM's own, block-granular (shared prompt tokens per robot type: "
+                         f"{per_type})")
+        elif size > 0:
             fits = "" if need <= size else f" -- TOO SMALL: raise prefix_cache_mb above {need:.0f} in the model entry"
             lines.append(f"prefix cache {size:.0f} MiB (transformers engine): shared prompt tokens per robot type: "
                          f"{per_type} ({need:.1f} MiB of KV in all){fits}")
