@@ -217,6 +217,7 @@ class VllmEngine(GenerationTable, Engine):
                 llm.engine_core.shutdown()
             except Exception:
                 pass
+            _remove_rendezvous_file()
 
     # ----- stepping -----
     def step(self, gen_ids: Sequence[str]) -> StepResult:
@@ -286,6 +287,16 @@ def _context_in_pool(path: Path, opts: VllmOptions, torch) -> int:
     per_token = int(cfg.get("num_hidden_layers") or 1) * 2 * kv_heads * head_dim * elem
     blocks = int(opts.kv_bytes) // (per_token * opts.block_size) - 1       # vLLM keeps one block back (its null block)
     return max(min(context, blocks * opts.block_size), opts.block_size)
+
+
+def _remove_rendezvous_file() -> None:
+    """vLLM's single-process worker meets itself through a file store, tempdir/vllm_dist_<hex> (its name in
+    VLLM_DIST_IDENT), and leaves the file behind: removed once the engine is shut down."""
+    import tempfile
+
+    ident = os.environ.get("VLLM_DIST_IDENT", "")
+    if ident.startswith("vllm_dist_"):
+        Path(tempfile.gettempdir(), ident).unlink(missing_ok=True)
 
 
 def _as_list(value) -> list:
