@@ -16,7 +16,7 @@ from timely_llm_ros.core.request import PlanRequest
 from timely_llm_ros.core.scheduler import PlanScheduler
 from timely_llm_ros.core.sim.clock import VirtualClock
 from timely_llm_ros.core.skills import load_skill_sets
-from timely_llm_ros.core.token_limits import _segments
+from timely_llm_ros.core.token_limits import segment_texts
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
 from timely_llm_ros.engine.loader import load_pretrained
 from timely_llm_ros.engine.model_setup import model_setup
@@ -108,7 +108,7 @@ def test_limits_are_counted_in_the_models_tokens_and_reach_the_scheduler_and_the
         assert setup.limits[name].source == "derived"
         for ex in skill_set.examples:      # the bounds cover every worked example in this model's tokens
             assert skill_set.max_plan_tokens >= len(encode(ex.plan))
-            assert all(skill_set.max_segment_tokens >= len(encode(t.strip())) for t in _segments(skill_set, ex.plan))
+            assert all(skill_set.max_segment_tokens >= len(encode(t.strip())) for t in segment_texts(skill_set, ex.plan))
     # SmolLM2 spells numbers digit by digit (more tokens for a drone plan), and has whole words for a chat reply
     assert setup.skill_sets["drone"].max_plan_tokens > SKILLS["drone"].max_plan_tokens
     assert setup.skill_sets["chat"].max_plan_tokens < SKILLS["chat"].max_plan_tokens

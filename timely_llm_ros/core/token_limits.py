@@ -41,7 +41,7 @@ class EffectiveLimits:
                 f" {how}")
 
 
-def _segments(skill_set: SkillSet, plan: str) -> list[str]:
+def segment_texts(skill_set: SkillSet, plan: str) -> list[str]:
     """The texts of the executable segments the robot type's segmenter cuts the plan into."""
     segmenter = skill_set.segmenter()
     parsed = segmenter.feed(plan)
@@ -63,7 +63,7 @@ def derive_limits(skill_set: SkillSet, encode: Encode, encode_reference: Encode)
     model = sum(len(encode(p)) for p in plans)
     reference = sum(len(encode_reference(p)) for p in plans)
     ratio = model / max(reference, 1)
-    longest_segment = max(len(encode(text.strip())) for p in plans for text in _segments(skill_set, p))
+    longest_segment = max(len(encode(text.strip())) for p in plans for text in segment_texts(skill_set, p))
     segment = max(math.ceil(skill_set.max_segment_tokens * ratio), longest_segment, 1)
     plan = max(math.ceil(skill_set.max_plan_tokens * ratio), max(len(encode(p)) for p in plans), segment)
     return TokenLimits(segment, plan), ratio
