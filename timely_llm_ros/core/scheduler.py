@@ -114,8 +114,11 @@ class PlanScheduler(EngineLoop):
                                    " which leaves no room for a plan: shorten the task or context")
             max_new = min(max_new, room - len(prompt_ids))
         gen = Generation(req=req, prompt_ids=list(prompt_ids), enqueued_at=self.clock())
-        self.execution.add_plan(req.req_id, None if req.dry_run else req.agent_id, req.tuf.ert, gen,
-                                self.policy.stream_segments)
+        try:
+            self.execution.add_plan(req.req_id, None if req.dry_run else req.agent_id, req.tuf.ert, gen,
+                                    self.policy.stream_segments)
+        except ValueError as exc:   # the robot's plan rule is none the tracker knows
+            raise RequestError(ErrorCode.EXECUTOR_UNAVAILABLE, f"{exc}: fix the robot's plan rule") from None
         forced = self.engine.encode(" " + req.forced_plan) if req.forced_plan is not None else None
         self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced)
         gen.prefill_left = self._prefill_left(req.req_id, len(prompt_ids))

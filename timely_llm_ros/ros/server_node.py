@@ -11,8 +11,9 @@ gets NOT_ACTIVE with a message instead of silence.
 ROS plumbing only: goals are validated into core PlanRequests, handed to the scheduler thread, and the
 scheduler's events come back as Plan feedback, ExecuteSegment goals to the robots (and their cancels), and Plan
 results. Feedback: every state change the scheduler reports ("queued" once it holds the goal, then generating,
-suspended, executing) and each new segment, with the progress the event carries. Each accepted goal holds one executor thread (blocked on an Event, not polling) until its result; at
-most ``max_queued`` goals are open at once, a goal beyond that ends at once with OVERLOADED (41).
+suspended, executing) and each new segment, with the progress the event carries. Each accepted goal holds one
+executor thread (blocked on an Event, not polling) until its result; at most ``max_queued`` goals are open at once,
+a goal beyond that ends at once with OVERLOADED (41).
 """
 from __future__ import annotations
 
