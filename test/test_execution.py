@@ -192,6 +192,11 @@ def test_the_robots_not_run_waits_for_the_earlier_segments_result_to_decide():
     assert tr.refusal_after("a") is None
     tr.finished("a", 0, 1.0, SegmentStatus.FINISHED)
     assert tr.refusal_after("a") == (1, "not run: segment 0 ended first")    # 0 succeeded: nothing explains it
+    tr.add_segment("a", _seg(2, 1.0))
+    tr.add_segment("a", _seg(3, 1.0))
+    tr.not_run("a", 3, 1.5, "not run: segment 2 ended first")
+    tr.finished("a", 2, 2.0, SegmentStatus.FAILED)                           # ... this failure explains its NOT_RUN
+    assert tr.segment("a", 3).robot_refusal == ""
 
 
 def test_a_more_urgent_plan_preempts_under_urgent_preempts_and_waits_under_queue():

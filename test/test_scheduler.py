@@ -358,6 +358,8 @@ def test_a_long_running_scheduler_keeps_no_per_request_state_beyond_its_outcome_
     per_request = {name: value for name, value in vars(pol).items()
                    if isinstance(value, (dict, set)) and any(str(k).startswith("w") for k in value)}
     assert per_request == {}, f"{policy} still holds state of finished requests: {sorted(per_request)}"
+    held = {name: value for name, value in vars(sched.execution).items() if isinstance(value, dict) and value}
+    assert held == {}, f"the execution tracker still holds finished plans or idle robots: {sorted(held)}"
     lengths = getattr(pol, "_lengths", None)
     assert lengths is None or not lengths._n
 

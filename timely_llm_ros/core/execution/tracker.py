@@ -158,9 +158,10 @@ class ExecutionTracker:
 
     def finished(self, req_id: str, index: int, t: float, status: SegmentStatus,
                  exec_time_s: float | None = None) -> list[Out]:
-        """The robot's result (status FINISHED, FAILED, NOT_RUN or PREEMPTED). exec_time_s: its own measure of the
-        run, which places the start (t - exec_time_s) when it is plausible. A failure makes the plan's later
-        segments NOT_RUN (withdrawn at the robot). Results for segments that already ended are ignored."""
+        """The robot's result (status FINISHED, FAILED or PREEMPTED; NOT_RUN: not_run()). exec_time_s: its own
+        measure of the run, which places the start (t - exec_time_s) when it is plausible. A failure makes the
+        plan's later segments NOT_RUN (withdrawn at the robot; it explains the robot's NOT_RUN for them). Results
+        for segments that already ended are ignored."""
         s = self.segment(req_id, index)
         if s is None or s.status not in OUT:
             return []
@@ -179,6 +180,8 @@ class ExecutionTracker:
             plan.cut = True
         out: list[Out] = []
         if status == SegmentStatus.FAILED:
+            for later in plan.segments[index + 1:]:
+                later.robot_refusal = ""
             withdrawn = self._withdraw(plan, plan.segments[index + 1:], SegmentStatus.NOT_RUN)
             if withdrawn:
                 out.append(SegmentsWithdrawn(req_id, withdrawn))
@@ -194,7 +197,7 @@ class ExecutionTracker:
         for s in plan.segments:
             if s.robot_refusal:
                 return (s.index, s.robot_refusal)
-            if s.status != SegmentStatus.FINISHED:
+            if s.status in OUT or s.status == SegmentStatus.HELD:
                 return None
         return None
 
