@@ -6,9 +6,9 @@
 
 Every plan comes through the server's own generation path: the engine that engine/factory.py builds for the
 configuration's model entry (config/models.yaml), driven by core.scheduler.PlanScheduler under a non-dropping
-policy with up to --max-batch generations per step, each goal validated as the server validates it, and every
-segment "executed" the moment it is ready (as the server's dry_run does: on SegmentReady, on_execution_started
-and on_execution_finished at once). Segmentation, the plan-length caps and the error codes are therefore exactly
+policy with up to --max-batch generations per step, each goal validated as the server validates it, as a dry
+run (as the server's dry_run goals: no robot, every segment counts as executed the moment it is generated).
+Segmentation, the plan-length caps and the error codes are therefore exactly
 the server's. Each plan is then checked (core/plan_checks.py: parses, known skills, keys, exact, same skills).
 
 Prints, per configuration and robot type, the rates, the mean generated tokens per plan, the seconds per plan
@@ -43,7 +43,7 @@ from timely_llm_ros.core.policies import make_policy  # noqa: E402
 from timely_llm_ros.core.policies.timely import options_from_skill_sets  # noqa: E402
 from timely_llm_ros.core.request import RequestState  # noqa: E402
 from timely_llm_ros.core.scheduler import (PlanScheduler, RequestFinished, SchedulerConfig,  # noqa: E402
-                                           SegmentReady, StateChanged)
+                                           StateChanged)
 from timely_llm_ros.core.skills import SkillSet, load_skill_sets  # noqa: E402
 from timely_llm_ros.core.urgency import load_urgency_classes  # noqa: E402
 from timely_llm_ros.core.validation import GoalFields, validate_goal  # noqa: E402
@@ -208,11 +208,7 @@ def run_pass(scheduler: PlanScheduler, config: Configuration, tasks: Sequence[Ev
 
     def handle(events) -> None:
         for ev in events:
-            if isinstance(ev, SegmentReady):        # dry run: the robot "executes" it at once
-                now = time.monotonic()
-                handle(scheduler.on_execution_started(ev.req_id, ev.segment.index, now))
-                handle(scheduler.on_execution_finished(ev.req_id, ev.segment.index, now))
-            elif isinstance(ev, StateChanged) and ev.state == RequestState.GENERATING:
+            if isinstance(ev, StateChanged) and ev.state == RequestState.GENERATING:
                 started.setdefault(ev.req_id, time.monotonic())
             elif isinstance(ev, RequestFinished) and ev.req_id in by_id:
                 o = ev.outcome
@@ -222,6 +218,7 @@ def run_pass(scheduler: PlanScheduler, config: Configuration, tasks: Sequence[Ev
     for task in tasks:
         try:
             req = validate_goal(goal_for(task, config), task.id, time.monotonic(), skill_sets, classes)
+            req.dry_run = True                     # no robot: each segment counts as executed when generated
             handle(scheduler.submit(req))
         except RequestError as err:               # refused at the door: counted with its code, never hidden
             record(task, "", err.code, err.message, 0, time.monotonic())

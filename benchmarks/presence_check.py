@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rclpy.init()
     node = rclpy.create_node("presence_check_probe")
-    dispatcher = SegmentDispatcher(node, lambda fn: None, MutuallyExclusiveCallbackGroup(), timeout_s=30.0)
+    dispatcher = SegmentDispatcher(node, lambda fn: None, MutuallyExclusiveCallbackGroup())
     asked = agents[:args.asked]
     clients = [dispatcher.client(a) for a in asked]
     executor = SingleThreadedExecutor()

@@ -209,6 +209,17 @@ def feedback_then_success(feedbacks: int, execution_time: float):
     return execute
 
 
+def runs_on_robot(output: str, request_id: str | None = None) -> list[tuple[tuple[str, int], float, float]]:
+    """The segments an executor started (log_timing lines), in start order: ((request, index), start, end)."""
+    import re
+
+    started, ended = {}, {}
+    for req, index, event, t in re.findall(r"segment timing (\S+) (\d+) (started|ended) ([\d.]+)", output):
+        (started if event == "started" else ended)[(req, int(index))] = float(t)
+    return sorted(((key, t, ended.get(key, float("inf"))) for key, t in started.items()
+                   if request_id is None or key[0] == request_id), key=lambda run: run[1])
+
+
 def wait(future, timeout: float):
     end = time.monotonic() + timeout
     while not future.done():

@@ -19,17 +19,17 @@ from timely_llm_ros.msg import RobotState, Skill  # noqa: E402
 from timely_llm_ros.ros.executor.skills import SkillContext, SkillRegistry, skill  # noqa: E402
 from timely_llm_ros.ros.segment_dispatcher import CLIENT_QUEUES  # noqa: E402
 
-from ros_harness import NodeProcess, SpinningActionClient, wait  # noqa: E402
+from ros_harness import NodeProcess, SpinningActionClient, runs_on_robot, wait  # noqa: E402
 
 R = ExecuteSegment.Result
 
 
-def _segment(req: str, index: int, *calls: tuple) -> ExecuteSegment.Goal:
+def _segment(req: str, index: int, *calls: tuple, preempts: bool = False) -> ExecuteSegment.Goal:
     """A segment as the server sends it: its plan text (what the robot runs) and its skill calls."""
     text = "".join(f"{c[0]}({','.join(repr(a) for a in c[1:])});" for c in calls)
     return ExecuteSegment.Goal(request_id=req, index=index, text=text,
                                skills=[Skill(name=c[0], args=[str(a) for a in c[1:]]) for c in calls],
-                               expected_duration=1.0)
+                               expected_duration=1.0, preempts=preempts)
 
 
 class _Client(SpinningActionClient):
@@ -299,19 +299,50 @@ def test_skill_registry_collects_marked_functions_and_methods():
         ctx.sleep(float("inf"))
 
 
-def test_plan_order_runs_requests_by_arrival_and_segments_by_index_with_a_gap_timeout():
-    from timely_llm_ros.ros.executor.order import PlanOrder
+def test_two_plans_for_one_robot_never_interleave_and_the_robot_does_not_go_back_to_a_plan_it_left():
+    """Plan b's segment arrives (with preempts, which the default plan_rule queue ignores) between plan a's segments
+    0 and 1: the robot runs a0, a1, then b0, one at a time. a's segment 2, arriving after b took the robot, ends
+    NOT_RUN."""
+    node = _start("timely_llm_ros.ros.executor_node", "one_plan", "robot_type:=drone", "time_scale:=0.25",
+                  "log_timing:=true")
+    client = _Client("one_plan")
+    try:
+        handles = [client.send(_segment("a", 0, ("mf", 200))), client.send(_segment("b", 0, ("mf", 20), preempts=True)),
+                   client.send(_segment("a", 1, ("mf", 20)))]
+        assert all(client.result(h)[1].success for h in handles)
+        status, late = client.result(client.send(_segment("a", 2, ("mf", 20))), 10.0)
+        assert late.error_code == R.NOT_RUN and "plan b took the robot" in late.error_message
+        runs = runs_on_robot(node.output())
+        assert [key for key, _, _ in runs] == [("a", 0), ("a", 1), ("b", 0)]
+        assert all(end <= nxt for (_, _, end), (_, nxt, _) in zip(runs, runs[1:])), runs
+    finally:
+        client.close()
+        node.stop()
+    assert node.proc.returncode == 0 and "Traceback" not in node.output(), node.output()[-3000:]
 
-    now = [0.0]
-    order = PlanOrder(gap_timeout_s=1.0, clock=lambda: now[0])
-    order.add("a", 1, "a1")   # a's segment 1 arrives before its segment 0
-    order.add("b", 0, "b0")
-    assert order.pop_next() is None       # a1 waits for a0 (a arrived first, so b waits behind a)
-    order.add("a", 0, "a0")
-    assert order.pop_next() == "a0"
-    order.done("a", 0)
-    assert order.pop_next() == "a1"
-    order.add("a", 3, "a3")               # a2 never comes
-    assert order.pop_next() is None
-    now[0] = 1.5
-    assert order.pop_next() == "a3" and order.pop_next() == "b0" and len(order) == 0
+
+def test_urgent_preempts_stops_the_running_plan_between_two_skills_and_its_segments_end_preempted():
+    """plan_rule urgent_preempts: a segment sent with preempts stops plan a after the skill in progress (a0 ends
+    PREEMPTED having run one of its two calls), a's queued and later segments end PREEMPTED, plan u runs after a0
+    has stopped."""
+    node = _start("timely_llm_ros.ros.executor_node", "preempting", "robot_type:=drone", "time_scale:=0.25",
+                  "log_timing:=true", "plan_rule:=urgent_preempts")
+    client = _Client("preempting")
+    try:
+        fb: list = []
+        first = client.send(_segment("a", 0, ("mf", 300), ("mf", 300)), fb)
+        queued = client.send(_segment("a", 1, ("mf", 20)))
+        assert _wait(lambda: fb), "a0 never started"
+        urgent = client.send(_segment("u", 0, ("mf", 20), preempts=True))
+        status, result = client.result(first)
+        assert result.error_code == R.PREEMPTED and "plan u took the robot" in result.error_message
+        assert [s.name for s in result.executed_skills] == ["mf"]          # stopped between its two calls
+        assert client.result(queued)[1].error_code == R.PREEMPTED
+        assert client.result(urgent)[1].success
+        assert client.result(client.send(_segment("a", 2, ("mf", 20))))[1].error_code == R.PREEMPTED
+        runs = runs_on_robot(node.output())
+        assert [key for key, _, _ in runs] == [("a", 0), ("u", 0)] and runs[0][2] <= runs[1][1], runs
+    finally:
+        client.close()
+        node.stop()
+    assert node.proc.returncode == 0 and "Traceback" not in node.output(), node.output()[-3000:]

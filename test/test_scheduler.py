@@ -6,13 +6,15 @@ import pytest
 from timely_llm_ros.core.errors import ErrorCode, RequestError
 from timely_llm_ros.core.exec_time import load_exec_models
 from timely_llm_ros.core.policies import make_policy
-from timely_llm_ros.core.request import PlanRequest, RequestState, SkillCall
-from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady
+from timely_llm_ros.core.execution import SegmentStatus
+from timely_llm_ros.core.request import Generation, PlanRequest, RequestState, SkillCall
+from timely_llm_ros.core.scheduler import (PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady,
+                                           SegmentsWithdrawn, StateChanged)
 from timely_llm_ros.core.sim.clock import VirtualClock
 from timely_llm_ros.core.sim.latency_model import LatencyModel
 from timely_llm_ros.core.sim.sim_engine import SimEngine
 from timely_llm_ros.core.skills import load_skill_sets
-from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
+from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
 
 LATENCY = LatencyModel(prefill_a=0.0, prefill_b=1e-4, prefill_c=0.01, decode_base=0.02, decode_per_seq=0.001,
                        decode_per_kv_token=0.0)
@@ -356,6 +358,8 @@ def test_a_long_running_scheduler_keeps_no_per_request_state_beyond_its_outcome_
     per_request = {name: value for name, value in vars(pol).items()
                    if isinstance(value, (dict, set)) and any(str(k).startswith("w") for k in value)}
     assert per_request == {}, f"{policy} still holds state of finished requests: {sorted(per_request)}"
+    held = {name: value for name, value in vars(sched.execution).items() if isinstance(value, dict) and value}
+    assert held == {}, f"the execution tracker still holds finished plans or idle robots: {sorted(held)}"
     lengths = getattr(pol, "_lengths", None)
     assert lengths is None or not lengths._n
 
@@ -403,12 +407,118 @@ def test_kv_reloads_are_paid_once_and_never_evict_a_member_of_the_same_batch():
     assert policy.seen[-1] == {"a": 0.0, "b": 0.0}
 
 
-def test_a_generation_is_looked_up_by_request_until_its_request_ends():
-    """Feedback asks for a request's generation at every event; it is the one generations() lists, then None."""
-    sched, _, clock = make("fcfs")
+def _same_robot(rid: str, plan: str = DRONE_PLAN, urgency: str = "normal", t: float = 0.0, tuf=None):
+    req = request(rid, plan, urgency=urgency, t=t)
+    req.agent_id = "drone_1"
+    if tuf is not None:
+        req.tuf = tuf
+    return req
+
+
+def test_submit_reports_queued_with_the_requests_progress():
+    sched, _, _ = make()
+    [queued] = sched.submit(request("a"))
+    assert isinstance(queued, StateChanged) and queued.state == RequestState.QUEUED
+    assert (queued.progress.segments_generated, queued.progress.segments_executed) == (0, 0)
+
+
+def test_a_queued_plans_first_segment_is_not_expected_to_start_before_the_running_plan_ends():
+    """Two plans for one robot: the second is held while the first runs. Its generation is weighed with the
+    robot's earliest start (the first plan's E): the timely policy does not count on the robot starting it sooner,
+    ranks it below the same request for a free robot, and drops it when even that start earns nothing."""
+    sched, _, clock = make("timely")
+    sched.submit(_same_robot("a"))
+    first = first_segment(sched)
+    sched.on_execution_started("a", first.index, clock())
+    lenient = TimeUtility(ert=0.5, alpha=-0.01, beta=1.0)     # served late rather than dropped
+    sched.submit(_same_robot("b", t=clock(), tuf=lenient))
+    gens = {g.req_id: g for g in sched.generations()}
+    a, b = gens["a"], gens["b"]
+    assert b.earliest_start == pytest.approx(a.expected_exec_end)
+    now, policy = clock(), sched.policy
+    free = Generation(req=request("free", t=b.req.arrival), prompt_ids=[])
+    free.req.tuf = lenient
+    ready = now + policy.segment_time("drone") + policy.network_delay_s
+    assert a.expected_exec_end > ready
+    assert policy.utility_if_started(b, now) == pytest.approx(lenient(a.expected_exec_end - b.req.arrival))
+    assert policy.utility_if_started(free, now) == pytest.approx(lenient(ready - b.req.arrival))
+    assert policy.priority(b, now) < policy.priority(free, now)
+    normal = _same_robot("c", t=now)
+    hopeless = Generation(req=normal, prompt_ids=[], earliest_start=a.expected_exec_end)
+    assert a.expected_exec_end - now > 1.5 and policy.should_drop(hopeless, now)   # normal: no utility after 1.5 s
+    assert policy.should_drop(Generation(req=normal, prompt_ids=[]), now) is None
+    # the robot never gets b's segments while a runs: they are sent once a has ended
+    sent, finished = [], {}
+    pending: list = []
+    for _ in range(10_000):
+        if "b" in finished:
+            break
+        events, pending = pending + (sched.step() if sched.busy() else []), []
+        if not events and not sched.busy():
+            events = sched.on_execution_finished("a", first.index, clock())     # a's first segment ends
+        for ev in events:
+            if isinstance(ev, SegmentReady):
+                sent.append((ev.req_id, clock()))
+                sched.on_execution_started(ev.req_id, ev.segment.index, clock())
+                clock.advance(0.5)
+                pending += sched.on_execution_finished(ev.req_id, ev.segment.index, clock())
+            elif isinstance(ev, RequestFinished):
+                finished[ev.req_id] = ev.outcome
+    assert finished["a"].ok and finished["b"].ok
+    assert [t for r, t in sent if r == "b"] and min(t for r, t in sent if r == "b") >= finished["a"].finished_at
+
+
+def test_an_urgent_plan_preempts_the_robots_running_plan_under_urgent_preempts():
+    """The robot's rule urgent_preempts: a plan with a shorter ERT takes the robot as soon as its first segment is
+    ready. It is sent with preempts; the running plan's generation stops and the request ends PREEMPTED once the
+    robot reports its segment there PREEMPTED."""
+    clock = VirtualClock()
+    engine = SimEngine(LATENCY, clock)
+    sched = PlanScheduler(engine, make_policy("fcfs"), load_skill_sets(), load_exec_models(), clock,
+                          plan_rule=lambda robot: "urgent_preempts")
+    sched.submit(_same_robot("slow", DRONE_PLAN * 3))
+    slow = first_segment(sched)
+    sched.on_execution_started("slow", slow.index, clock())
+    sched.submit(_same_robot("fast", "mb(50);ml(30);", urgency="urgent", t=clock()))
+    events = []
+    while not any(isinstance(ev, SegmentReady) and ev.req_id == "fast" for ev in events):
+        events += sched.step()
+    events0 = [ev for ev in events if isinstance(ev, SegmentReady)]
+    assert [ev.req_id for ev in events0][-1] == "fast" and events0[-1].preempts
+    assert not sched.is_running("slow") and engine.memory().generations == 1   # its generation stopped
+    events = sched.on_execution_finished("slow", slow.index, clock() + 0.2, ok=False, ended=SegmentStatus.PREEMPTED,
+                                         error="preempted: plan fast took the robot", code=ErrorCode.PREEMPTED)
+    [out] = [ev.outcome for ev in events if isinstance(ev, RequestFinished)]
+    assert out.error_code == ErrorCode.PREEMPTED and "more urgent" in out.message
+    _, finished = run_to_end(sched, clock, events0=[ev for ev in events0 if ev.req_id == "fast"])
+    assert finished["fast"].ok
+
+
+def test_dry_runs_take_no_robot_and_count_as_executed_when_generated():
+    sched, _, clock = make()
+    events = []
+    for rid in ("a", "b"):
+        req = _same_robot(rid)
+        req.dry_run = True
+        events += sched.submit(req)
+    while sched.busy():
+        events += sched.step()
+    assert not any(isinstance(ev, SegmentReady) for ev in events)
+    outs = {ev.req_id: ev.outcome for ev in events if isinstance(ev, RequestFinished)}
+    assert all(o.ok and all(s.exec_finished is not None for s in o.segments) for o in outs.values())
+    assert set(outs) == {"a", "b"}
+
+
+def test_a_robot_that_never_accepts_a_segment_ends_the_request_unavailable_and_it_is_withdrawn():
+    clock = VirtualClock()
+    sched = PlanScheduler(SimEngine(LATENCY, clock), make_policy("fcfs"), load_skill_sets(), load_exec_models(),
+                          clock, SchedulerConfig(ack_timeout_s=2.0, exec_timeout_s=5.0))
     sched.submit(request("a"))
-    sched.submit(request("b"))
-    assert sched.generation("b") is next(g for g in sched.generations() if g.req_id == "b")
-    assert sched.generation("nobody") is None
-    run_to_end(sched, clock)
-    assert sched.generation("a") is None and sched.generation("b") is None
+    seg = first_segment(sched)
+    assert sched.check_deadlines() == []
+    clock.advance(2.5)
+    events = sched.check_deadlines()
+    withdrawn = [ev for ev in events if isinstance(ev, SegmentsWithdrawn)]
+    assert withdrawn and withdrawn[0].indices[0] == seg.index and withdrawn[0].reason == ErrorCode.EXECUTOR_UNAVAILABLE
+    [out] = [ev.outcome for ev in events if isinstance(ev, RequestFinished)]
+    assert out.error_code == ErrorCode.EXECUTOR_UNAVAILABLE and "did not accept" in out.message

@@ -226,3 +226,30 @@ def test_generator_closed_loop_chains_chat_requests_and_long_plan_caps():
     chat = [o for o in result.outcomes if o.req.robot_type == "chat"]
     assert chat and all(o.state == RequestState.DONE and len(o.segments) >= 2 for o in chat)
     assert len(result.outcomes) == len(w.tasks)
+
+
+def test_a_simulated_robot_runs_one_plan_at_a_time_and_a_more_urgent_plan_preempts_under_urgent_preempts():
+    """Two plans for one robot (core/execution's rules): under queue the second starts when the first has ended
+    (the timely policy with drop="never", so the late one is served late); under urgent_preempts the urgent one
+    stops the first at the end of its skill in progress, which ends PREEMPTED."""
+    first, second = burst([1, 6])
+    second = dataclasses.replace(second, agent_id=first.agent_id, arrival=1.0)
+
+    def runs(result):
+        return sorted((s.exec_started, s.exec_finished, o.req.req_id) for o in result.outcomes for s in o.segments
+                      if s.exec_started is not None and s.exec_finished is not None)
+
+    queued = simulate(make_policy("timely", options={"drop": "never"}), LAT, [first, second])
+    by_id = {o.req.req_id: o for o in queued.outcomes}
+    assert by_id[first.task_id].ok and by_id[second.task_id].ok
+    assert by_id[second.task_id].segments[0].exec_started >= by_id[first.task_id].segments[-1].exec_finished
+    waited = by_id[second.task_id].response_time
+    preempted = simulate(make_policy("timely"), LAT, [first, second], plan_rule=lambda agent: "urgent_preempts")
+    by_id = {o.req.req_id: o for o in preempted.outcomes}
+    stopped, urgent = by_id[first.task_id], by_id[second.task_id]
+    assert stopped.error_code == ErrorCode.PREEMPTED and urgent.ok and urgent.response_time < waited
+    last = max((s for s in stopped.segments if s.exec_finished is not None), key=lambda s: s.exec_finished)
+    assert urgent.segments[0].exec_started == pytest.approx(last.exec_finished)   # the robot turned to it at once
+    for result in (queued, preempted):
+        spans = runs(result)
+        assert all(end <= nxt for (_, end, _), (nxt, _, _) in zip(spans, spans[1:])), spans   # never two at once

@@ -35,9 +35,10 @@ from .request import Generation
 
 
 def segment_deadline(gen: Generation) -> float:
-    """When the segment being generated must be ready: arrival + ERT for s0, else E (end of the previous execution)."""
+    """When the segment being generated must be ready: arrival + ERT for s0 (or later, when the robot runs another
+    plan until then: earliest_start), else E (end of the previous execution)."""
     if gen.k == 0 or gen.expected_exec_end is None:
-        return gen.req.arrival + gen.req.tuf.ert
+        return gen.first_start(gen.req.arrival + gen.req.tuf.ert)
     return gen.expected_exec_end
 
 

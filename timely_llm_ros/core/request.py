@@ -49,6 +49,7 @@ class PlanRequest:
     time_budget_s: float = 0.0   # TimeBill / RT-LM: hard budget for the whole plan, from arrival (s)
     tpot_slo_ms: float = 0.0     # SLICE: time-per-output-token SLO (ms)
     ttft_slo_ms: float = 0.0     # SLICE: time-to-first-token SLO (ms)
+    dry_run: bool = False        # only generate: no robot runs it (its segments count as executed when sent)
 
 
 @dataclass
@@ -90,7 +91,8 @@ class Generation:
     segments: list[Segment] = field(default_factory=list)
     prefilled: bool = False
     finished_generating: bool = False
-    expected_exec_end: float | None = None  # E: expected (then actual) end of the last dispatched segment
+    expected_exec_end: float | None = None  # E: expected (then actual) end of the robot's last known segment
+    earliest_start: float | None = None     # the robot runs another plan until then (None: free for this one)
     step_times: deque = field(default_factory=lambda: deque(maxlen=8))  # recent per-token step durations
     enqueued_at: float = 0.0       # when it (re)entered the waiting queue
     offloaded: bool = False        # KV lives in host memory
@@ -109,6 +111,11 @@ class Generation:
     @property
     def tokens_in_segment(self) -> int:
         return len(self.output_ids) - self.seg_token_start
+
+    def first_start(self, ready: float) -> float:
+        """When the robot can start the plan's first segment if it is there at `ready`: not before the robot is
+        free of the plans ahead of this one."""
+        return ready if self.earliest_start is None else max(ready, self.earliest_start)
 
     def token_rate(self) -> float | None:
         """Recent generation speed (tokens/s), None before any step."""

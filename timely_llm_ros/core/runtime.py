@@ -2,7 +2,8 @@
 
 The ROS node's callbacks run on executor threads; they never touch the scheduler directly but
 `post()` or `call()` functions into this thread's inbox. Between inbox items the thread runs
-scheduler steps while there is work, and sleeps on the inbox when there is none.
+scheduler steps while there is work, and sleeps on the inbox when there is none (at most idle_poll_s: each
+iteration also fails the segments whose robot did not accept or finish them in time, PlanScheduler.check_deadlines).
 
 Interrupts: a request's submit waits in the inbox while an engine step runs. On an interruptible engine the
 caller also `announce()`s it; the engine asks between its decoder layers (on this thread, so nothing else reads
@@ -99,6 +100,7 @@ class SchedulerThread:
             steps = self.scheduler.steps
             events_s = self._guard(self.scheduler.step) if self.scheduler.busy() else 0.0
             t_idle = time.perf_counter()
+            self._guard(self.scheduler.check_deadlines)   # segments a robot did not accept or finish in time
             if self._on_idle is not None:
                 self._guard(self._on_idle)
             record = self.scheduler.last_step

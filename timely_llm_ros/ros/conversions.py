@@ -45,9 +45,10 @@ def goal_fields(goal: Plan.Goal) -> GoalFields:
                       tpot_slo_ms=goal.tpot_slo_ms, ttft_slo_ms=goal.ttft_slo_ms)
 
 
-def execute_goal(req_id: str, seg: Segment) -> ExecuteSegment.Goal:
+def execute_goal(req_id: str, seg: Segment, preempts: bool = False) -> ExecuteSegment.Goal:
     return ExecuteSegment.Goal(request_id=req_id, index=seg.index, text=seg.text,
-                               skills=[skill_to_msg(c) for c in seg.skills], expected_duration=float(seg.est_exec_s))
+                               skills=[skill_to_msg(c) for c in seg.skills], expected_duration=float(seg.est_exec_s),
+                               preempts=preempts)
 
 
 def _finite(x: float) -> float:

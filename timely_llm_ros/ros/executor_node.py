@@ -2,7 +2,7 @@
 
 Serves <namespace>/execute_segment with SimulatedExecutorNode (ros/executor/sim.py), a subclass of the executor
 API for real robots (ros/executor/base.py, docs/executor.md). Parameters: robot_type, time_scale, seed, the
-fault-injection parameters, and the base's queue_size / gap_timeout_s / feedback_period_s / shutdown_grace_s.
+fault-injection parameters, and the base's queue_size / plan_rule / feedback_period_s / shutdown_grace_s.
 """
 from __future__ import annotations
 

@@ -46,6 +46,8 @@ class ServerParams:
     engine_process: bool = False
     trim_memory_idle_s: float = 1.0
     worker_idle_exit_s: float = 5.0
+    default_plan_rule: str = "queue"
+    plan_rules: list = None  # type: ignore[assignment]  (declared as a string array)
 
 
 _DESCRIPTIONS = {
@@ -111,6 +113,12 @@ _DESCRIPTIONS = {
     "trim_memory_idle_s": ("once no goal has been open for this long after some work, hand the heap's free pages "
                            "back to the OS (glibc malloc_trim; the threads a burst made stay); 0 = never",
                            (0.0, 3600.0)),
+    "default_plan_rule": ("what a robot does with a second plan while one runs: queue (the second waits until the "
+                          "first ends) | urgent_preempts (a plan with a strictly shorter ERT stops the running one "
+                          "between two skills; that one ends PREEMPTED, 24); the robot's executor must run the same "
+                          "rule (its parameter plan_rule)", None),
+    "plan_rules": ("robots whose rule is not default_plan_rule, as <agent>=<rule> entries, e.g. "
+                   "[drone_1=urgent_preempts]", None),
     "worker_idle_exit_s": ("a worker thread of the node's executor that has had no callback to run for this long "
                            "ends (2 are kept): each open goal holds a thread, so after a burst they end and give "
                            "their memory back (ros/elastic_executor.py); 0 = keep every thread, as rclpy's "
@@ -140,10 +148,29 @@ def declare_server_params(node: Node) -> ServerParams:
     """Declare every server parameter (with description and range) and read them."""
     values = {}
     for f in fields(ServerParams):
-        default = f.default if f.name != "expected_agents" else [""]
+        default = f.default if f.name not in ("expected_agents", "plan_rules") else [""]
         values[f.name] = node.declare_parameter(f.name, default, _descriptor(f.name, default)).value
     values["expected_agents"] = [a.strip("/") for a in values["expected_agents"] if a.strip("/")]
+    values["plan_rules"] = [r.strip() for r in values["plan_rules"] if r.strip()]
     return ServerParams(**values)
+
+
+def plan_rules(p: ServerParams) -> dict[str, str]:
+    """Each robot's plan rule from default_plan_rule and plan_rules: {agent: rule}, "" for every robot not named;
+    ValueError says what is wrong."""
+    from ..core.execution import PLAN_RULES
+
+    if p.default_plan_rule not in PLAN_RULES:
+        raise ValueError(f"default_plan_rule must be one of {', '.join(PLAN_RULES)}, got {p.default_plan_rule!r}")
+    rules = {"": p.default_plan_rule}
+    for entry in p.plan_rules:
+        agent, _, rule = entry.partition("=")
+        agent = agent.strip().strip("/")
+        if not agent or rule.strip() not in PLAN_RULES:
+            raise ValueError(f"plan_rules entry {entry!r} must be <agent>=<rule> with <rule> one of "
+                             f"{', '.join(PLAN_RULES)}, e.g. drone_1=urgent_preempts")
+        rules[agent] = rule.strip()
+    return rules
 
 
 def check_runtime_update(node, params) -> SetParametersResult:
@@ -167,6 +194,6 @@ def check_runtime_update(node, params) -> SetParametersResult:
             node.loop.post(lambda s, v=int(p.value): setattr(s.policy, "max_batch", v))
             node.params.max_batch = int(p.value)
         elif p.name == "executor_timeout_s":
-            node.dispatcher.timeout_s = float(p.value)
+            node.loop.post(lambda s, v=float(p.value): setattr(s.execution, "exec_timeout_s", v))
             node.params.executor_timeout_s = float(p.value)
     return SetParametersResult(successful=True)

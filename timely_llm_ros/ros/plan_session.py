@@ -1,4 +1,4 @@
-"""One accepted Plan goal on the server: the session its execute callback waits on, and its feedback."""
+"""One accepted Plan goal on the server: what its execute callback waits on, and its feedback messages."""
 from __future__ import annotations
 
 import math
@@ -10,15 +10,16 @@ from dataclasses import dataclass, field
 from timely_llm_ros.action import Plan
 
 from ..core.errors import ErrorCode
-from ..core.request import PlanRequest, RequestState
-from ..core.scheduler import PlanScheduler, RequestOutcome, measure_outcome
+from ..core.outcome import Progress, RequestOutcome
+from ..core.request import PlanRequest, RequestState, Segment
 from ..core.tuf import TimeUtility
 from .conversions import segment_to_msg
 
 
 @dataclass
 class GoalSession:
-    """One accepted goal: what its execute callback waits on."""
+    """One accepted goal: what its execute callback needs to answer its client (the request's own state is the
+    scheduler's, which reports it in its events)."""
 
     req_id: str
     agent_id: str
@@ -27,8 +28,6 @@ class GoalSession:
     done: threading.Event = field(default_factory=threading.Event)
     outcome: RequestOutcome | None = None
     submitted: bool = False
-    segments_generated: int = 0
-    state: str = ""                    # last state sent as feedback
 
     def end(self, outcome: RequestOutcome) -> None:
         if self.outcome is None:
@@ -50,17 +49,12 @@ def bare_outcome(session: GoalSession, code: ErrorCode, message: str) -> Request
                           tokens=0, finished_at=time.monotonic())
 
 
-def plan_feedback(scheduler: PlanScheduler, session: GoalSession, state: str, segment=None) -> Plan.Feedback:
-    """Plan feedback for a state change or a new segment, with the plan's progress so far."""
-    fb = Plan.Feedback(request_id=session.req_id, state=state, new_segment=segment is not None,
-                       segments_generated=session.segments_generated)
+def plan_feedback(req_id: str, progress: Progress, segment: Segment | None = None) -> Plan.Feedback:
+    """Plan feedback for a state change or a new segment, from the progress the scheduler's event carries."""
+    fb = Plan.Feedback(request_id=req_id, state=progress.state.value, new_segment=segment is not None,
+                       segments_generated=progress.segments_generated, segments_executed=progress.segments_executed,
+                       utility_so_far=progress.utility_so_far,
+                       estimated_time_remaining=progress.estimated_time_remaining)
     if segment is not None:
         fb.segment = segment_to_msg(segment)
-    gen = scheduler.generation(session.req_id)
-    if gen is not None:
-        done = [s for s in gen.segments if s.exec_finished is not None]
-        fb.segments_executed = len(done)
-        if done:
-            fb.utility_so_far = float(measure_outcome(gen, gen.state, ErrorCode.NONE, "", 0.0).total_utility)
-        fb.estimated_time_remaining = float(sum(s.est_exec_s for s in gen.segments if s.exec_finished is None))
     return fb

@@ -1,16 +1,16 @@
-"""Sends generated segments to each robot's ExecuteSegment action server and reports back.
+"""Sends segments to each robot's ExecuteSegment action server and posts what the robots answer into the
+scheduler thread. Message conversion only: which segment is where, and every deadline, is the scheduler's
+ExecutionTracker's (core/execution).
 
 A segment's goal is sent by the thread that generated it, right after its feedback went to the Plan client, and
-cancels from whichever thread decides them (our ActionClient registers a goal, and rclpy a cancel, under the
-client's lock, so both are safe while the executor spins). An ActionClient is made only for an agent
-whose executor is in the ROS graph (or listed in expected_agents): unknown agent ids leave nothing behind.
+cancels (``withdraw``) from the scheduler thread as the scheduler says (our ActionClient registers a goal, and rclpy
+a cancel, under the client's lock, so both are safe while the executor spins). An ActionClient is made only for an
+agent whose executor is in the ROS graph (or listed in expected_agents): unknown agent ids leave nothing behind.
 
-Results (and timeouts) are posted into the scheduler thread as real execution feedback. The segment's
-execution time is the one the executor reports (result.execution_time), ending when its result arrives.
-Timeouts: an executor must accept or reject a segment within ``ack_timeout_s`` (else EXECUTOR_UNAVAILABLE,
-as when its action server leaves the graph); a segment's execution clock (estimate + ``timeout_s``, else
-EXECUTOR_TIMEOUT) starts when it starts executing: at its first feedback, or when it becomes the oldest
-accepted segment at its robot (the robot runs segments one at a time, in order).
+Posted to the scheduler: the robot's acceptance (or its refusal: EXECUTOR_UNAVAILABLE), its first feedback (the
+segment's real start), and its result with the robot's own execution time, what it ran, whether the plan returned,
+and why it did not run a segment (NOT_RUN, PREEMPTED). An executor that leaves the ROS graph while it holds a
+segment is reported by the presence check (on_executor_lost).
 """
 from __future__ import annotations
 
@@ -26,46 +26,48 @@ from rclpy.node import Node
 from timely_llm_ros.action import ExecuteSegment
 
 from ..core.errors import ErrorCode
+from ..core.execution import SegmentStatus
 from ..core.request import Segment
 from .action_client import ActionClient, deep_queues
 from .conversions import execute_goal, skill_from_msg
 
 Post = Callable[[Callable], None]
+R = ExecuteSegment.Result
 # Every queue of the clients to the executors keeps 100 (rclpy's default is 10): a request the executor has not
 # received yet stays in the client's history until the executor acknowledges it. With 10, a burst of goal writes
 # evicted requests the executor never got; and once an executor had not answered for over a second (Fast DDS then
 # stops handing it samples through shared memory and relies on resending from that history), only the last 10
 # cancels reached it and the robot ran segments of ended plans to their end. ~85 KB per robot.
 CLIENT_QUEUES = deep_queues(100)
+# the robot's reason for ending a segment without running it (or stopping it), as the scheduler knows it
+_ENDED = {R.NOT_RUN: SegmentStatus.NOT_RUN, R.PREEMPTED: SegmentStatus.PREEMPTED}
+_CODE = {R.BUSY: ErrorCode.EXECUTOR_UNAVAILABLE, R.UNKNOWN_SKILL: ErrorCode.UNKNOWN_SKILL,
+         R.PREEMPTED: ErrorCode.PREEMPTED}
 
 
 @dataclass
-class _InFlight:
+class _Goal:
+    """A segment's goal out at a robot."""
+
     agent: str
-    est_s: float
-    sent_at: float
-    deadline: float | None = None    # execution deadline, set once the segment runs
     handle: object | None = None
-    started: bool = False
+    withdrawn: bool = False       # cancel it as soon as its goal response arrives
+    started: bool = False         # its first feedback was posted
 
 
 class SegmentDispatcher:
-    """One ActionClient per robot namespace; a request's segments are sent as soon as they exist."""
+    """One ActionClient per robot namespace; segments are sent and withdrawn as the scheduler says."""
 
-    def __init__(self, node: Node, post: Post, group: CallbackGroup, timeout_s: float, ack_timeout_s: float = 2.0,
-                 on_feedback: Callable[[str, int, object], None] | None = None, log_timing: bool = False) -> None:
+    def __init__(self, node: Node, post: Post, group: CallbackGroup, log_timing: bool = False) -> None:
         """group: the callback group of the per-agent ActionClients (mutually exclusive: their responses,
         feedback and results are handled one at a time)."""
         self._node = node
         self.log_timing = log_timing
         self._post = post
         self._group = group
-        self.timeout_s = timeout_s
-        self.ack_timeout_s = ack_timeout_s
-        self._on_feedback = on_feedback
         self._clients: dict[str, ActionClient] = {}
         self._confirmed: dict[str, tuple] = {}   # agent -> identity of the executor that answered our handshake
-        self._inflight: dict[tuple[str, int], _InFlight] = {}
+        self._goals: dict[tuple[str, int], _Goal] = {}
         self._lock = threading.Lock()
 
     def client(self, agent: str) -> ActionClient:
@@ -129,70 +131,47 @@ class SegmentDispatcher:
             self._confirmed[agent] = identity
         return True
 
-    def send(self, req_id: str, agent: str, seg: Segment) -> None:
-        """Queue one segment for sending (any thread); its start, result or timeout is posted to the scheduler."""
-        key = (req_id, seg.index)
-        now = time.monotonic()
+    def forget_handshake(self, agent: str) -> None:
+        """The agent's executor did not answer in time: it must answer a handshake again before its next goal."""
         with self._lock:
-            self._inflight[key] = _InFlight(agent, seg.est_exec_s, now)
+            self._confirmed.pop(agent, None)
+
+    def send(self, req_id: str, agent: str, seg: Segment, preempts: bool = False) -> None:
+        """Send one segment (any thread); what its robot answers is posted to the scheduler."""
+        key = (req_id, seg.index)
+        with self._lock:
+            self._goals[key] = _Goal(agent)
         try:
-            future = self.client(agent).send_goal_async(execute_goal(req_id, seg),
-                                                        feedback_callback=lambda msg: self._on_feedback_msg(key, msg))
+            future = self.client(agent).send_goal_async(execute_goal(req_id, seg, preempts),
+                                                        feedback_callback=lambda msg: self._on_feedback_msg(key))
         except Exception as exc:  # the client's node is going down
-            self._fail(key, now, f"sending segment {seg.index} failed: {exc}")
+            self._refused(key, f"sending segment {seg.index} failed: {exc}")
             return
         if self.log_timing:
             self._node.get_logger().info(f"segment timing {req_id} {seg.index} sent {time.monotonic():.6f}")
         future.add_done_callback(lambda f: self._on_goal_response(key, f))
 
-    def _cancel(self, handle) -> None:
-        handle.cancel_goal_async()
-
-    def _on_feedback_msg(self, key: tuple[str, int], msg) -> None:
-        now = time.monotonic()
+    def withdraw(self, req_id: str, indices: Iterable[int]) -> None:
+        """Cancel these segments at their robot, the last one first (the robot's executor then never starts a later
+        segment between the cancel of its running one and its own); one still without a goal response is cancelled
+        when it comes."""
         with self._lock:
-            inflight = self._inflight.get(key)
-            first = inflight is not None and not inflight.started
-            if first:
-                inflight.started = True
-                inflight.deadline = now + inflight.est_s + self.timeout_s
-                inflight.sent_at = min(inflight.sent_at, now)
-        if first:
-            self._post(lambda s, r=key[0], i=key[1]: s.on_execution_started(r, i, now))
-        if self._on_feedback is not None:
-            self._on_feedback(key[0], key[1], msg.feedback)
-
-    def cancel_request(self, req_id: str, indices: Iterable[int] | None = None) -> None:
-        """Cancel the segments of this request that are out (those in `indices`, or all), the last one first: the
-        robot's executor then never starts a later segment between the cancel of its running one and its own."""
-        wanted = None if indices is None else set(indices)
-        with self._lock:
-            items = sorted(((k, v) for k, v in self._inflight.items()
-                            if k[0] == req_id and (wanted is None or k[1] in wanted)), key=lambda kv: -kv[0][1])
-            for k, _ in items:
-                del self._inflight[k]
-        for _, inflight in items:
-            if inflight.handle is not None:
-                self._cancel(inflight.handle)
-
-    def _arm(self, agent: str, now: float) -> None:
-        """Start the execution clock of the agent's oldest accepted segment if none of its segments runs
-        (call with the lock held): the robot moves on to it now."""
-        mine = [v for v in self._inflight.values() if v.agent == agent]
-        if any(v.deadline is not None for v in mine):
-            return
-        for v in mine:
-            if v.handle is not None:
-                v.deadline = now + v.est_s + self.timeout_s
-                return
+            goals = [(i, self._goals.pop((req_id, i), None)) for i in sorted(indices, reverse=True)]
+            for i, goal in goals:
+                if goal is not None and goal.handle is None:
+                    goal.withdrawn = True
+                    self._goals[(req_id, i)] = goal
+        for _, goal in goals:
+            if goal is not None and goal.handle is not None:
+                goal.handle.cancel_goal_async()
 
     def check_presence(self) -> None:
-        """Report the segments of executors that left the ROS graph, and ask again for results an executor sent
-        before it had matched us. One service count per agent with a segment out (in_graph: with 116 agents 4-6 ms
-        on an idle 2-core box, where asking each client whether its server is ready took 21-32 ms and, under the
-        x4 burst, up to 100 ms every 0.5 s). The server runs it on a ROS timer, off the scheduler thread."""
+        """Report executors that left the ROS graph while they hold a segment, and ask again for results an executor
+        sent before it had matched us. One service count per agent with a segment out (in_graph: with 116 agents
+        4-6 ms on an idle 2-core box, where asking each client whether its server is ready took 21-32 ms and, under
+        the x4 burst, up to 100 ms every 0.5 s). The server runs it on a ROS timer, off the scheduler thread."""
         with self._lock:
-            agents = {v.agent for v in self._inflight.values()}
+            agents = {g.agent for g in self._goals.values()}
             clients = {a: self._clients.get(a) for a in agents}
         try:
             gone = {a for a, c in clients.items() if c is None or not self.in_graph(a)}
@@ -201,48 +180,12 @@ class SegmentDispatcher:
         for client in clients.values():
             if client is not None:
                 client.ask_again()
-        if gone:
-            self._expire(lambda index, v: (ErrorCode.EXECUTOR_UNAVAILABLE, f"executor /{v.agent}/execute_segment "
-                                           f"left the ROS graph while segment {index} was with it; restart the "
-                                           "robot's executor") if v.agent in gone else None)
-
-    def check_timeouts(self) -> None:
-        """Report segments whose executor did not accept them or finish them in time (runs on the scheduler
-        thread: a pass over the segments out, no graph query)."""
         now = time.monotonic()
-
-        def late(index: int, v: _InFlight) -> tuple[ErrorCode, str] | None:
-            if v.handle is None and now > v.sent_at + self.ack_timeout_s:
-                return (ErrorCode.EXECUTOR_UNAVAILABLE, f"executor /{v.agent}/execute_segment did not accept or "
-                        f"reject segment {index} within executor_ack_timeout_s ({self.ack_timeout_s:.1f} s); "
-                        "check that the robot's executor is running")
-            if v.deadline is not None and now > v.deadline:
-                return (ErrorCode.EXECUTOR_TIMEOUT, f"executor /{v.agent}/execute_segment did not finish segment "
-                        f"{index} within its estimate ({v.est_s:.1f} s) + executor_timeout_s "
-                        f"({self.timeout_s:.1f} s) after it started; check the robot")
-            return None
-
-        self._expire(late)
-
-    def _expire(self, why: Callable[[int, _InFlight], tuple[ErrorCode, str] | None]) -> None:
-        """End every segment out for which why(index, segment) gives (code, message): cancel it at its executor and
-        report it failed to the scheduler."""
-        now = time.monotonic()
-        expired = []
-        with self._lock:
-            for k, v in list(self._inflight.items()):
-                reason = why(k[1], v)
-                if reason is None:
-                    continue
-                if reason[0] == ErrorCode.EXECUTOR_UNAVAILABLE:   # whoever answers next must shake hands again
-                    self._confirmed.pop(v.agent, None)
-                del self._inflight[k]
-                expired.append((k, v, reason))
-        for (req_id, index), inflight, (code, msg) in expired:
-            if inflight.handle is not None:
-                self._cancel(inflight.handle)
-            self._post(lambda s, r=req_id, i=index, m=msg, t=now, c=code: s.on_execution_finished(
-                r, i, t, ok=False, error=m, code=c))
+        for agent in gone:
+            self.forget_handshake(agent)
+            msg = (f"executor /{agent}/execute_segment left the ROS graph while it held a segment; restart the "
+                   "robot's executor")
+            self._post(lambda s, a=agent, m=msg: s.on_executor_lost(a, now, m))
 
     def destroy(self) -> None:
         """Release the per-agent clients (safe while the node spins: see ActionClient.destroy)."""
@@ -257,68 +200,65 @@ class SegmentDispatcher:
         try:
             handle = future.result()
         except Exception as exc:  # transport failure
-            self._fail(key, now, f"sending segment {index} failed: {exc}")
+            self._refused(key, f"sending segment {index} failed: {exc}")
             return
         with self._lock:
-            inflight = self._inflight.get(key)
-            if inflight is not None:
-                inflight.handle = handle
-                if handle.accepted:
-                    self._arm(inflight.agent, now)
-            first_of_request = not any(k[0] == req_id and k[1] < index for k in self._inflight)
-        if inflight is None:  # cancelled or timed out meanwhile
+            goal = self._goals.get(key)
+            if goal is not None:
+                goal.handle = handle
+                if goal.withdrawn:
+                    del self._goals[key]
+        if goal is None or goal.withdrawn:   # withdrawn meanwhile
             if handle.accepted:
-                handle.cancel_goal_async()  # already on the executor, in the clients' group
+                handle.cancel_goal_async()
             return
         if not handle.accepted:
-            self._fail(key, now, f"executor /{inflight.agent}/execute_segment rejected segment {index} (busy or "
-                                 "unable to take it)")
+            self._refused(key, f"executor /{goal.agent}/execute_segment rejected segment {index} (busy or unable "
+                               "to take it)")
             return
-        if first_of_request and not inflight.started:
-            # provisional start (an executor that sends no feedback); the first feedback overrides it
-            self._post(lambda s: s.on_execution_started(req_id, index, now))
-        self.client(inflight.agent).result_async(handle).add_done_callback(lambda f: self._on_result(key, f))
+        self._post(lambda s: s.on_execution_accepted(req_id, index, now))
+        self.client(goal.agent).result_async(handle).add_done_callback(lambda f: self._on_result(key, f))
+
+    def _on_feedback_msg(self, key: tuple[str, int]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            goal = self._goals.get(key)
+            first = goal is not None and not goal.started
+            if first:
+                goal.started = True
+        if first:
+            self._post(lambda s, r=key[0], i=key[1]: s.on_execution_started(r, i, now))
 
     def _on_result(self, key: tuple[str, int], future) -> None:
         now = time.monotonic()
         req_id, index = key
         with self._lock:
-            inflight = self._inflight.pop(key, None)
-            if inflight is not None:
-                self._arm(inflight.agent, now)
-        if inflight is None:
-            return
+            goal = self._goals.pop(key, None)
+        if goal is None:
+            return      # withdrawn: the scheduler has moved on
         try:
             result = future.result().result
         except Exception as exc:
-            self._fail(key, now, f"segment {index} result lost: {exc}", pop=False)
+            lost = f"segment {index} result lost: {exc}"
+            self._post(lambda s: s.on_execution_finished(req_id, index, now, ok=False, error=lost,
+                                                         code=ErrorCode.EXECUTOR_UNAVAILABLE))
             return
-        if result.error_code == ExecuteSegment.Result.NOT_RUN and self._earlier_out(req_id, index):
-            return   # the robot stopped the plan at an earlier segment, whose own result (on its way) decides
         ok = bool(result.success)
         err = result.error_message or f"executor error code {result.error_code}"
-        if result.error_code == ExecuteSegment.Result.BUSY:
-            err = f"executor /{inflight.agent}/execute_segment is busy: {err}"
-        code = ErrorCode.EXECUTOR_UNAVAILABLE if result.error_code == ExecuteSegment.Result.BUSY \
-            else ErrorCode.EXECUTION_FAILED
-        took = float(result.execution_time)
-        if ok and 0.0 < took < now - inflight.sent_at + 1.0:
-            # the executor's own measure of the segment: it started `took` seconds before its result arrived
-            start = max(inflight.sent_at, now - took)
-            self._post(lambda s: s.on_execution_started(req_id, index, start))
+        if result.error_code == R.BUSY:
+            err = f"executor /{goal.agent}/execute_segment is busy: {err}"
+        code = _CODE.get(result.error_code, ErrorCode.EXECUTION_FAILED)
         executed = [skill_from_msg(m) for m in result.executed_skills]
-        returned, value = ok and bool(result.returned), str(result.return_value)
+        returned, value, took = ok and bool(result.returned), str(result.return_value), float(result.execution_time)
+        ended = None if ok else _ENDED.get(result.error_code)
         self._post(lambda s: s.on_execution_finished(req_id, index, now, ok=ok, error=err, code=code,
-                                                     executed=executed, returned=returned, return_value=value))
+                                                     executed=executed, returned=returned, return_value=value,
+                                                     ended=ended, exec_time_s=took))
 
-    def _earlier_out(self, req_id: str, index: int) -> bool:
+    def _refused(self, key: tuple[str, int], message: str) -> None:
+        now = time.monotonic()
         with self._lock:
-            return any(k[0] == req_id and k[1] < index for k in self._inflight)
-
-    def _fail(self, key: tuple[str, int], now: float, message: str, pop: bool = True) -> None:
-        if pop:
-            with self._lock:
-                self._inflight.pop(key, None)
+            self._goals.pop(key, None)
         req_id, index = key
         self._post(lambda s: s.on_execution_finished(req_id, index, now, ok=False, error=message,
                                                      code=ErrorCode.EXECUTOR_UNAVAILABLE))

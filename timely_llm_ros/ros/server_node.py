@@ -9,10 +9,11 @@ The /plan action server exists in every state, so a goal sent to an unconfigured
 gets NOT_ACTIVE with a message instead of silence.
 
 ROS plumbing only: goals are validated into core PlanRequests, handed to the scheduler thread, and the
-scheduler's events come back as Plan feedback, ExecuteSegment goals to the robots, and Plan results.
-Feedback: "queued" once the scheduler holds the goal, then every state change (generating, suspended,
-executing) and each new segment. Each accepted goal holds one executor thread (blocked on an Event, not polling) until its result; at
-most ``max_queued`` goals are open at once, a goal beyond that ends at once with OVERLOADED (41).
+scheduler's events come back as Plan feedback, ExecuteSegment goals to the robots (and their cancels), and Plan
+results. Feedback: every state change the scheduler reports ("queued" once it holds the goal, then generating,
+suspended, executing) and each new segment, with the progress the event carries. Each accepted goal holds one
+executor thread (blocked on an Event, not polling) until its result; at most ``max_queued`` goals are open at once,
+a goal beyond that ends at once with OVERLOADED (41).
 """
 from __future__ import annotations
 
@@ -37,14 +38,14 @@ from ..core.errors import ErrorCode, RequestError
 from ..core.policies import make_policy
 from ..core.request import RequestState
 from ..core.runtime import SchedulerThread
-from ..core.scheduler import (PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady, SegmentsWithdrawn,
-                              StateChanged)
+from ..core.scheduler import (PlanScheduler, RequestFinished, SchedulerConfig, SegmentGenerated, SegmentReady,
+                              SegmentsWithdrawn, StateChanged)
 from ..core.step_trace import StepTraceWriter
 from ..core.validation import GoalLimits, validate_goal
 from .client_host import KINDS as CLIENT_HOST_KINDS, ClientHost
 from .conversions import error_result, goal_fields, outcome_to_result
 from .memory_trim import IdleTrimmer, resident_mib
-from .parameters import ServerParams, declare_server_params, engine_options
+from .parameters import ServerParams, declare_server_params, engine_options, plan_rules
 from .plan_session import GoalSession, bare_outcome, goal_request_id, plan_feedback
 from .segment_dispatcher import SegmentDispatcher
 from .spin import spin_node
@@ -73,6 +74,7 @@ class PlanServerNode(LifecycleNode):
         self._clients_group = MutuallyExclusiveCallbackGroup()   # the executors' ActionClients: one callback at a time
         self.skill_sets: dict = {}
         self.urgency_classes: dict = {}
+        self._plan_rules: dict[str, str] = {}
         self.limits = GoalLimits()
         self._active = False
         self._closing = False
@@ -125,6 +127,11 @@ class PlanServerNode(LifecycleNode):
             log.error(f"configure failed: segment_clients must be one of {', '.join(CLIENT_HOST_KINDS)}, "
                       f"got {p.segment_clients!r}")
             return TransitionCallbackReturn.FAILURE
+        try:
+            self._plan_rules = plan_rules(p)
+        except ValueError as exc:
+            log.error(f"configure failed: {exc}")
+            return TransitionCallbackReturn.FAILURE
         self._trace = None
         if p.step_trace_csv:       # before the model loads: a bad path fails at once
             try:
@@ -171,8 +178,10 @@ class PlanServerNode(LifecycleNode):
                                                            max_prompt_tokens=p.max_prompt_tokens,
                                                            max_waiting=p.max_queued,
                                                            replan_on_failure=p.replan_on_failure,
-                                                           keep_outcomes=_KEEP_OUTCOMES),
-                                           prompts=setup.prompts)
+                                                           keep_outcomes=_KEEP_OUTCOMES,
+                                                           ack_timeout_s=p.executor_ack_timeout_s,
+                                                           exec_timeout_s=p.executor_timeout_s),
+                                           plan_rule=self.plan_rule, prompts=setup.prompts)
         except Exception as exc:  # a bad model path, device or file: say so, stay unconfigured
             log.error(f"configure failed: {type(exc).__name__}: {exc}")
             self.scheduler = None
@@ -186,7 +195,7 @@ class PlanServerNode(LifecycleNode):
                                     trace=self._trace_step if self._trace is not None else None)
         self._client_host = ClientHost(self, p.segment_clients)
         self.dispatcher = SegmentDispatcher(self._client_host.node, self.loop.post, self._clients_group,
-                                            p.executor_timeout_s, p.executor_ack_timeout_s, log_timing=p.log_timing)
+                                            log_timing=p.log_timing)
         # graph queries for executors that left, off the scheduler thread (they stalled its engine steps there)
         self._presence_timer = self.create_timer(0.5, self.dispatcher.check_presence,
                                                  callback_group=MutuallyExclusiveCallbackGroup())
@@ -350,9 +359,7 @@ class PlanServerNode(LifecycleNode):
             if session is None:   # accepted, its execute callback not started yet: it ends CANCELLED when it does
                 self._early_cancels.add(req_id)
                 return CancelResponse.ACCEPT
-        if session.submitted and self.loop is not None:
-            if self.dispatcher is not None:
-                self.dispatcher.cancel_request(req_id)
+        if session.submitted and self.loop is not None:   # its segments at the robot are withdrawn with it
             self.loop.post(lambda s: s.cancel(req_id))
         else:
             session.end(bare_outcome(session, ErrorCode.CANCELLED, "cancelled by the client"))
@@ -381,7 +388,8 @@ class PlanServerNode(LifecycleNode):
         except RequestError as err:
             log.warning(f"[{req_id}] rejected goal from {goal.agent_id!r}: {err.code.name}: {err.message}")
             return self._abort(goal_handle, req_id, err.code, err.message)
-        session = GoalSession(req_id, req.agent_id, bool(goal.dry_run), goal_handle)
+        req.dry_run = bool(goal.dry_run)
+        session = GoalSession(req_id, req.agent_id, req.dry_run, goal_handle)
         with self._sessions_lock:
             full = len(self._sessions) >= self.params.max_queued
             if full:
@@ -470,10 +478,12 @@ class PlanServerNode(LifecycleNode):
             self.get_logger().warning(f"[{req.req_id}] not accepted: {err.code.name}: {err.message}")
             session.end(bare_outcome(session, err.code, err.message))
             return
-        # a new generation starts out queued, so the scheduler reports no change to "queued": say it here
-        session.state = RequestState.QUEUED.value
-        self._publish(session, plan_feedback(self.scheduler, session, session.state))
         self._on_events(events)
+
+    def plan_rule(self, agent: str) -> str:
+        """The robot's rule for a second plan while one runs (queue | urgent_preempts): parameters plan_rules and
+        default_plan_rule."""
+        return self._plan_rules.get(agent, self._plan_rules.get("", "queue"))
 
     def _on_events(self, events) -> None:
         """Runs on the scheduler thread for every event the scheduler produces."""
@@ -482,26 +492,21 @@ class PlanServerNode(LifecycleNode):
             if session is None:
                 continue
             if isinstance(ev, SegmentReady):
-                session.segments_generated += 1
-                self._publish(session, plan_feedback(self.scheduler, session, RequestState.EXECUTING.value, ev.segment))
                 if self.params.log_timing:
                     self.get_logger().info(f"segment timing {ev.req_id} {ev.segment.index} published "
                                            f"{time.monotonic():.6f}")
-                if session.dry_run:
-                    now = time.monotonic()
-                    self.scheduler.on_execution_started(ev.req_id, ev.segment.index, now)
-                    self._on_events(self.scheduler.on_execution_finished(ev.req_id, ev.segment.index, now))
-                elif self.dispatcher is not None:
-                    self.dispatcher.send(ev.req_id, session.agent_id, ev.segment)
-            elif isinstance(ev, SegmentsWithdrawn):   # replanning: the executor drops these; cancel any in transit
                 if self.dispatcher is not None:
-                    self.dispatcher.cancel_request(ev.req_id, ev.indices)
+                    self.dispatcher.send(ev.req_id, session.agent_id, ev.segment, ev.preempts)
+            elif isinstance(ev, SegmentGenerated):
+                self._publish(session, plan_feedback(ev.req_id, ev.progress, ev.segment))
+            elif isinstance(ev, SegmentsWithdrawn):
+                if self.dispatcher is not None:
+                    self.dispatcher.withdraw(ev.req_id, ev.indices)
+                    if ev.reason == ErrorCode.EXECUTOR_UNAVAILABLE:   # it did not answer: shake hands again
+                        self.dispatcher.forget_handshake(session.agent_id)
             elif isinstance(ev, StateChanged) and ev.state not in _FINAL:
-                session.state = ev.state.value
-                self._publish(session, plan_feedback(self.scheduler, session, ev.state.value))
+                self._publish(session, plan_feedback(ev.req_id, ev.progress))
             elif isinstance(ev, RequestFinished):
-                if self.dispatcher is not None:
-                    self.dispatcher.cancel_request(ev.req_id)
                 outcome = ev.outcome
                 stopping = self._closing or (self.stop_flag is not None and self.stop_flag.is_set())
                 if stopping and outcome.error_code == ErrorCode.EXECUTION_FAILED:
@@ -523,10 +528,8 @@ class PlanServerNode(LifecycleNode):
             pass
 
     def _on_idle(self) -> None:
-        """Each scheduler-loop iteration: executor timeouts (executors gone from the graph: a timer, see configure),
-        the latched state topic, and giving freed heap back to the OS once the work has ended."""
-        if self.dispatcher is not None:
-            self.dispatcher.check_timeouts()
+        """Each scheduler-loop iteration: the latched state topic, and giving freed heap back to the OS once the work
+        has ended."""
         if self.scheduler is not None:
             self._trimmer.tick(self.scheduler.busy() or bool(self._sessions))
         now = time.monotonic()

@@ -1,10 +1,12 @@
 """TimelyLLM: PUD priority (Eq. 4) recomputed at every pick, latency-guided admission, hopeless-request drop.
 
     Pri(s_k, t) = U / (G * L)
-    U = TUF_0(t + G + d - arrival)   for k = 0          (d = network delay to the robot)
-        TUF_1(t + G + d - E)         for k > 0          (E = expected, then actual, end of the previous execution)
-    L = deadline - t,  deadline = arrival + ERT (k = 0) or E (k > 0)
+    U = TUF_0(max(t + G + d, S) - arrival)   for k = 0   (d = network delay to the robot)
+        TUF_1(t + G + d - E)                 for k > 0   (E = expected, then actual, end of the previous execution)
+    L = deadline - t,  deadline = max(arrival + ERT, S) (k = 0) or E (k > 0)
     G = profiled mean generation time of one segment of this robot type
+    S = the earliest start of the plan on its robot: the expected end of the plans ahead of it there (a robot runs
+        one plan at a time, core/execution); no bound while the robot is free for it
 
 Well-definedness (the paper is silent): L is floored at G (a segment cannot be ready sooner than G, so every
 late segment counts as "due now"), and U at utility_floor * beta (> 0) so that segments that can no longer earn
@@ -228,7 +230,7 @@ class TimelyPolicy(Policy):
         g = self.segment_time(req.robot_type) if gen_time_s is None else gen_time_s
         ready = now + g + self.network_delay_s
         if gen.k == 0 or gen.expected_exec_end is None:
-            return req.tuf(ready - req.arrival)
+            return req.tuf(gen.first_start(ready) - req.arrival)
         return req.tuf.resumed(ready - gen.expected_exec_end)
 
     def remaining_time(self, gen: Generation) -> float:
@@ -245,8 +247,9 @@ class TimelyPolicy(Policy):
         req = gen.req
         g = self.remaining_time(gen)
         if gen.k == 0 or gen.expected_exec_end is None:
-            u = req.tuf(now + g + self.network_delay_s - req.arrival)
-            slack = req.arrival + req.tuf.ert - now
+            # the robot cannot start it before it is free of the plans ahead of this one (earliest_start)
+            u = req.tuf(gen.first_start(now + g + self.network_delay_s) - req.arrival)
+            slack = gen.first_start(req.arrival + req.tuf.ert) - now
         else:
             e = gen.expected_exec_end
             u = req.tuf.resumed(now + g + self.network_delay_s - e)
@@ -505,7 +508,7 @@ class TimelyPolicy(Policy):
         req = gen.req
         t = ready + self.network_delay_s
         if gen.k == 0 or gen.expected_exec_end is None:
-            return max(req.tuf(t - req.arrival), 0.0)
+            return max(req.tuf(gen.first_start(t) - req.arrival), 0.0)
         return max(req.tuf.resumed(t - gen.expected_exec_end), 0.0)
 
     def _worth_joining(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:

@@ -1,8 +1,11 @@
 """The event loop serving a workload: PlanScheduler + an engine + simulated robots, on a virtual or a wall clock.
 
-Tasks are submitted at their arrival times; each SegmentReady starts executing on the robot after the network
-delay and lasts ExecTimeModel.sample_time (seeded per request and segment, so every policy sees the same robot
-times; optionally scaled by time_scale); the executor reports start and finish back to the scheduler.
+Tasks are submitted at their arrival times. Each SegmentReady reaches its robot (agent) after the network delay;
+the robots follow the robot-side rules of core/execution (RobotQueue: one plan at a time, a plan's segments in
+order, the rest of a plan NOT_RUN after a failure, PREEMPTED under urgent_preempts) and run a segment for
+ExecTimeModel.sample_time (seeded per request and segment, so every policy sees the same robot times; optionally
+scaled by time_scale); they report start and end back to the scheduler. A preempted segment ends at the end of
+the skill it runs; a withdrawn one (its plan ended) stops when the withdrawal arrives.
 
 Default (discrete-event simulation): a SimEngine on a VirtualClock; each engine step advances the virtual clock
 by its modelled time and, when idle, the clock jumps to the next event. Real time: pass a real engine (e.g. the
@@ -24,10 +27,12 @@ from typing import Callable, Iterable, Mapping, Sequence
 from ...engine.base import Engine, weak_method
 from ..errors import ErrorCode, RequestError
 from ..exec_time import ExecTimeModel, load_exec_models
+from ..execution import Ended, RobotQueue, SegmentStatus
 from ..policies.base import Policy
 from ..prompting import PromptEncoder
-from ..request import RequestState
-from ..scheduler import PlanScheduler, RequestFinished, RequestOutcome, SchedulerConfig, SegmentReady
+from ..request import RequestState, Segment
+from ..scheduler import (PlanScheduler, RequestFinished, RequestOutcome, SchedulerConfig, SegmentReady,
+                         SegmentsWithdrawn)
 from ..skills import SkillSet, load_skill_sets
 from ..tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
 from ..workload.generator import Workload, WorkloadTask
@@ -35,7 +40,8 @@ from .clock import LoopClock, VirtualClock, WallClock
 from .latency_model import LatencyModel
 from .sim_engine import SimEngine
 
-_ARRIVE, _EXEC_START, _EXEC_END = 0, 1, 2
+_ARRIVE, _REACH, _EXEC_END, _WITHDRAW = 0, 1, 2, 3
+_ENDED_AS = {Ended.NOT_RUN: SegmentStatus.NOT_RUN, Ended.PREEMPTED: SegmentStatus.PREEMPTED}
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,18 @@ class ExecNoise:
         return f, (rng.uniform(0.1, 1.0) if fails else None)
 
 
+@dataclass(frozen=True)
+class _Run:
+    """The segment a simulated robot runs: when it ends and how, and its skills' ends (a preemption waits for one)."""
+
+    req_id: str
+    index: int
+    end: float
+    boundaries: list[float]
+    ended: Ended
+    token: int             # its pending end event (a stopped run's event is stale)
+
+
 @dataclass
 class SimResult:
     """Outcomes of one simulated run and what it cost."""
@@ -93,6 +111,7 @@ class Simulator:
     SimEngine are padded to each task's prompt_tokens; a real engine gets the real tokenized prompt.
     forced_plans: replay each task's recorded plan (trace replay); False lets the engine generate the plan.
     prompts: the model's prompt format on a real engine (engine/model_setup.py; default the raw planner format).
+    plan_rule: each robot's rule for a second plan (queue | urgent_preempts), by agent id.
     """
 
     def __init__(self, policy: Policy, latency: LatencyModel | None, skill_sets: Mapping[str, SkillSet] | None = None,
@@ -102,7 +121,8 @@ class Simulator:
                  clock: LoopClock | None = None, time_scale: float = 1.0, forced_plans: bool = True,
                  network_delay_s: float | None = None, step_token_budget: int | None = None,
                  exec_noise: ExecNoise | None = None, scheduler_config: SchedulerConfig | None = None,
-                 prompts: PromptEncoder | None = None) -> None:
+                 prompts: PromptEncoder | None = None,
+                 plan_rule: Callable[[str], str] = lambda agent: "queue") -> None:
         if engine is None and latency is None:
             raise ValueError("Simulator needs a latency model for its SimEngine, or an engine")
         if time_scale <= 0:
@@ -129,13 +149,15 @@ class Simulator:
         config.network_delay_s = network_delay_s
         self.exec_noise = exec_noise or ExecNoise()
         self.scheduler = PlanScheduler(self.engine, policy, self.skill_sets, self.exec_models, self.clock, config,
-                                       prompts=prompts)
+                                       plan_rule, prompts=prompts)
+        self.plan_rule = plan_rule
         self._followers: dict[str, list[WorkloadTask]] = {}   # closed loop: tasks waiting for a task's end
-        self._lost: set[tuple[str, int]] = set()                # segments a failed robot never runs
         self._events: list[tuple[float, int, int, tuple]] = []
         self._seq = itertools.count()
         self._select_s: list[float] = []
-        self._robot_free: dict[str, float] = {}   # request id -> when its robot finishes its queued segments
+        self._robots: dict[str, RobotQueue[Segment]] = {}     # agent -> what its robot holds
+        self._runs: dict[str, _Run] = {}                      # agent -> the segment its robot runs
+        self._agent: dict[str, str] = {}                      # request id -> agent
         self._robot_type: dict[str, str] = {}
         self._rejected: list[RequestOutcome] = []   # refused by submit (e.g. prompt too long)
         self._arrivals: list[tuple[float, int, WorkloadTask]] = []   # arrivals not yet submitted, in time order
@@ -204,30 +226,25 @@ class Simulator:
         return self.scheduler.interrupts_step(task.to_request(self.urgency_classes, arrival=arrival), now)
 
     def _process_due(self) -> None:
-        sched = self.scheduler
         while self._events and self._events[0][0] <= self.clock.now:
             t, seq, kind, payload = heapq.heappop(self._events)
             if kind == _ARRIVE:
                 task: WorkloadTask = payload[0]
                 self._arrivals.pop(bisect.bisect_left(self._arrivals, (t, seq), key=lambda a: a[:2]))
                 self._submit(task, t)
-            elif (payload[0], payload[1]) in self._lost:
-                continue
-            elif kind == _EXEC_START:
-                self._handle(sched.on_execution_started(payload[0], payload[1], t))
+            elif kind == _REACH:
+                self._reach(t, *payload)
+            elif kind == _EXEC_END:
+                self._run_ended(t, *payload)
             else:
-                ok = payload[2] if len(payload) > 2 else True
-                if not ok:   # the robot stops: what it had queued behind the failed segment never runs
-                    self._lost.update((payload[0], i) for i in range(payload[1] + 1, payload[1] + 1000))
-                    self._robot_free[payload[0]] = t
-                self._handle(sched.on_execution_finished(payload[0], payload[1], t, ok=ok,
-                                                         error="" if ok else "simulated skill failure"))
+                self._withdrawn(t, *payload)
 
     def _submit(self, task: WorkloadTask, t: float | None = None) -> None:
         set_prompt_tokens = getattr(self.engine, "set_prompt_tokens", None)
         if callable(set_prompt_tokens):  # modelled engine: LRTrace prompts are long in-context prompts
             set_prompt_tokens(task.task_id, task.prompt_tokens)
         self._robot_type[task.task_id] = task.robot_type
+        self._agent[task.task_id] = task.agent_id
         req = task.to_request(self.urgency_classes, arrival=t)
         if not self.forced_plans:
             req.forced_plan = None
@@ -242,26 +259,94 @@ class Simulator:
 
     def _handle(self, events: Sequence) -> None:
         for ev in events:
-            if isinstance(ev, SegmentReady):
-                self._start_execution(ev)
+            if isinstance(ev, SegmentReady):      # it reaches the robot after the network delay
+                self._push(self.clock.now + self.network_delay_s, _REACH, (ev.req_id, ev.segment, ev.preempts))
+            elif isinstance(ev, SegmentsWithdrawn):
+                self._push(self.clock.now + self.network_delay_s, _WITHDRAW, (ev.req_id, ev.indices))
             elif isinstance(ev, RequestFinished):
                 for nxt in self._followers.pop(ev.req_id, []):   # closed loop: the robot's next task
                     self._push(self.clock.now + nxt.gap_s, _ARRIVE, (nxt,))
                 if self.on_finished is not None:
                     self.on_finished(ev.outcome)
 
-    def _start_execution(self, ev: SegmentReady) -> None:
-        model = self.exec_models[self.skill_sets[self._robot_type[ev.req_id]].exec_profile]
-        rng = random.Random(f"{self.seed}:{ev.req_id}:{ev.segment.index}")
-        # the robot runs its segments in order: one sent while it is busy starts when the previous one ends
-        start = max(self.clock.now + self.network_delay_s, self._robot_free.get(ev.req_id, -math.inf))
-        self._lost.discard((ev.req_id, ev.segment.index))      # a replanned segment reuses nothing, but be safe
-        factor, fails_at = self.exec_noise.draw(random.Random(f"{self.seed}:{ev.req_id}:{ev.segment.index}:noise"))
-        length = model.sample_time(ev.segment.skills, rng) * self.time_scale * factor
+    # the robots (core/execution's RobotQueue rules)
+    def _robot(self, agent: str) -> RobotQueue[Segment]:
+        robot = self._robots.get(agent)
+        if robot is None:
+            robot = self._robots[agent] = RobotQueue(self.plan_rule(agent))
+        return robot
+
+    def _reach(self, t: float, req_id: str, seg: Segment, preempts: bool) -> None:
+        agent = self._agent[req_id]
+        robot = self._robot(agent)
+        arrival = robot.arrive(req_id, seg.index, seg, preempts)
+        if arrival.refused is not None:
+            self._report_end(t, req_id, seg.index, arrival.refused.ended, arrival.refused.message)
+        for waiting in arrival.preempted:
+            robot.end(arrival.preempted_plan, waiting.index, Ended.PREEMPTED)
+            self._report_end(t, arrival.preempted_plan, waiting.index, Ended.PREEMPTED, f"preempted by {req_id}")
+        run = self._runs.get(agent)
+        if arrival.stop is not None and run is not None:   # it stops at the end of the skill it runs
+            end = next((b for b in run.boundaries if b >= t), run.end)
+            if end < run.end:
+                token = next(self._seq)
+                self._runs[agent] = _Run(run.req_id, run.index, end, run.boundaries, Ended.PREEMPTED, token)
+                self._push(end, _EXEC_END, (agent, token))
+        self._start_next(t, agent)
+
+    def _start_next(self, t: float, agent: str) -> None:
+        robot = self._robots[agent]
+        if agent in self._runs:
+            return
+        seg = robot.next()
+        if seg is None:
+            return
+        req_id = robot.running.plan
+        model = self.exec_models[self.skill_sets[self._robot_type[req_id]].exec_profile]
+        rng = random.Random(f"{self.seed}:{req_id}:{seg.index}")
+        parts = [model.sample_time([call], rng) for call in seg.skills]
+        factor, fails_at = self.exec_noise.draw(random.Random(f"{self.seed}:{req_id}:{seg.index}:noise"))
+        start = t
+        length = sum(parts) * self.time_scale * factor
+        boundaries = [start + b * self.time_scale * factor for b in itertools.accumulate(parts)]
         end = start + (length if fails_at is None else length * fails_at)
-        self._robot_free[ev.req_id] = end
-        self._push(start, _EXEC_START, (ev.req_id, ev.segment.index))
-        self._push(end, _EXEC_END, (ev.req_id, ev.segment.index, fails_at is None))
+        token = next(self._seq)
+        self._runs[agent] = _Run(req_id, seg.index, end, boundaries, Ended.DONE if fails_at is None else Ended.STOPPED,
+                                 token)
+        self._handle(self.scheduler.on_execution_started(req_id, seg.index, start))
+        self._push(end, _EXEC_END, (agent, token))
+
+    def _run_ended(self, t: float, agent: str, token: int) -> None:
+        run = self._runs.get(agent)
+        if run is None or run.token != token:
+            return          # stopped earlier (preempted or withdrawn)
+        del self._runs[agent]
+        orphans = self._robots[agent].end(run.req_id, run.index, run.ended)
+        self._report_end(t, run.req_id, run.index, run.ended,
+                         "simulated skill failure" if run.ended == Ended.STOPPED else "")
+        for seg in orphans:
+            self._report_end(t, run.req_id, seg.index, Ended.NOT_RUN, f"not run: segment {run.index} ended first")
+        self._start_next(t, agent)
+
+    def _withdrawn(self, t: float, req_id: str, indices: tuple[int, ...]) -> None:
+        """The scheduler's withdrawal reaches the robot: waiting segments go, the running one stops now."""
+        agent = self._agent[req_id]
+        robot = self._robots.get(agent)
+        if robot is None:
+            return
+        for q in [q for q in robot.waiting if q.plan == req_id and q.index in indices]:
+            robot.remove(q.item)
+            robot.end(req_id, q.index, Ended.STOPPED)
+        run = self._runs.get(agent)
+        if run is not None and run.req_id == req_id and run.index in indices:
+            del self._runs[agent]
+            robot.end(req_id, run.index, Ended.STOPPED)
+            self._start_next(t, agent)
+
+    def _report_end(self, t: float, req_id: str, index: int, ended: Ended, message: str) -> None:
+        ok = ended in (Ended.DONE, Ended.RETURNED)
+        self._handle(self.scheduler.on_execution_finished(req_id, index, t, ok=ok, error=message,
+                                                          ended=_ENDED_AS.get(ended)))
 
     def _time_select(self) -> None:
         """Record the wall time of every policy.select call (scheduling overhead)."""

@@ -3,8 +3,11 @@
 A subclass registers one Python callable per skill (``@skill`` methods, ``register_skill`` or a skill-set
 module); the base serves ``<namespace>/execute_segment`` and handles the rest:
 
-- queueing: segments run one at a time, requests in order of arrival, each request's segments in index order;
-  a queued segment holds no thread (the goal is executed when its turn comes);
+- one plan at a time (core/execution/robot_queue.py): a second plan's segments wait until the first has nothing
+  left here, plans in order of arrival; a plan's segments run strictly in index order (a missing predecessor is
+  waited for: the server withdraws what will not run); a queued segment holds no thread;
+- ``plan_rule`` urgent_preempts: a segment sent with ``preempts`` stops the running plan between two skills (its
+  running and queued segments end PREEMPTED, so do its later ones), then its plan runs; under queue it waits;
 - plan semantics: a segment's text is parsed with the robot type's skill set and run by the interpreter (queries
   return values, variables live across the plan's segments, conditionals and loops are evaluated as they are
   reached); after a return the plan's later segments end NOT_RUN;
@@ -14,7 +17,8 @@ module); the base serves ``<namespace>/execute_segment`` and handles the rest:
   ``feedback_period_s``;
 - cancel: the running skill sees ``ctx.cancelled`` (``ctx.sleep`` raises), ``halt()`` is called, CANCELLED;
 - FAILED when a skill raises; execution_time measured from the moment the segment starts running;
-- a plan stops at a segment that did not succeed: its later segments waiting here end NOT_RUN at once.
+- a plan stops at a segment that did not succeed: its later segments waiting here end NOT_RUN at once; a plan the
+  robot left for another ends NOT_RUN for its segments that come after.
 """
 from __future__ import annotations
 
@@ -34,8 +38,8 @@ from ...core.skills.interpreter import Interpreter, PlanError, SegmentRun, Stopp
 from ..action_client import deep_queues
 from ..conversions import skill_from_msg, skill_to_msg
 from .job import SegmentJob
-from .order import PlanOrder
-from .plans import PlanStates, declared_returns, returns_conflicts, segment_program, skill_set_for
+from .plans import declared_returns, returns_conflicts, segment_program, skill_set_for
+from .robot_plans import RobotPlans
 from .skills import SkillCancelled, SkillContext, SkillFn, SkillRegistry, Estimate
 
 R = ExecuteSegment.Result
@@ -66,9 +70,10 @@ class SkillExecutorNode(Node):
         self.queue_size = self.declare_parameter("queue_size", 16, ParameterDescriptor(
             description="segments that may wait behind the running one; a new request's segment beyond it gets BUSY",
             integer_range=[IntegerRange(from_value=0, to_value=10000, step=1)], read_only=True)).value
-        self.gap_timeout_s = self.declare_parameter("gap_timeout_s", 1.0, ParameterDescriptor(
-            description="how long segment k waits for segment k-1 of its plan before running anyway",
-            floating_point_range=_float_range(0.0, 60.0), read_only=True)).value
+        self.plan_rule = self.declare_parameter("plan_rule", "queue", ParameterDescriptor(
+            description="a second plan while one runs: queue (it waits until the first ends) | urgent_preempts (a "
+                        "plan sent with preempts stops the running one between two skills; its segments end "
+                        "PREEMPTED)", read_only=True)).value
         self.feedback_period_s = self.declare_parameter("feedback_period_s", 0.5, ParameterDescriptor(
             description="progress feedback period while a skill runs (0: only at skill boundaries)",
             floating_point_range=_float_range(0.0, 60.0), read_only=True)).value
@@ -83,8 +88,7 @@ class SkillExecutorNode(Node):
         if skills is not None:
             self.skills.add_marked(skills)
         self._cv = threading.Condition()
-        self._order = PlanOrder(self.gap_timeout_s)
-        self._plans = PlanStates()
+        self._plans = RobotPlans(self.plan_rule, self.queue_size, self.get_logger())
         self._jobs: dict[bytes, SegmentJob] = {}
         self._running: SegmentJob | None = None
         self._stopping = False
@@ -121,8 +125,8 @@ class SkillExecutorNode(Node):
         """Bring the robot to a safe stop (a skill was cancelled, failed, or the node shuts down). Override."""
 
     def ready_message(self) -> str:
-        return (f"executor ready: {self.get_namespace().rstrip('/')}/execute_segment "
-                f"robot_type={self.robot_type or '-'} skills={','.join(self.skills.names())}")
+        return (f"executor ready: {self.get_namespace().rstrip('/')}/execute_segment robot_type="
+                f"{self.robot_type or '-'} plan_rule={self.plan_rule} skills={','.join(self.skills.names())}")
 
     # ------------------------------------------------------------------ action callbacks
     def _timing(self, job: SegmentJob, event: str) -> None:
@@ -149,27 +153,14 @@ class SkillExecutorNode(Node):
                             error_message=f"segment {job.index} is no valid {self.robot_type} plan text: {seg.problem}")
         with self._cv:
             self._jobs[bytes(handle.goal_id.uuid)] = job
-            returned = self._plans.returned_at(job.request_id)
-            if job.verdict is None and returned is not None and job.index > returned:
-                job.verdict = R(success=False, error_code=R.NOT_RUN,
-                                error_message=f"not run: the plan returned at segment {returned}")
             if job.verdict is None and self._stopping:
                 job.verdict = R(success=False, error_code=R.FAILED, error_message=SHUTDOWN_MESSAGE)
-            elif job.verdict is None and len(self._order) >= self.queue_size and not self._holds(job.request_id):
-                job.verdict = R(success=False, error_code=R.BUSY,
-                                error_message=f"{len(self._order)} segments already wait (queue_size "
-                                              f"{self.queue_size}); retry later or use another robot")
-            if job.verdict is None:
-                self._order.add(job.request_id, job.index, job)
-                self._cv.notify_all()
-                return
-        self._start(job)
-
-    def _holds(self, request_id: str) -> bool:
-        """True when a segment of this plan runs or waits here: its other segments are never refused as BUSY."""
-        running = self._running
-        return (running is not None and running.request_id == request_id) or \
-            any(w.request_id == request_id for w in self._order.waiting)
+            preempted = self._plans.admit(job, bool(goal.preempts)) if job.verdict is None else []
+            self._cv.notify_all()
+        if job.verdict is not None:
+            self._start(job)
+        for other in preempted:     # the plan it preempted: its queued segments end PREEMPTED
+            self._start(other)
 
     def _on_cancel(self, handle) -> CancelResponse:
         with self._cv:
@@ -191,21 +182,21 @@ class SkillExecutorNode(Node):
         while True:
             start: list[SegmentJob] = []
             with self._cv:
-                for w in list(self._order.waiting):
+                for w in list(self._plans.queue.waiting):
                     if self._stopping or w.item.handle.is_cancel_requested:
-                        self._order.remove(w.item)
+                        self._plans.queue.remove(w.item)
                         start.append(w.item)
                 if self._running is None and not self._stopping:
-                    job = self._order.pop_next()
+                    job = self._plans.queue.next()
                     if job is not None:
                         self._running = job
                         start.append(job)
                 if not start:
                     if self._stopping:
                         return
-                    # poll only while segments wait (a cancel is visible just after its callback, and the gap
-                    # timeout needs a clock); an idle robot sleeps until a segment arrives or it shuts down
-                    self._cv.wait(0.02 if len(self._order) else None)
+                    # poll only while segments wait (a cancel is visible just after its callback); an idle robot
+                    # sleeps until a segment arrives or it shuts down
+                    self._cv.wait(0.02 if len(self._plans.queue) else None)
                     continue
             for job in start:
                 self._start(job)
@@ -223,16 +214,7 @@ class SkillExecutorNode(Node):
                 self._jobs.pop(bytes(handle.goal_id.uuid), None)
                 if job is not None:
                     self._timing(job, "ended")
-                    if result is None or not result.success:
-                        self._plans.release(job.request_id)
-                        why = result.error_message if result is not None else "executor error"
-                        orphans = self._orphans(job, f"segment {job.index} of this plan ended first ({why})",
-                                                f"segment {job.index} ended without success")
-                    elif result.returned:
-                        self._plans.returned(job.request_id, job.index)
-                        why = f"the plan returned at segment {job.index}"
-                        orphans = self._orphans(job, why, why)
-                    self._order.done(job.request_id, job.index)
+                    orphans = self._plans.ended(job, result)
                     if self._running is job:
                         self._running = None
                         self._pause_feedback()
@@ -255,23 +237,6 @@ class SkillExecutorNode(Node):
             return R(success=False, error_code=R.FAILED, error_message=SHUTDOWN_MESSAGE)
         return self._run(job)
 
-    def _orphans(self, ended: SegmentJob, why: str, summary: str) -> list[SegmentJob]:
-        """The later segments of `ended`'s plan waiting here, taken out of the queue with a NOT_RUN verdict (call
-        with the lock held): a plan does not go on past a segment that failed, was cancelled or returned. Its
-        server cancels them too, but one cancel at a time: the next segment started for a few ms in between.
-        Segments of a failed plan that arrive later (a new plan after a failure, under the same request id) run
-        as usual; those of a plan that returned end NOT_RUN on arrival. ``why`` goes into their results,
-        ``summary`` into the log line."""
-        orphans = [w.item for w in self._order.waiting
-                   if w.request_id == ended.request_id and w.index > ended.index]
-        for job in orphans:
-            self._order.remove(job)
-            if not job.handle.is_cancel_requested:   # its own cancel came too: it ends CANCELLED
-                job.verdict = R(success=False, error_code=R.NOT_RUN, error_message=f"not run: {why}")
-        if orphans:
-            self.get_logger().info(f"[{ended.request_id}] segments {[j.index for j in orphans]} not run: {summary}")
-        return orphans
-
     # ------------------------------------------------------------------ running a segment
     def _run(self, job: SegmentJob) -> ExecuteSegment.Result:
         handle = job.handle
@@ -279,24 +244,30 @@ class SkillExecutorNode(Node):
         self._timing(job, "started")
         self._resume_feedback()
         stop = lambda: self._stopping or handle.is_cancel_requested or not handle.is_active  # noqa: E731
+        # asked before each call: a preempted segment stops there (one whose last call has run completes)
+        between = lambda: stop() or bool(job.preempted_by)  # noqa: E731
         self.get_logger().info(f"[{job.request_id}] segment {job.index}: "
                                f"{' '.join(f'{c.name}{list(c.args)}' for c in job.calls)}")
         self.on_segment_start(job.request_id, job.index, job.calls)
         with self._cv:
-            state = self._plans.state(job.request_id)
+            state = self._plans.variables.state(job.request_id)
         interpreter = Interpreter(lambda call: self._call(job, call, stop),
-                                  declared_returns(self.skill_set, self.skills.returns()), stop)
+                                  declared_returns(self.skill_set, self.skills.returns()), between)
         run = SegmentRun(executed=job.executed)
         error = None
+        stopped = False
         try:
             interpreter.run_segment(job.program, state, job.index, run)
         except Stopped:
-            pass
+            stopped = True
         except (PlanError, _SkillError) as exc:
             error = str(exc)
         if error is not None or stop():
             self._safe_halt()
             return self._end(job, error)
+        if stopped:                     # a more urgent plan took the robot: stopped between two skills
+            self._safe_halt()
+            return self._preempted(job)
         job.finish()
         self._feedback(job)
         handle.succeed()
@@ -340,6 +311,15 @@ class SkillExecutorNode(Node):
             handle.abort()
         return R(success=False, error_code=R.FAILED, error_message=message, execution_time=elapsed,
                  executed_skills=executed)
+
+    def _preempted(self, job: SegmentJob) -> ExecuteSegment.Result:
+        message = (f"preempted: plan {job.preempted_by} took the robot (plan_rule urgent_preempts); stopped after "
+                   f"{len(job.executed)} skill call(s)")
+        self.get_logger().info(f"[{job.request_id}] segment {job.index} {message}")
+        if job.handle.is_active:
+            job.handle.abort()
+        return R(success=False, error_code=R.PREEMPTED, error_message=message,
+                 execution_time=time.monotonic() - job.started, executed_skills=[skill_to_msg(c) for c in job.executed])
 
     def _safe_halt(self) -> None:
         try:

@@ -21,7 +21,10 @@ class SegmentJob:
     program: list[Statement]      # what runs
     calls: list[SkillCall]        # every call it can make (worst case): skills_total, time_remaining
     expected_s: float             # the planner's estimate
-    verdict: Any = None           # a Result decided on arrival (UNKNOWN_SKILL, FAILED: no parse, BUSY, NOT_RUN)
+    verdict: Any = None           # a Result decided on arrival (UNKNOWN_SKILL, FAILED: no parse, BUSY, NOT_RUN,
+                                  # PREEMPTED), or while it waited (NOT_RUN, PREEMPTED)
+    queued: bool = False          # it waited in the robot's queue (RobotQueue)
+    preempted_by: str = ""        # a more urgent plan took the robot: stop between two skills
     started: float | None = None
     executed: list[SkillCall] = field(default_factory=list)   # calls started, with argument values
     lock: threading.Lock = field(default_factory=threading.Lock)

@@ -2,13 +2,12 @@
 
 A segment's text is parsed with the skill set of the executor's robot type (config/skills/<type>.yaml, read through
 ``skill_set_for``), the same parser the planner server segments with; the interpreter (core/skills/interpreter.py)
-runs it. A plan's variables live from its first segment until it returns, fails, is cancelled, or a segment of
-another plan starts on this robot; which plans returned (and at which segment) is remembered longer, so that a
-segment arriving after its plan returned does not run.
+runs it. A plan's variables live from its first segment until it returns, fails, is cancelled or preempted, or a
+segment of another plan starts on this robot (which plans returned, and at which segment, is the robot's queue's:
+core/execution/robot_queue.py).
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -68,12 +67,10 @@ def returns_conflicts(skill_set: SkillSet | None, implemented: Mapping[str, str]
 
 
 class PlanStates:
-    """Plan-scoped state on one robot (not thread-safe: the executor holds its lock)."""
+    """Plan-scoped variables on one robot (not thread-safe: the executor holds its lock)."""
 
-    def __init__(self, remember: int = 1000) -> None:
-        self._remember = remember
+    def __init__(self) -> None:
         self._current: tuple[str, PlanState] | None = None
-        self._returned: OrderedDict[str, int] = OrderedDict()   # request id -> segment whose return ended it
 
     def state(self, request_id: str) -> PlanState:
         """The state of this plan, for a segment of it that starts now; another plan's state is released."""
@@ -82,18 +79,6 @@ class PlanStates:
         return self._current[1]
 
     def release(self, request_id: str) -> None:
-        """The plan ended (failed, cancelled, refused): its variables go."""
+        """The plan ended (returned, failed, cancelled, refused, preempted): its variables go."""
         if self._current is not None and self._current[0] == request_id:
             self._current = None
-
-    def returned(self, request_id: str, index: int) -> None:
-        """A return ran in segment ``index``: the plan's state goes, its later segments will not run."""
-        self.release(request_id)
-        self._returned[request_id] = index
-        self._returned.move_to_end(request_id)
-        while len(self._returned) > self._remember:
-            self._returned.popitem(last=False)
-
-    def returned_at(self, request_id: str) -> int | None:
-        """The segment whose return ended this plan, or None."""
-        return self._returned.get(request_id)
