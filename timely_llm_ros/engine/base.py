@@ -90,11 +90,14 @@ class Engine(ABC):
 
     @abstractmethod
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
-            forced_ids: Sequence[int] | None = None) -> None:
+            forced_ids: Sequence[int] | None = None, grammar: str | None = None) -> None:
         """Register a generation; its prefill runs in the first step that includes it.
 
         forced_ids (trace replay): emit exactly these tokens, then finish, while still running
         real forward passes.
+        grammar: constrain the output to this grammar (xgrammar EBNF, core/skills/grammar.py): each token is one the
+        grammar allows after the output so far, and EOS comes exactly where the grammar accepts the output. Ignored
+        when forced_ids is given; an engine that cannot constrain ignores it too.
         """
 
     @abstractmethod

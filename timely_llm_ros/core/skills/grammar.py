@@ -1,0 +1,161 @@
+"""The statement language of a skill set as an EBNF grammar, for grammar-constrained decoding.
+
+``plan_grammar(skill_set)`` returns the grammar text (xgrammar's EBNF, which llguidance and vLLM's structured
+outputs also take) or None for a prose skill set. Every plan it accepts parses under ``minispec.parse`` with no
+problems; it accepts a subset of what the parser does, chosen so that a small model cannot wander:
+
+- only the skill set's skills, each argument of its declared kind: ``int`` a number of at most 4 digits with an
+  optional '-' (coordinates), ``str`` a single-quoted string of 1-40 characters (letters, digits, space and
+  ``?.,!``; it starts with a letter or digit), ``any`` either or True/False; a variable ``_1``..``_9`` stands for
+  a value wherever the skill set allows assignments;
+- the statement forms the skill set allows: a call ``sk(...);``, an assignment ``_1=query(...);`` (query skills
+  only), a return ``->value;`` (it ends its block, or the plan: nothing after it would run), a loop ``N{...}``
+  (N in 1..99) and a conditional ``?cond{...}`` (at most four comparisons joined by ``&`` or ``|``); simple
+  statements always end in ';', a block may be followed by one;
+- blocks closed, nested at most two deep, never empty;
+- whitespace only where it reads naturally, at most one space or newline at a time (a model under a grammar that
+  allows any whitespace can emit it forever);
+- at most ``max_statements`` statements in all, nested ones and block heads counted, so the plan ends cleanly before
+  the length cap. The bound is the cap divided by ``TOKENS_PER_STATEMENT`` = 12: the project's reference plans
+  (model/corpus.py) average 4-5 tokens a statement, their longest statement takes 13 of SmolLM2's tokens (18 of the
+  embedded planner's, whose prompts run unconstrained) and their longest plan holds 12 statements. A 200-token cap
+  gives 16 statements: more than any reference plan, and a model repeating statements as long as nearly any
+  reference statement reaches the 16th and must stop before the cap would cut it.
+
+The statement count is tracked by the rules themselves (``s<d>_<k>``: at block depth d, k statements left;
+``e<d>_<k>``: after a statement there), a right-linear, unambiguous grammar of O(max_statements) rules.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from .skill_set import SkillSet
+from .spec import SkillSpec
+
+TOKENS_PER_STATEMENT = 12
+MAX_DEPTH = 2            # blocks inside blocks: one level
+MAX_COMPARISONS = 4      # comparisons in a condition
+STRING_CHARS = "a-zA-Z0-9 ?.,!"   # the characters a string argument may hold (a character class body)
+MAX_STRING = 40
+MAX_DIGITS = 4
+
+
+def max_statements(max_plan_tokens: int) -> int:
+    """Statements a plan may hold under a cap of ``max_plan_tokens`` tokens (see the module docstring)."""
+    return max(1, max_plan_tokens // TOKENS_PER_STATEMENT)
+
+
+def plan_grammar(skill_set: SkillSet, max_plan_tokens: int | None = None) -> str | None:
+    """The EBNF grammar of the skill set's plans (root rule ``root``), or None for a prose skill set.
+    ``max_plan_tokens`` (default the skill set's) sets the statement bound."""
+    if skill_set.mode != "statements":
+        return None
+    cap = skill_set.max_plan_tokens if max_plan_tokens is None else max_plan_tokens
+    return _Builder(skill_set.skills.values(), skill_set.statement_forms, max_statements(cap)).text()
+
+
+class _Builder:
+    def __init__(self, skills: Iterable[SkillSpec], forms: tuple[str, ...], n: int) -> None:
+        self.skills = list(skills)
+        self.queries = [s for s in self.skills if not s.is_action]
+        self.forms = forms
+        self.variables = "assign" in forms and bool(self.queries)
+        self.blocks = [f for f in ("loop", "conditional") if f in forms]
+        self.n = n
+
+    def text(self) -> str:
+        lines = [f"# plans of at most {self.n} statements; s<d>_<k>: a statement at block depth d with k left,",
+                 "# e<d>_<k>: what may follow one",
+                 "root ::= [ \\n]? s0_" + str(self.n)]
+        lines += self._counting_rules()
+        lines += self._statement_rules()
+        lines += self._value_rules()
+        return "\n".join(lines) + "\n"
+
+    # ----- the statement count
+    def _counting_rules(self) -> list[str]:
+        depth = MAX_DEPTH if self.blocks else 0
+        rules = []
+        for k in range(self.n, 0, -1):
+            for d in range(depth + 1):
+                alts = [_seq("simple", _after(d, k - 1))] if self.simple_forms() else []
+                if "return" in self.forms:   # a return ends its block (or the plan)
+                    alts.append(_seq("ret", "close" if d else "", _after(d - 1, k - 1) if d else ""))
+                if d < depth and k >= 2:
+                    alts.append(f"open s{d + 1}_{k - 1}")
+                rules.append(f"s{d}_{k} ::= " + " | ".join(alts))
+        for k in range(self.n - 1, -1, -1):
+            for d in range(depth + 1):
+                more = f"sep s{d}_{k}" if k else ""
+                if d == 0:
+                    if more:
+                        rules.append(f"e0_{k} ::= ({more})?")
+                    continue
+                close = _seq("close", _after(d - 1, k))
+                rules.append(f"e{d}_{k} ::= {close} | {more}" if more else f"e{d}_{k} ::= {close}")
+        rules.append('sep ::= [ \\n]?')
+        return rules
+
+    # ----- statements
+    def simple_forms(self) -> list[str]:
+        """The statements that neither open a block nor return."""
+        return (["call"] if "call" in self.forms else []) + (['var "=" query'] if self.variables else [])
+
+    def _statement_rules(self) -> list[str]:
+        rules = []
+        if self.simple_forms():
+            rules.append(f"simple ::= ({' | '.join(self.simple_forms())}) \";\"")
+        if "return" in self.forms:
+            rules.append('ret ::= "->" value ";"')
+        rules.append("call ::= " + " | ".join(_skill_call(s) for s in self.skills))
+        if self.queries:
+            rules.append("query ::= " + " | ".join(_skill_call(s) for s in self.queries))
+        if self.blocks:
+            heads = []
+            if "loop" in self.blocks:
+                heads.append("[1-9] [0-9]?")
+            if "conditional" in self.blocks:
+                heads.append('"?" condition')
+            rules.append(f"open ::= ({' | '.join(heads)}) \"{{\" \" \"?")
+            rules.append('close ::= " "? "}" ";"?')
+        if "conditional" in self.blocks:
+            rules.append(f'condition ::= comparison ((" "? [&|] " "?) comparison){{0,{MAX_COMPARISONS - 1}}}')
+            rules.append('comparison ::= value (" "? ("==" | "!=" | ">=" | "<=" | ">" | "<") " "? value)?')
+        return rules
+
+    # ----- values
+    def _value_rules(self) -> list[str]:
+        used = {k for s in self.skills for k in s.args}
+        if "return" in self.forms or "conditional" in self.forms:
+            used |= {"value", "any"}
+        if self.queries:
+            used |= {k for s in self.queries for k in s.args}
+        var = " | var" if self.variables else ""
+        rules = {
+            "value": "any" + (" | query" if self.queries else ""),
+            "int": f"num{var}",
+            "str": f"text{var}",
+            "any": f"num | text | \"True\" | \"False\"{var}",
+        }
+        out = [f"{name} ::= {body}" for name, body in rules.items() if name in used]
+        if used & {"int", "any"}:
+            out.append(f"num ::= \"-\"? (\"0\" | [1-9] [0-9]{{0,{MAX_DIGITS - 1}}})")
+        if used & {"str", "any"}:
+            out.append(f"text ::= \"'\" [a-zA-Z0-9] [{STRING_CHARS}]{{0,{MAX_STRING - 1}}} \"'\"")
+        if self.variables:
+            out.append('var ::= "_" [1-9]')
+        return out
+
+
+def _after(depth: int, left: int) -> str:
+    """The rule for what may follow a statement at ``depth`` with ``left`` statements left ("" when nothing)."""
+    return "" if depth == 0 and left == 0 else f"e{depth}_{left}"
+
+
+def _seq(*parts: str) -> str:
+    return " ".join(p for p in parts if p)
+
+
+def _skill_call(skill: SkillSpec) -> str:
+    args = ' "," " "? '.join(skill.args)
+    return f'"{skill.short}(" {args} ")"' if args else f'"{skill.short}()"'
