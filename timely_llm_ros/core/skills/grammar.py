@@ -120,7 +120,31 @@ class _Builder:
             rules.append('close ::= " "? "}" ";"?')
         if "conditional" in self.blocks:
             rules.append(f'condition ::= comparison ((" "? [&|] " "?) comparison){{0,{MAX_COMPARISONS - 1}}}')
-            rules.append('comparison ::= value (" "? ("==" | "!=" | ">=" | "<=" | ">" | "<") " "? value)?')
+            rules += self._comparison_rules()
+        return rules
+
+    def _comparison_rules(self) -> list[str]:
+        """A comparison by what its left side is: a query of a declared return kind compares with values of that
+        kind (``iv('cup')==True``, ``od('cup')>50``, ``p('shelf')=='empty'``), an undeclared query or a variable
+        with any value."""
+        var = " | var" if self.variables else ""
+        typed = {kind: [s for s in self.queries if s.returns == kind] for kind in ("bool", "float", "str", None)}
+        alts, rules = [], []
+        forms = {"bool": '" "? ("==" | "!=") " "? ("True" | "False")',
+                 "float": f'" "? cmp " "? (num | qfloat{var})',
+                 "str": f'" "? ("==" | "!=") " "? (text{var})',
+                 None: '" "? cmp " "? value'}
+        for kind, skills in typed.items():
+            if skills:
+                name = f"q{kind or 'any'}"
+                rules.append(f"{name} ::= " + " | ".join(_skill_call(s) for s in skills))
+                alts.append(f"{name} ({forms[kind]})" + ("?" if kind in ("bool", None) else ""))
+        if self.variables:
+            alts.append(f"var ({forms[None]})?")
+        if not alts:     # conditionals without queries or variables: constants only
+            alts.append(f"value ({forms[None]})?")
+        rules.insert(0, "comparison ::= " + " | ".join(alts))
+        rules.append('cmp ::= "==" | "!=" | ">=" | "<=" | ">" | "<"')
         return rules
 
     # ----- values
