@@ -10,8 +10,9 @@ problems; it accepts a subset of what the parser does, chosen so that a small mo
   a value wherever the skill set allows assignments;
 - the statement forms the skill set allows: a call ``sk(...);``, an assignment ``_1=query(...);`` (query skills
   only), a return ``->value;`` (it ends its block, or the plan: nothing after it would run), a loop ``N{...}``
-  (N in 1..99) and a conditional ``?cond{...}`` (at most four comparisons joined by ``&`` or ``|``); simple
-  statements always end in ';', a block may be followed by one;
+  (N in 1..99) and a conditional ``?cond{...}`` (at most four comparisons joined by ``&`` or ``|``, a query of a
+  declared return kind compared with values of that kind); simple statements always end in ';', a block may be
+  followed by one;
 - blocks closed, nested at most two deep, never empty;
 - whitespace only where it reads naturally, at most one space or newline at a time (a model under a grammar that
   allows any whitespace can emit it forever);
@@ -20,13 +21,16 @@ problems; it accepts a subset of what the parser does, chosen so that a small mo
   (model/corpus.py) average 4-5 tokens a statement, their longest statement takes 13 of SmolLM2's tokens (18 of the
   embedded planner's, whose prompts run unconstrained) and their longest plan holds 12 statements. A 200-token cap
   gives 16 statements: more than any reference plan, and a model repeating statements as long as nearly any
-  reference statement reaches the 16th and must stop before the cap would cut it.
+  reference statement reaches the 16th and must stop before the cap would cut it;
+- at least one action call (a plan of queries and returns alone gives the robot nothing to execute).
 
-The statement count is tracked by the rules themselves (``s<d>_<k>``: at block depth d, k statements left;
-``e<d>_<k>``: after a statement there), a right-linear, unambiguous grammar of O(max_statements) rules.
+The statement count and whether an action came yet are tracked by the rules themselves (``s<d>_<k>``: a statement
+at block depth d with k left, ``e<d>_<k>``: what may follow one, suffix ``n``: no action yet), a right-linear
+grammar of O(max_statements) rules (unreachable ones left out).
 """
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from .skill_set import SkillSet
@@ -50,6 +54,8 @@ def plan_grammar(skill_set: SkillSet, max_plan_tokens: int | None = None) -> str
     ``max_plan_tokens`` (default the skill set's) sets the statement bound."""
     if skill_set.mode != "statements":
         return None
+    if "call" not in skill_set.statement_forms:
+        raise ValueError(f"skill set {skill_set.name!r} allows no call statements: no plan of it could act")
     cap = skill_set.max_plan_tokens if max_plan_tokens is None else max_plan_tokens
     return _Builder(skill_set.skills.values(), skill_set.statement_forms, max_statements(cap)).text()
 
@@ -64,50 +70,54 @@ class _Builder:
         self.n = n
 
     def text(self) -> str:
-        lines = [f"# plans of at most {self.n} statements; s<d>_<k>: a statement at block depth d with k left,",
-                 "# e<d>_<k>: what may follow one",
-                 "root ::= [ \\n]? s0_" + str(self.n)]
-        lines += self._counting_rules()
-        lines += self._statement_rules()
-        lines += self._value_rules()
-        return "\n".join(lines) + "\n"
+        header = [f"# plans of at most {self.n} statements, at least one of them an action;",
+                  "# s<d>_<k>[n]: a statement at block depth d with k left (n: no action yet), e<d>_<k>[n]: after one"]
+        root = "root ::= [ \\n]? " + _s(0, self.n, False)
+        rules = [root] + self._counting_rules() + self._statement_rules() + self._value_rules()
+        return "\n".join(header + _reachable(rules)) + "\n"
 
-    # ----- the statement count
+    # ----- the statement count, and whether an action came yet
     def _counting_rules(self) -> list[str]:
         depth = MAX_DEPTH if self.blocks else 0
         rules = []
         for k in range(self.n, 0, -1):
             for d in range(depth + 1):
-                alts = [_seq("simple", _after(d, k - 1))] if self.simple_forms() else []
-                if "return" in self.forms:   # a return ends its block (or the plan)
-                    alts.append(_seq("ret", "close" if d else "", _after(d - 1, k - 1) if d else ""))
-                if d < depth and k >= 2:
-                    alts.append(f"open s{d + 1}_{k - 1}")
-                rules.append(f"s{d}_{k} ::= " + " | ".join(alts))
+                for acted in (True, False):
+                    alts = [_seq("act", _e(d, k - 1, True))]
+                    if self.looks() and _possible(k - 1, acted):
+                        alts.append(_seq("look", _e(d, k - 1, acted)))
+                    if "return" in self.forms and (d or acted) and _possible(k - 1, acted):
+                        alts.append(_seq("ret", "close", _e(d - 1, k - 1, acted)) if d else "ret")
+                    if d < depth and k >= 2:
+                        alts.append(f"open {_s(d + 1, k - 1, acted)}")
+                    rules.append(f"{_s(d, k, acted)} ::= " + " | ".join(alts))
         for k in range(self.n - 1, -1, -1):
             for d in range(depth + 1):
-                more = f"sep s{d}_{k}" if k else ""
-                if d == 0:
-                    if more:
-                        rules.append(f"e0_{k} ::= ({more})?")
-                    continue
-                close = _seq("close", _after(d - 1, k))
-                rules.append(f"e{d}_{k} ::= {close} | {more}" if more else f"e{d}_{k} ::= {close}")
+                for acted in (True, False):
+                    if not _possible(k, acted) or not _e(d, k, acted):
+                        continue
+                    more = f"sep {_s(d, k, acted)}" if k else ""
+                    if d == 0:
+                        body = f"({more})?" if acted else more
+                    else:
+                        body = " | ".join(a for a in (_seq("close", _e(d - 1, k, acted)), more) if a)
+                    rules.append(f"{_e(d, k, acted)} ::= {body}")
         rules.append('sep ::= [ \\n]?')
         return rules
 
     # ----- statements
-    def simple_forms(self) -> list[str]:
-        """The statements that neither open a block nor return."""
-        return (["call"] if "call" in self.forms else []) + (['var "=" query'] if self.variables else [])
+    def looks(self) -> list[str]:
+        """The statements that neither act, open a block nor return: a query call, an assignment."""
+        return ((["query"] if "call" in self.forms and self.queries else [])
+                + (['var "=" query'] if self.variables else []))
 
     def _statement_rules(self) -> list[str]:
-        rules = []
-        if self.simple_forms():
-            rules.append(f"simple ::= ({' | '.join(self.simple_forms())}) \";\"")
+        actions = [s for s in self.skills if s.is_action]
+        rules = ["act ::= (" + " | ".join(_skill_call(s) for s in actions) + ') ";"']
+        if self.looks():
+            rules.append(f"look ::= ({' | '.join(self.looks())}) \";\"")
         if "return" in self.forms:
             rules.append('ret ::= "->" value ";"')
-        rules.append("call ::= " + " | ".join(_skill_call(s) for s in self.skills))
         if self.queries:
             rules.append("query ::= " + " | ".join(_skill_call(s) for s in self.queries))
         if self.blocks:
@@ -171,9 +181,32 @@ class _Builder:
         return out
 
 
-def _after(depth: int, left: int) -> str:
-    """The rule for what may follow a statement at ``depth`` with ``left`` statements left ("" when nothing)."""
-    return "" if depth == 0 and left == 0 else f"e{depth}_{left}"
+def _s(depth: int, left: int, acted: bool) -> str:
+    """The rule of a statement at ``depth`` with ``left`` statements left, ``acted``: an action came before."""
+    return f"s{depth}_{left}" + ("" if acted else "n")
+
+
+def _e(depth: int, left: int, acted: bool) -> str:
+    """The rule of what may follow a statement ("" at the end of a plan that acted)."""
+    return "" if depth == 0 and left == 0 and acted else f"e{depth}_{left}" + ("" if acted else "n")
+
+
+def _possible(left: int, acted: bool) -> bool:
+    """Whether a plan can still end well: it acted, or a statement is left to act."""
+    return acted or left > 0
+
+
+def _reachable(rules: list[str]) -> list[str]:
+    """The rules ``root`` reaches (itself included), in their order."""
+    bodies = dict(r.split(" ::= ", 1) for r in rules)
+    seen, todo = {"root"}, ["root"]
+    while todo:
+        body = re.sub(r'"(?:[^"\\]|\\.)*"|\[[^\]]*\]', " ", bodies[todo.pop()])   # names outside literals
+        for name in re.findall(r"[a-z_][a-z0-9_]*", body):
+            if name in bodies and name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return [r for r in rules if r.split(" ::= ", 1)[0] in seen]
 
 
 def _seq(*parts: str) -> str:
