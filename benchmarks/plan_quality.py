@@ -172,8 +172,6 @@ def load_engine(config: Configuration, device: str, threads: int):
 
 def goal_for(task: EvalTask, config: Configuration) -> GoalFields:
     """The Plan goal a robot would send for this task."""
-    # the grammar branch adds the goal's `unconstrained` flag to GoalFields; a configuration that sets grammar
-    # needs it (until then this raises TypeError, naming the field)
     grammar = {} if config.grammar is None else {"unconstrained": not config.grammar}
     return GoalFields(agent_id=f"{task.robot_type}_eval", robot_type=task.robot_type, task=task.task,
                       context=task.scene, urgency_class=task.urgency, **grammar)
@@ -221,7 +219,8 @@ def run_pass(scheduler: PlanScheduler, config: Configuration, tasks: Sequence[Ev
     t0 = time.monotonic()
     for task in tasks:
         try:
-            req = validate_goal(goal_for(task, config), task.id, time.monotonic(), skill_sets, classes)
+            req = validate_goal(goal_for(task, config), task.id, time.monotonic(), skill_sets, classes,
+                                grammar=model_spec(config.model).grammar if config.grammar is None else config.grammar)
             handle(scheduler.submit(req))
         except RequestError as err:               # refused at the door: counted with its code, never hidden
             record(task, "", err.code, err.message, 0, time.monotonic())

@@ -352,3 +352,54 @@ def test_constrained_unconstrained_and_forced_rows_share_a_batch_each_giving_wha
         for k in res.finished:
             outputs[k] = engine.output_ids(k)
     assert outputs == {"d1": alone["d1"], "a1-raw": alone["a1-raw"], "replay": forced}
+
+
+# ----------------------------------------------------------------------------- the scheduler and the goal flag
+def test_a_goal_is_constrained_where_the_server_applies_the_grammar_unless_it_says_unconstrained():
+    from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
+    from timely_llm_ros.core.validation import GoalFields, validate_goal
+
+    def constrained(server: bool, unconstrained: bool) -> bool:
+        goal = GoalFields("drone_1", "drone", "look for the cat", urgency_class="normal", unconstrained=unconstrained)
+        return validate_goal(goal, "r", 0.0, SKILLS, DEFAULT_URGENCY_CLASSES, grammar=server).constrained
+    assert [constrained(s, u) for s in (True, False) for u in (False, True)] == [True, False, False, False]
+
+
+def test_the_scheduler_decodes_constrained_goals_under_their_grammar_and_ends_an_unparsable_plan_invalid_plan(smollm2):
+    """On SmolLM2 with the raw prompt, through PlanScheduler: the constrained arm goal's plan is executed segment by
+    segment and ends DONE; the unconstrained drone goal's prose ends INVALID_PLAN, naming the problem, without a
+    segment sent."""
+    import time
+
+    from timely_llm_ros.core.errors import ErrorCode
+    from timely_llm_ros.core.exec_time import load_exec_models
+    from timely_llm_ros.core.policies import make_policy
+    from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, SegmentReady
+    from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
+    from timely_llm_ros.core.validation import GoalFields, validate_goal
+
+    scheduler = PlanScheduler(TransformersEngine(smollm2), make_policy("timely", max_batch=4), SKILLS,
+                              load_exec_models(), time.monotonic)
+    for rid, key, unconstrained in (("arm", "a2", False), ("drone", "d1", True)):
+        robot, task, scene = TASKS[key]
+        goal = GoalFields(f"{robot}_1", robot, task, context=scene, urgency_class="normal",
+                          unconstrained=unconstrained)
+        scheduler.submit(validate_goal(goal, rid, time.monotonic(), SKILLS, DEFAULT_URGENCY_CLASSES, grammar=True))
+    sent: dict[str, list[int]] = {"arm": [], "drone": []}
+    outcomes = {}
+    while scheduler.busy() or len(outcomes) < 2:
+        events = scheduler.step() if scheduler.busy() else []
+        while events:
+            ev = events.pop(0)
+            if isinstance(ev, SegmentReady):        # the robot runs it at once
+                sent[ev.req_id].append(ev.segment.index)
+                now = time.monotonic()
+                events += scheduler.on_execution_started(ev.req_id, ev.segment.index, now)
+                events += scheduler.on_execution_finished(ev.req_id, ev.segment.index, now)
+            elif isinstance(ev, RequestFinished):
+                outcomes[ev.req_id] = ev.outcome
+    arm, drone = outcomes["arm"], outcomes["drone"]
+    assert arm.error_code == ErrorCode.NONE and len(sent["arm"]) == len(arm.segments) >= 1, arm.message
+    assert not parse(arm.plan_text, SKILLS["arm"].skills, ("call",)).problems
+    assert drone.error_code == ErrorCode.INVALID_PLAN and sent["drone"] == [], drone.message
+    assert "stopped parsing as drone skills" in drone.message and "unexpected character" in drone.message

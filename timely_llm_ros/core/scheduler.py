@@ -27,6 +27,7 @@ from .errors import ErrorCode, RequestError
 from .policies.base import Policy, SchedulingContext
 from .prompting import PromptEncoder, RawPrompts
 from .request import Generation, PlanRequest, RequestState, Segment, SkillCall
+from .skills.grammar import plan_grammar
 from .step_trace import StepRecord
 
 Clock = Callable[[], float]
@@ -152,6 +153,7 @@ class PlanScheduler:
         self.steps = 0
         self.last_step: StepRecord | None = None    # what the last engine step did and took (step traces)
         self._tracks: dict[str, _Track] = {}
+        self._grammars: dict[str, str | None] = {}   # robot type -> its grammar, made on its first constrained request
         self._waiting: dict[str, Generation] = {}   # insertion-ordered: queued and suspended
         self._running: dict[str, Generation] = {}
         self._events: list[Event] = []
@@ -212,7 +214,7 @@ class PlanScheduler:
                                    " which leaves no room for a plan: shorten the task or context")
             max_new = min(max_new, room - len(prompt_ids))
         forced = self.engine.encode(" " + req.forced_plan) if req.forced_plan is not None else None
-        self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced)
+        self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced, grammar=self._grammar(req))
         gen = Generation(req=req, prompt_ids=list(prompt_ids), enqueued_at=self.clock())
         gen.prefill_left = self._prefill_left(req.req_id, len(prompt_ids))
         exec_profile = getattr(skill_set, "exec_profile", req.robot_type)
@@ -454,13 +456,27 @@ class PlanScheduler:
             self._waiting[req_id] = gen
             self._set_state(gen, RequestState.SUSPENDED)
 
+    def _grammar(self, req: PlanRequest) -> str | None:
+        """The grammar a constrained request decodes under: its robot type's (computed once per robot type)."""
+        if not req.constrained:
+            return None
+        if req.robot_type not in self._grammars:
+            skill_set = self.skill_sets[req.robot_type]
+            self._grammars[req.robot_type] = plan_grammar(skill_set, self.config.max_plan_tokens)
+        return self._grammars[req.robot_type]
+
     def _invalid_plan(self, track: _Track, t: float) -> None:
-        """The text can no longer be a valid plan: stop generating now instead of at the length cap.
-        Segments already sent keep executing; the request then ends with GENERATION_FAILED."""
+        """The text can no longer be a valid plan: stop generating now instead of at the length cap, and send no
+        further segment (a whole-plan policy sends none of them). Segments already sent keep executing; the
+        request then ends with INVALID_PLAN."""
         gen = track.gen
-        track.error = (ErrorCode.GENERATION_FAILED,
+        discarded = [seg.index for seg in track.to_dispatch]
+        track.discarded.update(discarded)
+        track.to_dispatch.clear()
+        track.error = (ErrorCode.INVALID_PLAN,
                        f"the model's plan stopped parsing as {gen.req.robot_type} skills: {track.segmenter.error}"
-                       f" (after {len(gen.segments)} executable segment(s))")
+                       f" (after {len(gen.segments) - len(discarded)} segment(s) sent; "
+                       f"{len(discarded)} complete one(s) not sent)")
         gen.finished_generating = True
         self._running.pop(gen.req_id, None)
         self._waiting.pop(gen.req_id, None)
@@ -468,7 +484,6 @@ class PlanScheduler:
             self.engine.release(gen.req_id)
             track.engine_held = False
         self._set_state(gen, RequestState.EXECUTING)
-        self._dispatch(track, t)  # a whole-plan policy sends the complete segments now
         self._maybe_complete(track, t)
 
     def _new_segment(self, track: _Track, parsed, t: float) -> bool:
@@ -623,7 +638,7 @@ class PlanScheduler:
             rest = plan[len(done):] if plan.startswith(done) else plan
             forced = self.engine.encode(" " + rest.strip()) if rest.strip() else None
         max_new = max(track.max_new - len(gen.output_ids), skill_set.max_segment_tokens)
-        self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced)
+        self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced, grammar=self._grammar(req))
         track.engine_held, track.engine_suspended, track.error = True, False, None
         track.max_new = max_new
         track.replans += 1

@@ -6,6 +6,8 @@ from dataclasses import dataclass, fields
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 
+GRAMMAR_MODES = ("auto", "on", "off")
+
 
 @dataclass
 class ServerParams:
@@ -14,6 +16,7 @@ class ServerParams:
     engine: str = "transformers"
     model: str = "embedded"
     model_path: str = ""
+    grammar: str = "auto"
     device: str = "auto"
     dtype: str = "auto"
     num_threads: int = 0
@@ -57,6 +60,9 @@ _DESCRIPTIONS = {
               "| a team's own entry; model_path, when set, overrides it", None),
     "model_path": ("a local Hugging Face model folder or a .gguf file, instead of a named model entry; empty = use "
                    "`model`", None),
+    "grammar": ("constrain decoding to each robot type's skill language (core/skills/grammar.py): auto (the model "
+                "entry's `grammar` field: off for the embedded planner, on for smollm2) | on | off; a goal's "
+                "`unconstrained` turns it off for that goal", None),
     "device": ("auto | cpu | cuda (auto = cuda when present)", None),
     "dtype": ("auto | float32 | bfloat16 | float16 (auto = float32 on cpu, bfloat16 on cuda)", None),
     "num_threads": ("torch CPU threads for the engine; 0 = torch's default (1 is steadier on a shared 2-core box)",
