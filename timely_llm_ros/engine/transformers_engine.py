@@ -14,6 +14,8 @@ Interrupts: a forward pre-hook on every decoder layer asks ``interrupt_check`` (
 when it says so the forward stops there (``StepInterrupted``). A cut-short decode leaves every length as it was (the
 keys/values its first layers wrote at each row's next column are overwritten when the row decodes again), a cut-short
 prefill frees its rows as a failed one does, so the step's result is token-exact with the step not having run.
+Grammars: a generation added with one has its logits row masked to the tokens the grammar allows wherever logits
+become tokens (``_constrain``), and its matcher advances only with the token it emits (``_emit``); engine/grammar.py.
 """
 from __future__ import annotations
 
