@@ -403,3 +403,27 @@ def test_the_scheduler_decodes_constrained_goals_under_their_grammar_and_ends_an
     assert not parse(arm.plan_text, SKILLS["arm"].skills, ("call",)).problems
     assert drone.error_code == ErrorCode.INVALID_PLAN and sent["drone"] == [], drone.message
     assert "stopped parsing as drone skills" in drone.message and "unexpected character" in drone.message
+
+
+def test_the_process_and_evicting_engines_pass_the_grammar_on():
+    """The embedded planner given a drone task under the arm grammar: unconstrained it writes drone skills; through
+    a ProcessEngine (the engine in a child process) and an EvictingEngine its constrained output is the in-process
+    engine's, an arm plan. (RoutedEngine, the simulator's two-engine wrapper, hands add()'s arguments on whole.)"""
+    from timely_llm_ros.engine.evicting import EvictingEngine
+    from timely_llm_ros.engine.process_engine import ProcessEngine
+
+    arm = SKILLS["arm"]
+    loaded = load_pretrained(default_model_dir(), "cpu", "float32")
+    local = TransformersEngine(loaded)
+    ids = local.encode(SKILLS["drone"].build_prompt("look for the cat", "room: living room; objects: sofa, cat"))
+    free = run_alone(local, "free", ids, 40, None)
+    reference = run_alone(local, "arm", ids, 40, plan_grammar(arm))
+    assert parse(local.decode(free), arm.skills, arm.statement_forms).problems
+    assert reference[-1] == local.eos_token_id
+    assert not parse(local.decode(reference), arm.skills, arm.statement_forms).problems
+    remote = ProcessEngine("transformers", str(default_model_dir()), num_threads=1)
+    try:
+        for engine in (remote, EvictingEngine(TransformersEngine(loaded), lambda gen_id: 0.0)):
+            assert run_alone(engine, "arm", ids, 40, plan_grammar(arm)) == reference, type(engine).__name__
+    finally:
+        remote.close()
