@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 
-GRAMMAR_MODES = ("auto", "on", "off")
+GRAMMAR_MODES = ("auto", "on", "off")   # ROS reads `grammar:=on` as a YAML bool: True/False count as on/off
 
 
 @dataclass
@@ -134,7 +134,7 @@ _RUNTIME = {"policy", "max_batch", "executor_timeout_s"}
 
 def _descriptor(name: str, default) -> ParameterDescriptor:
     text, rng = _DESCRIPTIONS[name]
-    d = ParameterDescriptor(description=text, read_only=name not in _RUNTIME)
+    d = ParameterDescriptor(description=text, read_only=name not in _RUNTIME, dynamic_typing=name == "grammar")
     if rng is not None and isinstance(default, int) and not isinstance(default, bool):
         d.integer_range = [IntegerRange(from_value=int(rng[0]), to_value=int(rng[1]), step=1)]
     elif rng is not None and isinstance(default, float):
@@ -149,6 +149,8 @@ def declare_server_params(node: Node) -> ServerParams:
         default = f.default if f.name != "expected_agents" else [""]
         values[f.name] = node.declare_parameter(f.name, default, _descriptor(f.name, default)).value
     values["expected_agents"] = [a.strip("/") for a in values["expected_agents"] if a.strip("/")]
+    if isinstance(values["grammar"], bool):
+        values["grammar"] = "on" if values["grammar"] else "off"
     return ServerParams(**values)
 
 
