@@ -64,13 +64,11 @@ class Configuration:
     prompt: Mapping[str, Any] = field(default_factory=dict)
 
 
-# One line per configuration. Once the grammar branch (constrained decoding per request) is merged, SmolLM2 with the
-# grammar is:
-#     Configuration("smollm2-grammar", "smollm2", grammar=True),
-# ("smollm2" then needs grammar=False to stay unconstrained: its entry turns the grammar on by default)
+# One line per configuration. SmolLM2's entry turns the grammar on by default: "smollm2" asks for it off.
 CONFIGURATIONS = {c.name: c for c in (
     Configuration("embedded", "embedded"),
-    Configuration("smollm2", "smollm2"),
+    Configuration("smollm2", "smollm2", grammar=False),
+    Configuration("smollm2-grammar", "smollm2", grammar=True),
 )}
 
 

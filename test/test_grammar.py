@@ -46,9 +46,9 @@ def compiler(smollm2):
     return GrammarCompiler(smollm2.tokenizer, smollm2.model.config.vocab_size, [smollm2.tokenizer.eos_token_id])
 
 
-def accepts(compiler: GrammarCompiler, robot: str, text: str) -> bool:
+def accepts(compiler: GrammarCompiler, robot: str, text: str, max_plan_tokens: int | None = None) -> bool:
     """Whether the robot type's grammar takes ``text`` whole (with EOS allowed at its end)."""
-    m = compiler.matcher(plan_grammar(SKILLS[robot]))
+    m = compiler.matcher(plan_grammar(SKILLS[robot], max_plan_tokens))
     return m.accept_string(text) and m.is_completed()
 
 
@@ -82,9 +82,14 @@ def yaml_examples() -> list[tuple[str, str]]:
 
 
 # ----------------------------------------------------------------------------- the grammar
-def test_the_grammar_accepts_every_plan_of_the_project(compiler):
+def test_the_grammar_accepts_every_plan_of_the_project(smollm2, compiler):
     """Corpus plans, the evaluation set's reference plans, the embedded planner's plans for the demo workload and
-    the skill YAMLs' examples all parse, and the grammar takes each of them (with or without a leading space)."""
+    the skill YAMLs' examples all parse, and the grammar takes each of them (with or without a leading space), under
+    the skill set's plan-length cap and under SmolLM2's, counted in its tokens."""
+    from timely_llm_ros.core.token_limits import effective_limits
+    from timely_llm_ros.engine.model_setup import reference_encode
+
+    limits = effective_limits(model_spec("smollm2"), SKILLS, smollm2.tokenizer.encode, reference_encode())
     plans = [(e.robot_type, e.plan) for e in generate(1200, seed=0) if e.robot_type in ROBOTS]
     plans += [(t.robot_type, t.plan) for t in load_eval_tasks(ROBOTS)]
     fleet = embedded_fleet_plans()
@@ -95,6 +100,7 @@ def test_the_grammar_accepts_every_plan_of_the_project(compiler):
         assert not parse(plan, skills.skills, skills.statement_forms).problems, plan
         for text in (plan.strip(), " " + plan.strip()):
             assert accepts(compiler, robot, text), (robot, text)
+        assert accepts(compiler, robot, plan.strip(), limits[robot].limits.max_plan_tokens), (robot, plan)
 
 
 INVALID = {
@@ -378,7 +384,7 @@ def test_the_scheduler_decodes_constrained_goals_under_their_grammar_and_ends_an
     from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
     from timely_llm_ros.core.validation import GoalFields, validate_goal
 
-    scheduler = PlanScheduler(TransformersEngine(smollm2), make_policy("timely", max_batch=4), SKILLS,
+    scheduler = PlanScheduler(TransformersEngine(smollm2), make_policy("fcfs", max_batch=4), SKILLS,
                               load_exec_models(), time.monotonic)
     for rid, key, unconstrained in (("arm", "a2", False), ("drone", "d1", True)):
         robot, task, scene = TASKS[key]

@@ -17,11 +17,12 @@ problems; it accepts a subset of what the parser does, chosen so that a small mo
 - whitespace only where it reads naturally, at most one space or newline at a time (a model under a grammar that
   allows any whitespace can emit it forever);
 - at most ``max_statements`` statements in all, nested ones and block heads counted, so the plan ends cleanly before
-  the length cap. The bound is the cap divided by ``TOKENS_PER_STATEMENT`` = 12: the project's reference plans
-  (model/corpus.py) average 4-5 tokens a statement, their longest statement takes 13 of SmolLM2's tokens (18 of the
-  embedded planner's, whose prompts run unconstrained) and their longest plan holds 12 statements. A 200-token cap
-  gives 16 statements: more than any reference plan, and a model repeating statements as long as nearly any
-  reference statement reaches the 16th and must stop before the cap would cut it;
+  the length cap. The bound is the cap divided by ``TOKENS_PER_STATEMENT`` = 10: the project's reference plans
+  (model/corpus.py, config/eval) average 4-5 tokens a statement, their longest statement takes 13 of SmolLM2's
+  tokens (18 of the embedded planner's, whose prompts run unconstrained) and their longest plan holds 16
+  statements. A 200-token cap gives 20 statements (SmolLM2's caps in its own tokens, 189 for the arm and 228 for
+  the drone, give 18 and 22): more than any reference plan, and a model repeating statements of up to 10 tokens
+  reaches the last one and must stop before the cap would cut it;
 - at least one action call (a plan of queries and returns alone gives the robot nothing to execute).
 
 The statement count and whether an action came yet are tracked by the rules themselves (``s<d>_<k>``: a statement
@@ -36,7 +37,7 @@ from typing import Iterable
 from .skill_set import SkillSet
 from .spec import SkillSpec
 
-TOKENS_PER_STATEMENT = 12
+TOKENS_PER_STATEMENT = 10
 MAX_DEPTH = 2            # blocks inside blocks: one level
 MAX_COMPARISONS = 4      # comparisons in a condition
 STRING_CHARS = "a-zA-Z0-9 ?.,!"   # the characters a string argument may hold (a character class body)
