@@ -14,7 +14,9 @@ ratio A/B over the decode steps with all B rows live (medians and the 10th-90th 
 repetitions) is the cost of filling and applying the bitmasks and advancing the matchers; target: at most 1.03.
 On a machine shared with other jobs the step times swing by tens of percent, so the table also gives the grammar's
 own time inside A's steps, timed around the two places it runs (the engine's ``_constrain``, filling and applying
-the masks, and ``grammar.advance`` per emitted token): its median per step and its share of A's median step.
+the masks, and ``grammar.advance`` per emitted token): its median per step and its share of A's median step, and
+the share of constrained rows the apply kernel masked (greedy rows whose top token the grammar allows are left as
+they are: engine/grammar.py).
 """
 from __future__ import annotations
 
@@ -140,13 +142,14 @@ def main() -> None:
     print(f"SmolLM2-135M-Instruct fp32, cpu x{torch.get_num_threads()} threads, torch {torch.__version__}; "
           f"{args.steps} tokens a generation, {args.reps} repetitions alternated")
     head = (f"{'batch':>5s} {'pairs':>5s} {'constrained':>12s} {'unconstrained':>14s} {'ratio':>7s} "
-            f"{'p10-p90':>13s} {'grammar/step':>13s} {'share':>6s}")
+            f"{'p10-p90':>13s} {'grammar/step':>13s} {'share':>6s} {'masked':>7s}")
     print(head)
     print("-" * len(head))
     for batch in (int(b) for b in args.batches.split(",")):
         reqs = requests(constrained, batch)
         _, reference = run(constrained, forced, reqs, args.steps, None, True, clock)
         pairs: list[tuple[float, float, float]] = []
+        constrained._masks.masked_rows = constrained._masks.kept_rows = 0
         for rep in range(args.reps):
             got, outputs = run(constrained, forced, reqs, args.steps, reference, rep % 2 == 0, clock)
             assert outputs == reference, "a constrained run emitted other tokens than the reference run"
@@ -155,11 +158,14 @@ def main() -> None:
         a_ms = statistics.median(a for a, _, _ in pairs) * 1e3
         b_ms = statistics.median(b for _, b, _ in pairs) * 1e3
         grammar_us = statistics.median(g for _, _, g in pairs) * 1e6
+        masks = constrained._masks
+        masked = masks.masked_rows / max(1, masks.masked_rows + masks.kept_rows)
         print(f"{batch:5d} {len(pairs):5d} {a_ms:9.2f} ms {b_ms:11.2f} ms {statistics.median(ratios):7.4f} "
               f"{percentile(ratios, 0.1):6.3f}-{percentile(ratios, 0.9):.3f} {grammar_us:10.0f} us "
-              f"{grammar_us / 1e3 / a_ms:6.2%}")
+              f"{grammar_us / 1e3 / a_ms:6.2%} {masked:7.0%}")
     print("ratio: median of the paired step-time ratios constrained/unconstrained (p10-p90 of them); grammar/step: "
-          "median time in the grammar's code per constrained step; share: of the median constrained step")
+          "median time in the grammar's code per constrained step; share: of the median constrained step; masked: rows "
+          "the apply kernel masked (the others' top token was allowed: left as they were)")
 
 
 if __name__ == "__main__":

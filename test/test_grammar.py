@@ -372,7 +372,7 @@ def test_a_goal_is_constrained_where_the_server_applies_the_grammar_unless_it_sa
 
 
 def test_the_scheduler_decodes_constrained_goals_under_their_grammar_and_ends_an_unparsable_plan_invalid_plan(smollm2):
-    """On SmolLM2 with the raw prompt, through PlanScheduler: the constrained arm goal's plan is executed segment by
+    """On SmolLM2 with the raw prompt, through PlanScheduler (grammars compiled ahead): the constrained arm goal's plan is executed segment by
     segment and ends DONE; the unconstrained drone goal's prose ends INVALID_PLAN, naming the problem, without a
     segment sent."""
     import time
@@ -384,8 +384,10 @@ def test_the_scheduler_decodes_constrained_goals_under_their_grammar_and_ends_an
     from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
     from timely_llm_ros.core.validation import GoalFields, validate_goal
 
-    scheduler = PlanScheduler(TransformersEngine(smollm2), make_policy("fcfs", max_batch=4), SKILLS,
-                              load_exec_models(), time.monotonic)
+    engine = TransformersEngine(smollm2)
+    scheduler = PlanScheduler(engine, make_policy("fcfs", max_batch=4), SKILLS, load_exec_models(), time.monotonic)
+    scheduler.prepare_grammars()          # as the server does at configure: drone and arm (chat has none)
+    assert len(engine._grammars) == 2
     for rid, key, unconstrained in (("arm", "a2", False), ("drone", "d1", True)):
         robot, task, scene = TASKS[key]
         goal = GoalFields(f"{robot}_1", robot, task, context=scene, urgency_class="normal",
@@ -429,7 +431,30 @@ def test_the_process_and_evicting_engines_pass_the_grammar_on():
     assert not parse(local.decode(reference), arm.skills, arm.statement_forms).problems
     remote = ProcessEngine("transformers", str(default_model_dir()), num_threads=1)
     try:
+        remote.prepare_grammar(plan_grammar(arm))    # compiled in the child, ahead of the add
         for engine in (remote, EvictingEngine(TransformersEngine(loaded), lambda gen_id: 0.0)):
             assert run_alone(engine, "arm", ids, 40, plan_grammar(arm)) == reference, type(engine).__name__
     finally:
         remote.close()
+
+
+def test_greedy_rows_whose_top_token_the_grammar_allows_skip_the_mask_and_emit_the_same_tokens(smollm2):
+    """The engine leaves a greedy row unmasked when its highest logit is an allowed token: the same four
+    constrained generations, batched, give the same tokens with every mask applied, and both kinds of rows occur."""
+    outputs = []
+    for skip in (True, False):
+        engine = TransformersEngine(smollm2)
+        for key in TASKS:
+            engine.add(key, prompt(engine, key), 24, grammar=grammar(key))
+        engine._grammar_compiler()
+        engine._masks.skip_allowed_top = skip
+        done: dict[str, list[int]] = {}
+        while len(done) < len(TASKS):
+            for key in engine.step([k for k in TASKS if k not in done]).finished:
+                done[key] = engine.output_ids(key)
+        outputs.append(done)
+        if skip:
+            assert engine._masks.kept_rows >= 10 and engine._masks.masked_rows >= 4
+        else:
+            assert engine._masks.kept_rows == 0
+    assert outputs[0] == outputs[1]

@@ -456,14 +456,23 @@ class PlanScheduler:
             self._waiting[req_id] = gen
             self._set_state(gen, RequestState.SUSPENDED)
 
+    def prepare_grammars(self) -> None:
+        """Have the engine compile every robot type's grammar now (the server does at configure when it constrains
+        decoding), not when the first constrained request of each type arrives."""
+        for robot_type in self.skill_sets:
+            grammar = self._robot_grammar(robot_type)
+            if grammar is not None:
+                self.engine.prepare_grammar(grammar)
+
     def _grammar(self, req: PlanRequest) -> str | None:
-        """The grammar a constrained request decodes under: its robot type's (computed once per robot type)."""
-        if not req.constrained:
-            return None
-        if req.robot_type not in self._grammars:
-            skill_set = self.skill_sets[req.robot_type]
-            self._grammars[req.robot_type] = plan_grammar(skill_set, self.config.max_plan_tokens)
-        return self._grammars[req.robot_type]
+        """The grammar a constrained request decodes under: its robot type's."""
+        return self._robot_grammar(req.robot_type) if req.constrained else None
+
+    def _robot_grammar(self, robot_type: str) -> str | None:
+        """A robot type's grammar (None for prose), made once."""
+        if robot_type not in self._grammars:
+            self._grammars[robot_type] = plan_grammar(self.skill_sets[robot_type], self.config.max_plan_tokens)
+        return self._grammars[robot_type]
 
     def _invalid_plan(self, track: _Track, t: float) -> None:
         """The text can no longer be a valid plan: stop generating now instead of at the length cap, and send no

@@ -120,6 +120,10 @@ class Engine(ABC):
     def memory(self) -> MemoryStats:
         """Current KV memory accounting."""
 
+    def prepare_grammar(self, grammar: str) -> None:
+        """Compile a grammar ahead of the adds that will use it, so that the first of them does not wait for the
+        compilation. Optional: by default nothing happens here and add() compiles."""
+
     def prefill_left(self, gen_id: str) -> int | None:
         """Prompt tokens gen_id still has to prefill (after any prefix-cache reuse and chunks already run);
         None if the engine does not know (the scheduler then assumes the whole prompt). Optional."""
@@ -161,6 +165,9 @@ class EngineWrapper(Engine):
     def encode_chat(self, messages: Sequence[Mapping[str, str]], add_bos: bool = False,
                     add_generation_prompt: bool = True) -> list[int]:
         return self.wrapped.encode_chat(messages, add_bos, add_generation_prompt)
+
+    def prepare_grammar(self, grammar: str) -> None:
+        self.wrapped.prepare_grammar(grammar)
 
     def prefill_left(self, gen_id: str) -> int | None:
         return self.wrapped.prefill_left(gen_id)

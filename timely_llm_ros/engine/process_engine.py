@@ -88,6 +88,9 @@ class ProcessEngine(Engine):
                    None if forced_ids is None else list(forced_ids), grammar)
         self._prefill_left[gen_id] = len(prompt_ids) if self._knows_prefill else None
 
+    def prepare_grammar(self, grammar: str) -> None:
+        self._call("call", "prepare_grammar", grammar)
+
     def step(self, gen_ids: Sequence[str]) -> StepResult:
         (tokens, finished, prefilled, elapsed), left = self._call("step", list(gen_ids))
         self._prefill_left.update(left)

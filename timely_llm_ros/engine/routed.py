@@ -41,6 +41,10 @@ class RoutedEngine(EngineWrapper):
         """Forwarded to both (only the chosen one keeps it)."""
         self._forward_prompt_tokens((self.primary, self.secondary), gen_id, n)
 
+    def prepare_grammar(self, grammar: str) -> None:
+        for eng in (self.primary, self.secondary):
+            eng.prepare_grammar(grammar)
+
     def prefill_left(self, gen_id: str) -> int | None:
         eng = self._where.get(gen_id)
         return eng.prefill_left(gen_id) if eng is not None else None

@@ -162,13 +162,19 @@ class TransformersEngine(GenerationTable, Engine):
         gen = _Generation(gen_id, list(prompt_ids), int(max_new_tokens), forced,
                           generator_for(gen_id, self.sampling, self.device))
         if grammar is not None and forced is None:     # a forced (replayed) output is never masked
-            if self._grammars is None:
-                vocab = self.model.config.vocab_size
-                self._grammars = GrammarCompiler(self.tokenizer, vocab, self._eos_ids)
-                self._masks = RowMasks(vocab)
-            gen.matcher = self._grammars.matcher(grammar)
+            gen.matcher = self._grammar_compiler().matcher(grammar)
         self._released.discard(gen_id)
         self._gens[gen_id] = gen
+
+    def prepare_grammar(self, grammar: str) -> None:
+        self._grammar_compiler().compile(grammar)
+
+    def _grammar_compiler(self) -> GrammarCompiler:
+        if self._grammars is None:
+            vocab = self.model.config.vocab_size
+            self._grammars = GrammarCompiler(self.tokenizer, vocab, self._eos_ids)
+            self._masks = RowMasks(vocab)
+        return self._grammars
 
     # suspend/resume enter inference mode only when they move tensors: entering it costs ~4 us, and they run
     # at every segment boundary (part of the segmentation overhead)
@@ -412,7 +418,7 @@ class TransformersEngine(GenerationTable, Engine):
         """Mask the logits rows of constrained generations to their grammar's next tokens. Called once a forward
         has returned: on a GPU the fills run on the CPU while the forward's kernels still execute."""
         if self._masks is not None:
-            self._masks.apply(logits, [g.matcher for g in gens])
+            self._masks.apply(logits, [g.matcher for g in gens], self.sampling.greedy)
 
     def _emit(self, gen: _Generation, token: int, result: StepResult) -> None:
         if gen.forced is not None:
