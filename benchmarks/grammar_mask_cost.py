@@ -13,10 +13,10 @@ each decode step of A is paired with the same step of B: same positions, same co
 ratio A/B over the decode steps with all B rows live (medians and the 10th-90th percentiles over all pairs of all
 repetitions) is the cost of filling and applying the bitmasks and advancing the matchers; target: at most 1.03.
 On a machine shared with other jobs the step times swing by tens of percent, so the table also gives the grammar's
-own time inside A's steps, timed around the two places it runs (the engine's ``_constrain``, filling and applying
-the masks, and ``grammar.advance`` per emitted token): its median per step and its share of A's median step, and
-the share of constrained rows the apply kernel masked (greedy rows whose top token the grammar allows are left as
-they are: engine/grammar.py).
+own time per step, timed around the two places it runs: the engine's ``_choose_tokens`` (in A: filling the masks,
+the greedy choice, the mask kernel for rows whose top token the grammar refuses; in B: the plain argmax, subtracted
+pair by pair) and ``grammar.advance`` per emitted token; its median per step and its share of A's median step, and
+the share of constrained rows the mask kernel masked (engine/grammar.py, ``RowMasks.greedy_tokens``).
 """
 from __future__ import annotations
 
@@ -61,11 +61,11 @@ def requests(engine: TransformersEngine, batch: int) -> list[tuple[str, list[int
 
 
 def run(constrained: TransformersEngine, forced: TransformersEngine, reqs, steps: int,
-        reference: dict[str, list[int]] | None, a_first: bool, clock: GrammarClock
+        reference: dict[str, list[int]] | None, a_first: bool, clocks: dict[str, GrammarClock]
         ) -> tuple[list[tuple[float, float, float]], dict]:
     """One repetition: add the generations to both engines (B forced to ``reference``; without a reference only A
-    runs), step them to the end alternately; the (A, B, grammar time in A) of the decode steps with every row live,
-    and A's outputs."""
+    runs), step them to the end alternately; the (A, B, grammar's time) of the decode steps with every row live, and
+    A's outputs."""
     for gid, ids, grammar in reqs:
         constrained.add(gid, ids, steps, grammar=grammar)
         if reference is not None:
@@ -80,15 +80,15 @@ def run(constrained: TransformersEngine, forced: TransformersEngine, reqs, steps
         for engine, arm in order:
             if arm == "b" and reference is None:
                 continue
-            clock.take()
+            clocks[arm].take()
             t0 = time.perf_counter()
             res = engine.step(live)
             times[arm] = time.perf_counter() - t0
-            times[arm + "-grammar"] = clock.take()
+            times[arm + "-choose"] = clocks[arm].take()
             if arm == "a":
                 finished = res.finished
         if not first and len(live) == len(reqs) and reference is not None:
-            pairs.append((times["a"], times["b"], times["a-grammar"]))
+            pairs.append((times["a"], times["b"], times["a-choose"] - times["b-choose"]))
         first = False
         for gid in finished:
             outputs[gid] = constrained.output_ids(gid)
@@ -100,22 +100,26 @@ def run(constrained: TransformersEngine, forced: TransformersEngine, reqs, steps
 
 
 class GrammarClock:
-    """Seconds spent in the grammar's two places in the engine (wrapped for this benchmark only)."""
+    """Seconds an engine spends choosing tokens and advancing matchers (wrapped for this benchmark only)."""
 
     def __init__(self, engine: TransformersEngine) -> None:
         self.spent = 0.0
-        constrain, advance = engine._constrain, transformers_engine.advance
+        choose = engine._choose_tokens
 
-        def timed_constrain(logits, gens):
+        def timed_choose(logits, gens):
             t0 = time.perf_counter()
-            constrain(logits, gens)
+            tokens = choose(logits, gens)
             self.spent += time.perf_counter() - t0
+            return tokens
+        engine._choose_tokens = timed_choose
+
+    def time_advance(self) -> None:
+        advance = transformers_engine.advance
 
         def timed_advance(matcher, token, gen_id):
             t0 = time.perf_counter()
             advance(matcher, token, gen_id)
             self.spent += time.perf_counter() - t0
-        engine._constrain = timed_constrain
         transformers_engine.advance = timed_advance
 
     def take(self) -> float:
@@ -138,7 +142,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     loaded = load_pretrained(weights_folder(model_spec("smollm2")), "cpu", "float32")
     constrained, forced = TransformersEngine(loaded), TransformersEngine(loaded)
-    clock = GrammarClock(constrained)
+    clocks = {"a": GrammarClock(constrained), "b": GrammarClock(forced)}
+    clocks["a"].time_advance()        # only A's generations have matchers
+    constrained._grammar_compiler()
     print(f"SmolLM2-135M-Instruct fp32, cpu x{torch.get_num_threads()} threads, torch {torch.__version__}; "
           f"{args.steps} tokens a generation, {args.reps} repetitions alternated")
     head = (f"{'batch':>5s} {'pairs':>5s} {'constrained':>12s} {'unconstrained':>14s} {'ratio':>7s} "
@@ -147,11 +153,11 @@ def main() -> None:
     print("-" * len(head))
     for batch in (int(b) for b in args.batches.split(",")):
         reqs = requests(constrained, batch)
-        _, reference = run(constrained, forced, reqs, args.steps, None, True, clock)
+        _, reference = run(constrained, forced, reqs, args.steps, None, True, clocks)
         pairs: list[tuple[float, float, float]] = []
         constrained._masks.masked_rows = constrained._masks.kept_rows = 0
         for rep in range(args.reps):
-            got, outputs = run(constrained, forced, reqs, args.steps, reference, rep % 2 == 0, clock)
+            got, outputs = run(constrained, forced, reqs, args.steps, reference, rep % 2 == 0, clocks)
             assert outputs == reference, "a constrained run emitted other tokens than the reference run"
             pairs += got
         ratios = [a / b for a, b, _ in pairs]

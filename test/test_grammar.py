@@ -439,22 +439,23 @@ def test_the_process_and_evicting_engines_pass_the_grammar_on():
 
 
 def test_greedy_rows_whose_top_token_the_grammar_allows_skip_the_mask_and_emit_the_same_tokens(smollm2):
-    """The engine leaves a greedy row unmasked when its highest logit is an allowed token: the same four
-    constrained generations, batched, give the same tokens with every mask applied, and both kinds of rows occur."""
+    """The engine masks a greedy row only when its highest logit is a token the grammar does not allow: the same
+    four constrained generations, batched, give the same tokens as with every row masked, and both kinds of rows
+    occur."""
     outputs = []
-    for skip in (True, False):
+    for every_row in (False, True):
         engine = TransformersEngine(smollm2)
+        engine._grammar_compiler()
+        masks = engine._masks
+        if every_row:
+            masks.greedy_tokens = lambda logits, matchers: (masks.apply(logits, matchers), logits.argmax(-1).tolist())[1]
         for key in TASKS:
             engine.add(key, prompt(engine, key), 24, grammar=grammar(key))
-        engine._grammar_compiler()
-        engine._masks.skip_allowed_top = skip
         done: dict[str, list[int]] = {}
         while len(done) < len(TASKS):
             for key in engine.step([k for k in TASKS if k not in done]).finished:
                 done[key] = engine.output_ids(key)
         outputs.append(done)
-        if skip:
-            assert engine._masks.kept_rows >= 10 and engine._masks.masked_rows >= 4
-        else:
-            assert engine._masks.kept_rows == 0
+        if not every_row:
+            assert masks.kept_rows >= 10 and masks.masked_rows >= 4
     assert outputs[0] == outputs[1]

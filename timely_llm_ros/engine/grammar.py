@@ -58,45 +58,54 @@ class GrammarCompiler:
 
 
 class RowMasks:
-    """The bitmask buffer of a step's logits rows (grown to the largest batch seen, kept).
-
-    Greedy rows on a CPU whose highest logit is a token their mask allows are left as they are: the masked row's
-    argmax would be that same token (the first maximum stays the first maximum among fewer candidates), and the
-    apply kernel costs ~200 us a row of 49,152 logits against ~40 us for the argmax that checks it.
-    ``skip_allowed_top`` False applies every mask (tests compare the two)."""
+    """The bitmask buffer of a step's logits rows (grown to the largest batch seen, kept), and the two ways its masks
+    reach the tokens: ``apply`` masks every constrained row (then any sampling follows), ``greedy_tokens`` chooses
+    greedy tokens and masks only the rows that need it."""
 
     def __init__(self, vocab_size: int) -> None:
         self.vocab_size = vocab_size
-        self.skip_allowed_top = True
-        self.masked_rows = self.kept_rows = 0    # rows the kernel masked, greedy rows left as they were
+        self.masked_rows = self.kept_rows = 0    # greedy_tokens: rows masked, rows whose top token was allowed
         self._host = xgr.allocate_token_bitmask(1, vocab_size)
         self._device: torch.Tensor | None = None
 
-    def apply(self, logits: torch.Tensor, matchers: Sequence[xgr.GrammarMatcher | None], greedy: bool) -> None:
-        """Mask ``logits [rows, vocab]`` in place: row i by matchers[i]'s next-token mask, rows without one not
-        (``greedy``: the tokens are the rows' argmax, see the class docstring)."""
+    def _fill(self, matchers: Sequence[xgr.GrammarMatcher | None]) -> list[int]:
+        """Fill the masks of the constrained rows; their indices."""
         rows = [i for i, m in enumerate(matchers) if m is not None]
-        if not rows:
-            return
-        if self._host.shape[0] < len(matchers):
+        if rows and self._host.shape[0] < len(matchers):
             self._host = xgr.allocate_token_bitmask(len(matchers), self.vocab_size)
         for i in rows:
             matchers[i].fill_next_token_bitmask(self._host, i)
-        if greedy and self.skip_allowed_top and logits.device.type == "cpu":   # on a GPU the check would sync
-            top = logits[rows].argmax(-1).tolist()
-            masked = [i for i, t in zip(rows, top) if not (int(self._host[i, t >> 5]) >> (t & 31)) & 1]
-            self.kept_rows += len(rows) - len(masked)
-            rows = masked
-            if not rows:
-                return
-        self.masked_rows += len(rows)
-        mask = self._host[:len(matchers)]
+        return rows
+
+    def _mask(self, logits: torch.Tensor, rows: list[int], batch: int) -> None:
+        mask = self._host[:batch]
         if logits.device.type != "cpu":
-            if self._device is None or self._device.shape[0] < len(matchers):
+            if self._device is None or self._device.shape[0] < batch:
                 self._device = torch.empty_like(self._host, device=logits.device)
-            self._device[:len(matchers)].copy_(mask, non_blocking=True)
-            mask = self._device[:len(matchers)]
+            self._device[:batch].copy_(mask, non_blocking=True)
+            mask = self._device[:batch]
         xgr.apply_token_bitmask_inplace(logits, mask, vocab_size=self.vocab_size, indices=rows)
+
+    def apply(self, logits: torch.Tensor, matchers: Sequence[xgr.GrammarMatcher | None]) -> None:
+        """Mask ``logits [rows, vocab]`` in place: row i by matchers[i]'s next-token mask, rows without one not."""
+        rows = self._fill(matchers)
+        if rows:
+            self._mask(logits, rows, len(matchers))
+
+    def greedy_tokens(self, logits: torch.Tensor, matchers: Sequence[xgr.GrammarMatcher | None]) -> list[int]:
+        """Each row's argmax, a constrained row's among the tokens its grammar allows. A row whose highest logit is
+        an allowed token keeps it unmasked (the first maximum stays the first maximum among fewer candidates); only
+        the others go through the mask kernel (~200 us a row of 49,152 logits on this CPU) and a second argmax."""
+        rows = self._fill(matchers)
+        top = logits.argmax(-1).tolist()
+        masked = [i for i in rows if not (int(self._host[i, top[i] >> 5]) >> (top[i] & 31)) & 1]
+        self.masked_rows += len(masked)
+        self.kept_rows += len(rows) - len(masked)
+        if masked:
+            self._mask(logits, masked, len(matchers))
+            for i in masked:
+                top[i] = int(logits[i].argmax())
+        return top
 
 
 def advance(matcher: xgr.GrammarMatcher, token: int, gen_id: str) -> None:

@@ -15,7 +15,8 @@ when it says so the forward stops there (``StepInterrupted``). A cut-short decod
 keys/values its first layers wrote at each row's next column are overwritten when the row decodes again), a cut-short
 prefill frees its rows as a failed one does, so the step's result is token-exact with the step not having run.
 Grammars: a generation added with one has its logits row masked to the tokens the grammar allows wherever logits
-become tokens (``_constrain``), and its matcher advances only with the token it emits (``_emit``); engine/grammar.py.
+become tokens (``_choose_tokens``), and its matcher advances only with the token it emits (``_emit``);
+engine/grammar.py.
 """
 from __future__ import annotations
 
@@ -384,8 +385,7 @@ class TransformersEngine(GenerationTable, Engine):
 
     def _finish_prefill(self, gens: list[_Generation], lengths: list[int], logits: torch.Tensor,
                         result: StepResult) -> None:
-        self._constrain(logits, gens)
-        tokens = choose_tokens(logits, self.sampling, [g.generator for g in gens])
+        tokens = self._choose_tokens(logits, gens)
         for gen, n_tokens, token in zip(gens, lengths, tokens):
             gen.kv_len, gen.prefilled, gen.prompt_kv = n_tokens, True, n_tokens
             result.prefilled.append(gen.gen_id)
@@ -408,17 +408,21 @@ class TransformersEngine(GenerationTable, Engine):
         if store.gaps:
             logits, live = logits[store.row_index], [g for g in order if g is not None]
             self.gap_row_steps += store.gaps
-        self._constrain(logits, live)
-        tokens = choose_tokens(logits, self.sampling, [g.generator for g in live])
+        tokens = self._choose_tokens(logits, live)
         for gen, token in zip(live, tokens):
             gen.kv_len += 1
             self._emit(gen, token, result)
 
-    def _constrain(self, logits: torch.Tensor, gens: list[_Generation]) -> None:
-        """Mask the logits rows of constrained generations to their grammar's next tokens. Called once a forward
-        has returned: on a GPU the fills run on the CPU while the forward's kernels still execute."""
-        if self._masks is not None:
-            self._masks.apply(logits, [g.matcher for g in gens], self.sampling.greedy)
+    def _choose_tokens(self, logits: torch.Tensor, gens: list[_Generation]) -> list[int]:
+        """The next token of each row (sampling.py), a constrained generation's among the tokens its grammar allows
+        (engine/grammar.py). Called once a forward has returned: on a GPU the masks are filled on the CPU while the
+        forward's kernels still execute; greedy rows on a CPU are masked only where their top token is not allowed."""
+        matchers = [g.matcher for g in gens]
+        if self._masks is not None and any(m is not None for m in matchers):
+            if self.sampling.greedy and logits.device.type == "cpu":
+                return self._masks.greedy_tokens(logits, matchers)
+            self._masks.apply(logits, matchers)
+        return choose_tokens(logits, self.sampling, [g.generator for g in gens])
 
     def _emit(self, gen: _Generation, token: int, result: StepResult) -> None:
         if gen.forced is not None:
