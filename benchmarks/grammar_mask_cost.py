@@ -12,7 +12,9 @@ their generations to the end with their steps alternated (A, B, A, B ...; the or
 each decode step of A is paired with the same step of B: same positions, same context, same batch. The paired
 ratio A/B over the decode steps with all B rows live (medians and the 10th-90th percentiles over all pairs of all
 repetitions) is the cost of filling and applying the bitmasks and advancing the matchers; target: at most 1.03.
-On a machine shared with other jobs the step times swing by tens of percent, so the table also gives the grammar's
+On a machine shared with other jobs the step times swing by tens of percent: the table also pairs the steps' CPU
+time (this thread's, ``time.thread_time``: with one torch thread the whole step runs on it, and time spent waiting
+for a core while other jobs run does not count), and gives the grammar's
 own time per step, timed around the two places it runs: the engine's ``_choose_tokens`` (in A: filling the masks,
 the greedy choice, the mask kernel for rows whose top token the grammar refuses; in B: the plain argmax, subtracted
 pair by pair) and ``grammar.advance`` per emitted token; its median per step and its share of A's median step, and
@@ -62,16 +64,16 @@ def requests(engine: TransformersEngine, batch: int) -> list[tuple[str, list[int
 
 def run(constrained: TransformersEngine, forced: TransformersEngine, reqs, steps: int,
         reference: dict[str, list[int]] | None, a_first: bool, clocks: dict[str, GrammarClock]
-        ) -> tuple[list[tuple[float, float, float]], dict]:
+        ) -> tuple[list[tuple[float, ...]], dict]:
     """One repetition: add the generations to both engines (B forced to ``reference``; without a reference only A
-    runs), step them to the end alternately; the (A, B, grammar's time) of the decode steps with every row live, and
-    A's outputs."""
+    runs), step them to the end alternately; the (A, B, grammar's time, A's CPU time, B's CPU time) of the decode
+    steps with every row live, and A's outputs."""
     for gid, ids, grammar in reqs:
         constrained.add(gid, ids, steps, grammar=grammar)
         if reference is not None:
             forced.add(gid, ids, steps, forced_ids=reference[gid])
     live = [gid for gid, _, _ in reqs]
-    pairs: list[tuple[float, float, float]] = []
+    pairs: list[tuple[float, ...]] = []
     outputs: dict[str, list[int]] = {}
     first = True
     while live:
@@ -81,14 +83,15 @@ def run(constrained: TransformersEngine, forced: TransformersEngine, reqs, steps
             if arm == "b" and reference is None:
                 continue
             clocks[arm].take()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             res = engine.step(live)
-            times[arm] = time.perf_counter() - t0
+            times[arm], times[arm + "-cpu"] = time.perf_counter() - t0, time.thread_time() - c0
             times[arm + "-choose"] = clocks[arm].take()
             if arm == "a":
                 finished = res.finished
         if not first and len(live) == len(reqs) and reference is not None:
-            pairs.append((times["a"], times["b"], times["a-choose"] - times["b-choose"]))
+            pairs.append((times["a"], times["b"], times["a-choose"] - times["b-choose"], times["a-cpu"],
+                          times["b-cpu"]))
         first = False
         for gid in finished:
             outputs[gid] = constrained.output_ids(gid)
@@ -148,28 +151,31 @@ def main() -> None:
     print(f"SmolLM2-135M-Instruct fp32, cpu x{torch.get_num_threads()} threads, torch {torch.__version__}; "
           f"{args.steps} tokens a generation, {args.reps} repetitions alternated")
     head = (f"{'batch':>5s} {'pairs':>5s} {'constrained':>12s} {'unconstrained':>14s} {'ratio':>7s} "
-            f"{'p10-p90':>13s} {'grammar/step':>13s} {'share':>6s} {'masked':>7s}")
+            f"{'p10-p90':>13s} {'cpu ratio':>9s} {'p10-p90':>13s} {'grammar/step':>13s} {'share':>6s} {'masked':>7s}")
     print(head)
     print("-" * len(head))
     for batch in (int(b) for b in args.batches.split(",")):
         reqs = requests(constrained, batch)
         _, reference = run(constrained, forced, reqs, args.steps, None, True, clocks)
-        pairs: list[tuple[float, float, float]] = []
+        pairs: list[tuple[float, ...]] = []
         constrained._masks.masked_rows = constrained._masks.kept_rows = 0
         for rep in range(args.reps):
             got, outputs = run(constrained, forced, reqs, args.steps, reference, rep % 2 == 0, clocks)
             assert outputs == reference, "a constrained run emitted other tokens than the reference run"
             pairs += got
-        ratios = [a / b for a, b, _ in pairs]
-        a_ms = statistics.median(a for a, _, _ in pairs) * 1e3
-        b_ms = statistics.median(b for _, b, _ in pairs) * 1e3
-        grammar_us = statistics.median(g for _, _, g in pairs) * 1e6
+        ratios = [p[0] / p[1] for p in pairs]
+        cpu = [p[3] / p[4] for p in pairs]
+        a_ms = statistics.median(p[0] for p in pairs) * 1e3
+        b_ms = statistics.median(p[1] for p in pairs) * 1e3
+        grammar_us = statistics.median(p[2] for p in pairs) * 1e6
         masks = constrained._masks
         masked = masks.masked_rows / max(1, masks.masked_rows + masks.kept_rows)
         print(f"{batch:5d} {len(pairs):5d} {a_ms:9.2f} ms {b_ms:11.2f} ms {statistics.median(ratios):7.4f} "
-              f"{percentile(ratios, 0.1):6.3f}-{percentile(ratios, 0.9):.3f} {grammar_us:10.0f} us "
+              f"{percentile(ratios, 0.1):6.3f}-{percentile(ratios, 0.9):.3f} {statistics.median(cpu):9.4f} "
+              f"{percentile(cpu, 0.1):6.3f}-{percentile(cpu, 0.9):.3f} {grammar_us:10.0f} us "
               f"{grammar_us / 1e3 / a_ms:6.2%} {masked:7.0%}")
-    print("ratio: median of the paired step-time ratios constrained/unconstrained (p10-p90 of them); grammar/step: "
+    print("ratio: median of the paired step-time ratios constrained/unconstrained (p10-p90 of them); cpu ratio: the "
+          "same of the steps' CPU time; grammar/step: "
           "median time in the grammar's code per constrained step; share: of the median constrained step; masked: rows "
           "the apply kernel masked (the others' top token was allowed: left as they were)")
 
