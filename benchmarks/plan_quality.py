@@ -64,13 +64,11 @@ class Configuration:
     prompt: Mapping[str, Any] = field(default_factory=dict)
 
 
-# One line per configuration. Once the grammar branch (constrained decoding per request) is merged, SmolLM2 with the
-# grammar is:
-#     Configuration("smollm2-grammar", "smollm2", grammar=True),
-# ("smollm2" then needs grammar=False to stay unconstrained: its entry turns the grammar on by default)
+# One line per configuration. SmolLM2's entry turns the grammar on by default: "smollm2" asks for it off.
 CONFIGURATIONS = {c.name: c for c in (
     Configuration("embedded", "embedded"),
-    Configuration("smollm2", "smollm2"),
+    Configuration("smollm2", "smollm2", grammar=False),
+    Configuration("smollm2-grammar", "smollm2", grammar=True),
 )}
 
 
@@ -172,8 +170,6 @@ def load_engine(config: Configuration, device: str, threads: int):
 
 def goal_for(task: EvalTask, config: Configuration) -> GoalFields:
     """The Plan goal a robot would send for this task."""
-    # the grammar branch adds the goal's `unconstrained` flag to GoalFields; a configuration that sets grammar
-    # needs it (until then this raises TypeError, naming the field)
     grammar = {} if config.grammar is None else {"unconstrained": not config.grammar}
     return GoalFields(agent_id=f"{task.robot_type}_eval", robot_type=task.robot_type, task=task.task,
                       context=task.scene, urgency_class=task.urgency, **grammar)
@@ -217,7 +213,8 @@ def run_pass(scheduler: PlanScheduler, config: Configuration, tasks: Sequence[Ev
     t0 = time.monotonic()
     for task in tasks:
         try:
-            req = validate_goal(goal_for(task, config), task.id, time.monotonic(), skill_sets, classes)
+            req = validate_goal(goal_for(task, config), task.id, time.monotonic(), skill_sets, classes,
+                                grammar=model_spec(config.model).grammar if config.grammar is None else config.grammar)
             req.dry_run = True                     # no robot: each segment counts as executed when generated
             handle(scheduler.submit(req))
         except RequestError as err:               # refused at the door: counted with its code, never hidden

@@ -16,7 +16,7 @@ from timely_llm_ros.core.evalset import load_eval_tasks  # noqa: E402
 from timely_llm_ros.core.plan_checks import check_plan  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 
-IDS = ("drone-find-000", "drone-injury-000", "arm-stack2-006")   # today the last one ends GENERATION_FAILED
+IDS = ("drone-find-000", "drone-injury-000", "arm-stack2-006")   # today the last one ends INVALID_PLAN
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +52,8 @@ def test_each_plan_is_the_planners_greedy_output_cut_where_the_server_stops(run)
         expected = greedy(sets[task.robot_type].build_prompt(task.task, task.scene))
         if record.error_code == "NONE":
             assert record.plan == expected
-        else:   # GENERATION_FAILED / PLAN_TOO_LONG: the server stops generating there
-            assert record.error_code in ("GENERATION_FAILED", "PLAN_TOO_LONG") and expected.startswith(record.plan)
+        else:   # INVALID_PLAN / PLAN_TOO_LONG: the server stops generating there
+            assert record.error_code in ("INVALID_PLAN", "PLAN_TOO_LONG") and expected.startswith(record.plan)
         assert record.tokens > 0 and record.latency_s > 0
         assert record.check == check_plan(task, record.plan, sets[task.robot_type])
 

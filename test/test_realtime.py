@@ -43,8 +43,8 @@ class StepLog(Engine):
     def decode(self, ids):
         return self.inner.decode(ids)
 
-    def add(self, gen_id, prompt_ids, max_new_tokens, forced_ids=None):
-        self.inner.add(gen_id, prompt_ids, max_new_tokens, forced_ids=forced_ids)
+    def add(self, gen_id, prompt_ids, max_new_tokens, forced_ids=None, grammar=None):
+        self.inner.add(gen_id, prompt_ids, max_new_tokens, forced_ids=forced_ids, grammar=grammar)
 
     def step(self, gen_ids: Sequence[str]) -> StepResult:
         result = self.inner.step(gen_ids)
@@ -171,7 +171,7 @@ def test_requests_unfinished_when_the_run_stops_are_reported_not_hidden():
     assert result.sim_time_s == pytest.approx(10.0)
 
 
-def test_whole_plan_policy_ends_a_plan_that_stops_parsing_with_generation_failed():
+def test_whole_plan_policy_sends_nothing_of_a_plan_that_stops_parsing_and_ends_it_invalid_plan():
     outcome = Simulator(make_policy("vllm"), LAT).run([_stops_parsing()]).outcomes[0]
-    assert outcome.error_code.name == "GENERATION_FAILED"
-    assert outcome.segments[0].exec_finished is not None  # the complete first segment was still executed
+    assert outcome.error_code.name == "INVALID_PLAN" and "'}'" in outcome.message
+    assert len(outcome.segments) == 1 and outcome.segments[0].dispatched is None   # complete, but never sent

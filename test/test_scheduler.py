@@ -197,13 +197,13 @@ def test_plan_without_executable_skill_fails_clearly():
     assert "no executable" in finished["a"].message
 
 
-def test_plan_that_stops_parsing_ends_early_with_generation_failed():
+def test_plan_that_stops_parsing_ends_early_with_invalid_plan():
     sched, engine, clock = make()
     bad = "mf(50);zz(3);" + "mf(10);" * 30
     sched.submit(request("a", plan=bad))
     dispatched, finished = run_to_end(sched, clock)
     out = finished["a"]
-    assert out.error_code == ErrorCode.GENERATION_FAILED and "zz" in out.message
+    assert out.error_code == ErrorCode.INVALID_PLAN and "zz" in out.message
     assert [i for _, i, _ in dispatched] == [0]  # the valid first segment was still executed
     assert out.tokens < len(engine.encode(bad))  # generation stopped at the error, not at the end
     assert engine.memory().generations == 0

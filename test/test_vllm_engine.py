@@ -14,6 +14,8 @@ from timely_llm_ros.core.request import PlanRequest  # noqa: E402
 from timely_llm_ros.core.scheduler import PlanScheduler, SegmentReady  # noqa: E402
 from timely_llm_ros.core.sim.clock import VirtualClock  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
+from timely_llm_ros.core.skills.grammar import plan_grammar  # noqa: E402
+from timely_llm_ros.core.skills.minispec import parse  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
 from timely_llm_ros.engine.base import EngineError  # noqa: E402
 from timely_llm_ros.engine.factory import make_engine  # noqa: E402
@@ -88,6 +90,22 @@ def test_greedy_output_equals_the_transformers_engine(engine):
     theirs = run(other, "t")
     other.close()
     assert ours == theirs
+
+
+def test_a_grammar_constrains_the_generation_through_vllm_structured_outputs(engine):
+    """A drone task under the arm grammar: unconstrained, the planner writes drone skills the arm language lacks;
+    constrained (vLLM's structured outputs, per request), an arm plan that parses and ends by EOS."""
+    arm = SKILLS["arm"]
+    p = prompt(engine, "look for the cat", "cat, chair, table, lamp")
+    engine.add("free", p, 60)
+    engine.add("arm", p, 60, grammar=plan_grammar(arm))
+    free, constrained = run(engine, "free"), run(engine, "arm")
+    engine.release("free")
+    engine.release("arm")
+    assert parse(engine.decode(free), arm.skills, arm.statement_forms).problems
+    assert constrained[-1] == engine.eos_token_id
+    text = engine.decode(constrained[:-1])
+    assert text.strip() and not parse(text, arm.skills, arm.statement_forms).problems, text
 
 
 def test_release_frees_the_kv_blocks(engine):

@@ -22,7 +22,7 @@ class ErrorCode(IntEnum):
     EXECUTION_FAILED = 22       # executor reported failure
     UNKNOWN_SKILL = 23          # the plan calls a skill the robot's executor does not have
     PREEMPTED = 24              # the robot stopped this plan for a more urgent one (urgent_preempts)
-    GENERATION_FAILED = 30      # engine error or plan invalid under the skill grammar
+    GENERATION_FAILED = 30      # engine error, or the model ended without an executable skill
     PLAN_TOO_LONG = 31          # hit the plan length cap without finishing
     INVALID_PLAN = 32           # the model's text stopped parsing under the skill language
     SERVER_SHUTDOWN = 40

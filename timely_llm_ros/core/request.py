@@ -44,6 +44,7 @@ class PlanRequest:
     urgency: str = ""          # named class it came from ("" if explicit TUF)
     max_new_tokens: int = 200  # hard cap on plan length (tokens)
     forced_plan: str | None = None  # trace replay: emit exactly this plan (benchmarks)
+    constrained: bool = False  # decode under the robot type's grammar (core/skills/grammar.py)
     task_type: str = ""        # label for metrics (e.g. LRTrace trace id)
     # paper policies (0 = not given; each policy documents its default)
     time_budget_s: float = 0.0   # TimeBill / RT-LM: hard budget for the whole plan, from arrival (s)

@@ -32,6 +32,7 @@ from .outcome import Progress, RequestOutcome, measure_outcome, progress_of  # n
 from .policies.base import Policy
 from .prompting import PromptEncoder, RawPrompts
 from .request import Generation, PlanRequest, RequestState, Segment, SkillCall
+from .skills.grammar import plan_grammar
 
 
 @dataclass
@@ -67,6 +68,7 @@ class PlanScheduler(EngineLoop):
         self.execution = ExecutionTracker(clock, self.config.network_delay_s, self.config.ack_timeout_s,
                                           self.config.exec_timeout_s, plan_rule,
                                           getattr(policy, "uses_feedback", True))
+        self._grammars: dict[str, str | None] = {}   # robot type -> its grammar, made on its first constrained request
         self._events: list[Event] = []
 
     @property
@@ -124,7 +126,7 @@ class PlanScheduler(EngineLoop):
         except ValueError as exc:   # the robot's plan rule is none the tracker knows
             raise RequestError(ErrorCode.EXECUTOR_UNAVAILABLE, f"{exc}: fix the robot's plan rule") from None
         forced = self.engine.encode(" " + req.forced_plan) if req.forced_plan is not None else None
-        self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced)
+        self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced, grammar=self._grammar(req))
         gen.prefill_left = self._prefill_left(req.req_id, len(prompt_ids))
         exec_profile = getattr(skill_set, "exec_profile", req.robot_type)
         self._tracks[req.req_id] = Track(gen, skill_set.segmenter(), self.exec_models[exec_profile],
@@ -265,16 +267,35 @@ class PlanScheduler(EngineLoop):
         self._events.append(SegmentGenerated(gen.req_id, seg, self._progress(gen)))
         self._emit(self.execution.add_segment(gen.req_id, seg))
 
+    def prepare_grammars(self) -> None:
+        """Have the engine compile every robot type's grammar now (the server does at configure when it constrains
+        decoding), not when the first constrained request of each type arrives."""
+        for robot_type in self.skill_sets:
+            grammar = self._robot_grammar(robot_type)
+            if grammar is not None:
+                self.engine.prepare_grammar(grammar)
+
+    def _grammar(self, req: PlanRequest) -> str | None:
+        """The grammar a constrained request decodes under: its robot type's."""
+        return self._robot_grammar(req.robot_type) if req.constrained else None
+
+    def _robot_grammar(self, robot_type: str) -> str | None:
+        """A robot type's grammar (None for prose), made once."""
+        if robot_type not in self._grammars:
+            self._grammars[robot_type] = plan_grammar(self.skill_sets[robot_type], self.config.max_plan_tokens)
+        return self._grammars[robot_type]
+
     def _invalid_plan(self, track: Track, t: float) -> None:
-        """The text can no longer be a valid plan: stop generating now instead of at the length cap.
-        Segments already sent keep executing; the request then ends with GENERATION_FAILED."""
+        """The text can no longer be a valid plan: stop generating now instead of at the length cap, and send no
+        further segment (held ones never go out; a whole-plan policy sends none). Segments already sent keep
+        executing; the request then ends with INVALID_PLAN."""
         gen = track.gen
-        track.error = (ErrorCode.GENERATION_FAILED,
+        held = self.execution.discard_held(gen.req_id)
+        track.error = (ErrorCode.INVALID_PLAN,
                        f"the model's plan stopped parsing as {gen.req.robot_type} skills: {track.segmenter.error}"
-                       f" (after {len(gen.segments)} executable segment(s))")
+                       f" (after {len(gen.segments) - held} segment(s) sent; {held} complete one(s) not sent)")
         self._stop_generation(track)
         self._set_state(gen, RequestState.EXECUTING)
-        self._emit(self.execution.generation_done(gen.req_id))  # a whole-plan policy sends the complete segments now
         self._maybe_complete(track, t)
 
     def _generation_done(self, track: Track, t: float, capped: bool) -> None:
@@ -357,7 +378,7 @@ class PlanScheduler(EngineLoop):
             rest = plan[len(done):] if plan.startswith(done) else plan
             forced = self.engine.encode(" " + rest.strip()) if rest.strip() else None
         max_new = max(track.max_new - len(gen.output_ids), skill_set.max_segment_tokens)
-        self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced)
+        self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced, grammar=self._grammar(req))
         track.engine_held, track.engine_suspended, track.error = True, False, None
         track.max_new = max_new
         track.replans += 1

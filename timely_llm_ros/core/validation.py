@@ -64,11 +64,15 @@ class GoalFields:
     time_budget: float = 0.0    # s; 0 = none
     tpot_slo_ms: float = 0.0    # 0 = policy default
     ttft_slo_ms: float = 0.0    # 0 = none
+    unconstrained: bool = False  # decode without the skill-set grammar even where the server applies one
 
 
 def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Mapping[str, object],
-                  urgency_classes: Mapping[str, TimeUtility], limits: GoalLimits = GoalLimits()) -> PlanRequest:
-    """Check every field; raise RequestError(code, message) on the first problem."""
+                  urgency_classes: Mapping[str, TimeUtility], limits: GoalLimits = GoalLimits(),
+                  grammar: bool = False) -> PlanRequest:
+    """Check every field; raise RequestError(code, message) on the first problem. ``grammar``: the server
+    constrains decoding to the skill-set grammar (its parameter ``grammar``); the request is constrained unless
+    the goal says ``unconstrained``."""
     agent = goal.agent_id.strip().strip("/")
     problem = agent_problem(goal.agent_id)
     if problem:
@@ -99,7 +103,8 @@ def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Ma
     return PlanRequest(req_id=req_id, agent_id=agent, robot_type=goal.robot_type, task=task, tuf=tuf,
                        arrival=arrival, context=goal.context.strip(), urgency=goal.urgency_class,
                        max_new_tokens=goal.max_new_tokens, task_type=goal.urgency_class or "custom",
-                       time_budget_s=goal.time_budget, tpot_slo_ms=goal.tpot_slo_ms, ttft_slo_ms=goal.ttft_slo_ms)
+                       time_budget_s=goal.time_budget, tpot_slo_ms=goal.tpot_slo_ms, ttft_slo_ms=goal.ttft_slo_ms,
+                       constrained=grammar and not goal.unconstrained)
 
 
 def _time_requirement(goal: GoalFields, classes: Mapping[str, TimeUtility]) -> TimeUtility:

@@ -90,11 +90,14 @@ class Engine(ABC):
 
     @abstractmethod
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
-            forced_ids: Sequence[int] | None = None) -> None:
+            forced_ids: Sequence[int] | None = None, grammar: str | None = None) -> None:
         """Register a generation; its prefill runs in the first step that includes it.
 
         forced_ids (trace replay): emit exactly these tokens, then finish, while still running
         real forward passes.
+        grammar: constrain the output to this grammar (xgrammar EBNF, core/skills/grammar.py): each token is one the
+        grammar allows after the output so far, and EOS comes exactly where the grammar accepts the output. Ignored
+        when forced_ids is given; an engine that cannot constrain ignores it too.
         """
 
     @abstractmethod
@@ -116,6 +119,10 @@ class Engine(ABC):
     @abstractmethod
     def memory(self) -> MemoryStats:
         """Current KV memory accounting."""
+
+    def prepare_grammar(self, grammar: str) -> None:
+        """Compile a grammar ahead of the adds that will use it, so that the first of them does not wait for the
+        compilation. Optional: by default nothing happens here and add() compiles."""
 
     def prefill_left(self, gen_id: str) -> int | None:
         """Prompt tokens gen_id still has to prefill (after any prefix-cache reuse and chunks already run);
@@ -158,6 +165,9 @@ class EngineWrapper(Engine):
     def encode_chat(self, messages: Sequence[Mapping[str, str]], add_bos: bool = False,
                     add_generation_prompt: bool = True) -> list[int]:
         return self.wrapped.encode_chat(messages, add_bos, add_generation_prompt)
+
+    def prepare_grammar(self, grammar: str) -> None:
+        self.wrapped.prepare_grammar(grammar)
 
     def prefill_left(self, gen_id: str) -> int | None:
         return self.wrapped.prefill_left(gen_id)

@@ -29,8 +29,8 @@ class EvictingEngine(EngineWrapper):
         return getattr(self.wrapped, name)
 
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
-            forced_ids: Sequence[int] | None = None) -> None:
-        self.wrapped.add(gen_id, prompt_ids, max_new_tokens, forced_ids)
+            forced_ids: Sequence[int] | None = None, grammar: str | None = None) -> None:
+        self.wrapped.add(gen_id, prompt_ids, max_new_tokens, forced_ids, grammar)
 
     def step(self, gen_ids: Sequence[str]) -> StepResult:
         for g in gen_ids:

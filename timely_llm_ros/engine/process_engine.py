@@ -82,11 +82,14 @@ class ProcessEngine(Engine):
 
     # ----- generations: calls into the child -----
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
-            forced_ids: Sequence[int] | None = None) -> None:
+            forced_ids: Sequence[int] | None = None, grammar: str | None = None) -> None:
         check_new(self._prefill_left, gen_id, prompt_ids, max_new_tokens)   # the child's own checks, here
         self._send("add", gen_id, list(prompt_ids), int(max_new_tokens),
-                   None if forced_ids is None else list(forced_ids))
+                   None if forced_ids is None else list(forced_ids), grammar)
         self._prefill_left[gen_id] = len(prompt_ids) if self._knows_prefill else None
+
+    def prepare_grammar(self, grammar: str) -> None:
+        self._call("call", "prepare_grammar", grammar)
 
     def step(self, gen_ids: Sequence[str]) -> StepResult:
         (tokens, finished, prefilled, elapsed), left = self._call("step", list(gen_ids))

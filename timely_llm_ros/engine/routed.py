@@ -41,6 +41,10 @@ class RoutedEngine(EngineWrapper):
         """Forwarded to both (only the chosen one keeps it)."""
         self._forward_prompt_tokens((self.primary, self.secondary), gen_id, n)
 
+    def prepare_grammar(self, grammar: str) -> None:
+        for eng in (self.primary, self.secondary):
+            eng.prepare_grammar(grammar)
+
     def prefill_left(self, gen_id: str) -> int | None:
         eng = self._where.get(gen_id)
         return eng.prefill_left(gen_id) if eng is not None else None
@@ -50,10 +54,10 @@ class RoutedEngine(EngineWrapper):
         return eng.reload_s(gen_id) if eng is not None else 0.0
 
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
-            forced_ids: Sequence[int] | None = None) -> None:
+            forced_ids: Sequence[int] | None = None, grammar: str | None = None) -> None:
         if gen_id in self._pending or gen_id in self._where:
             raise EngineError(f"generation {gen_id!r} already added")
-        self._pending[gen_id] = (list(prompt_ids), max_new_tokens, forced_ids)
+        self._pending[gen_id] = (list(prompt_ids), max_new_tokens, forced_ids, grammar)
 
     def _engine(self, gen_id: str) -> Engine:
         if gen_id in self._pending:

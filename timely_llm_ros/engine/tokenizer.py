@@ -91,6 +91,11 @@ class HFTokenizer:
         return ids
 
     @property
+    def hf_tokenizer(self):
+        """The wrapped transformers tokenizer (grammar libraries read its vocabulary); None for a bare one."""
+        return self._tok if hasattr(self._tok, "backend_tokenizer") else None
+
+    @property
     def byte_table(self) -> ByteTable | None:
         """The verified id -> bytes table of a byte-level BPE tokenizer (None for others)."""
         return self._bytes

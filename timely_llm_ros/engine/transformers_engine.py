@@ -14,6 +14,9 @@ Interrupts: a forward pre-hook on every decoder layer asks ``interrupt_check`` (
 when it says so the forward stops there (``StepInterrupted``). A cut-short decode leaves every length as it was (the
 keys/values its first layers wrote at each row's next column are overwritten when the row decodes again), a cut-short
 prefill frees its rows as a failed one does, so the step's result is token-exact with the step not having run.
+Grammars: a generation added with one has its logits row masked to the tokens the grammar allows wherever logits
+become tokens (``_choose_tokens``), and its matcher advances only with the token it emits (``_emit``);
+engine/grammar.py.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import torch
 
 from .base import Engine, EngineError, GenerationTable, MemoryStats, StepResult
 from .detokenize import TextStream
+from .grammar import GrammarCompiler, RowMasks, advance
 from .kv_cache import KVShape, SlotKV
 from .loader import LoadedModel
 from .prefix_cache import PrefixCache
@@ -60,6 +64,7 @@ class _Generation:
     prompt_kv: int = 0                   # prompt columns still in the KV (prompt eviction shrinks it)
     kept_pos: list[int] | None = None    # original positions of those columns (None: all of the prompt)
     pos_offset: int = 0                  # next position = kv_len + pos_offset (evicted columns counted back)
+    matcher: object | None = None        # grammar state (engine/grammar.py) of a constrained generation
 
     def remaining(self) -> int:
         cap = self.max_new_tokens if self.forced is None else min(self.max_new_tokens, len(self.forced))
@@ -94,6 +99,8 @@ class TransformersEngine(GenerationTable, Engine):
         self._pin = self.device.type == "cuda"
         self._gens: dict[str, _Generation] = {}
         self._released: set[str] = set()
+        self._grammars: GrammarCompiler | None = None   # made by the first constrained add
+        self._masks: RowMasks | None = None
         self._store: SlotKV | None = None
         self._slots: list[_Generation | None] = []    # resident generation of each store row
         self._last_active: list[_Generation | None] = []
@@ -145,7 +152,7 @@ class TransformersEngine(GenerationTable, Engine):
 
     # ----- lifecycle of a generation -----
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
-            forced_ids: Sequence[int] | None = None) -> None:
+            forced_ids: Sequence[int] | None = None, grammar: str | None = None) -> None:
         self._check_new(gen_id, prompt_ids, max_new_tokens)
         if forced_ids is not None and len(forced_ids) == 0:
             raise EngineError(f"add: generation {gen_id!r} has empty forced_ids")
@@ -153,10 +160,22 @@ class TransformersEngine(GenerationTable, Engine):
         bos = getattr(self.tokenizer, "bos_token_id", None)
         if forced and len(forced) > 1 and forced[0] == bos:   # encode() of a plan may prepend BOS: not output
             forced = forced[1:]
+        gen = _Generation(gen_id, list(prompt_ids), int(max_new_tokens), forced,
+                          generator_for(gen_id, self.sampling, self.device))
+        if grammar is not None and forced is None:     # a forced (replayed) output is never masked
+            gen.matcher = self._grammar_compiler().matcher(grammar)
         self._released.discard(gen_id)
-        self._gens[gen_id] = _Generation(
-            gen_id, list(prompt_ids), int(max_new_tokens), forced,
-            generator_for(gen_id, self.sampling, self.device))
+        self._gens[gen_id] = gen
+
+    def prepare_grammar(self, grammar: str) -> None:
+        self._grammar_compiler().compile(grammar)
+
+    def _grammar_compiler(self) -> GrammarCompiler:
+        if self._grammars is None:
+            vocab = self.model.config.vocab_size
+            self._grammars = GrammarCompiler(self.tokenizer, vocab, self._eos_ids)
+            self._masks = RowMasks(vocab)
+        return self._grammars
 
     # suspend/resume enter inference mode only when they move tensors: entering it costs ~4 us, and they run
     # at every segment boundary (part of the segmentation overhead)
@@ -366,7 +385,7 @@ class TransformersEngine(GenerationTable, Engine):
 
     def _finish_prefill(self, gens: list[_Generation], lengths: list[int], logits: torch.Tensor,
                         result: StepResult) -> None:
-        tokens = choose_tokens(logits, self.sampling, [g.generator for g in gens])
+        tokens = self._choose_tokens(logits, gens)
         for gen, n_tokens, token in zip(gens, lengths, tokens):
             gen.kv_len, gen.prefilled, gen.prompt_kv = n_tokens, True, n_tokens
             result.prefilled.append(gen.gen_id)
@@ -389,14 +408,27 @@ class TransformersEngine(GenerationTable, Engine):
         if store.gaps:
             logits, live = logits[store.row_index], [g for g in order if g is not None]
             self.gap_row_steps += store.gaps
-        tokens = choose_tokens(logits, self.sampling, [g.generator for g in live])
+        tokens = self._choose_tokens(logits, live)
         for gen, token in zip(live, tokens):
             gen.kv_len += 1
             self._emit(gen, token, result)
 
+    def _choose_tokens(self, logits: torch.Tensor, gens: list[_Generation]) -> list[int]:
+        """The next token of each row (sampling.py), a constrained generation's among the tokens its grammar allows
+        (engine/grammar.py). Called once a forward has returned: on a GPU the masks are filled on the CPU while the
+        forward's kernels still execute; greedy rows on a CPU are masked only where their top token is not allowed."""
+        matchers = [g.matcher for g in gens]
+        if self._masks is not None and any(m is not None for m in matchers):
+            if self.sampling.greedy and logits.device.type == "cpu":
+                return self._masks.greedy_tokens(logits, matchers)
+            self._masks.apply(logits, matchers)
+        return choose_tokens(logits, self.sampling, [g.generator for g in gens])
+
     def _emit(self, gen: _Generation, token: int, result: StepResult) -> None:
         if gen.forced is not None:
             token = gen.forced[len(gen.output)]
+        elif gen.matcher is not None:
+            advance(gen.matcher, int(token), gen.gen_id)
         gen.output.append(int(token))
         result.tokens[gen.gen_id] = gen.output[-1]
         hit_eos = gen.forced is None and gen.output[-1] in self._eos_ids

@@ -83,7 +83,7 @@ class VllmEngine(GenerationTable, Engine):
 
         from vllm import SamplingParams
         from vllm.engine.arg_utils import EngineArgs
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
         from vllm.v1.engine.llm_engine import LLMEngine
 
         from .tokenizer import load_tokenizer as _load_tokenizer
@@ -103,7 +103,9 @@ class VllmEngine(GenerationTable, Engine):
             inductor_config.cpp_cache_precompile_headers = False
         set_threads = torch.set_num_threads          # vLLM's CPU worker replaces it process-wide: keep ours
         args = EngineArgs(
-            model=str(path), tokenizer=str(path), skip_tokenizer_init=True, dtype=opts.dtype, seed=opts.seed,
+            # vLLM loads the tokenizer only for structured outputs (grammars): prompts arrive as token ids and
+            # outputs leave as token ids (detokenize=False)
+            model=str(path), tokenizer=str(path), skip_tokenizer_init=False, dtype=opts.dtype, seed=opts.seed,
             max_model_len=max_model_len, block_size=opts.block_size, enable_prefix_caching=opts.prefix_caching,
             kv_cache_memory_bytes=int(opts.kv_bytes), max_num_seqs=opts.max_num_seqs,
             tensor_parallel_size=opts.tensor_parallel_size, pipeline_parallel_size=opts.pipeline_parallel_size,
@@ -150,7 +152,7 @@ class VllmEngine(GenerationTable, Engine):
             eos.update(_as_list(json.loads(gen_cfg.read_text()).get("eos_token_id")))
         self._eos_ids = {int(i) for i in eos if i is not None}
         self.eos_token_id = min(self._eos_ids) if self._eos_ids else None
-        self._sampling_cls, self._delta = SamplingParams, RequestOutputKind.DELTA
+        self._sampling_cls, self._delta, self._structured = SamplingParams, RequestOutputKind.DELTA, StructuredOutputsParams
         self._temperature, self._top_p, self._seed = float(temperature), float(top_p), int(seed)
         self._gens: dict[str, _Gen] = {}
         self._released: set[str] = set()
@@ -165,7 +167,7 @@ class VllmEngine(GenerationTable, Engine):
 
     # ----- lifecycle of a generation -----
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
-            forced_ids: Sequence[int] | None = None) -> None:
+            forced_ids: Sequence[int] | None = None, grammar: str | None = None) -> None:
         if forced_ids is not None:
             raise EngineError("add: forced_ids (trace replay) is not supported by the vllm engine;"
                               " replay traces with engine:=transformers")
@@ -177,7 +179,8 @@ class VllmEngine(GenerationTable, Engine):
         params = self._sampling_cls(
             max_tokens=max_new, temperature=self._temperature, top_p=self._top_p,
             seed=None if self._temperature <= 0 else self._seed, stop_token_ids=sorted(self._eos_ids),
-            output_kind=self._delta, detokenize=False, skip_special_tokens=False)
+            output_kind=self._delta, detokenize=False, skip_special_tokens=False,
+            structured_outputs=None if grammar is None else self._structured(grammar=grammar))
         prompt = list(int(t) for t in prompt_ids)
         try:
             req_id = self.llm.add_request(gen_id, {"prompt_token_ids": list(prompt)}, params)

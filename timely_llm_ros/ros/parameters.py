@@ -6,6 +6,8 @@ from dataclasses import dataclass, fields
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 
+GRAMMAR_MODES = ("auto", "on", "off")   # ROS reads `grammar:=on` as a YAML bool: True/False count as on/off
+
 
 @dataclass
 class ServerParams:
@@ -14,6 +16,7 @@ class ServerParams:
     engine: str = "transformers"
     model: str = "embedded"
     model_path: str = ""
+    grammar: str = "auto"
     device: str = "auto"
     dtype: str = "auto"
     num_threads: int = 0
@@ -59,6 +62,9 @@ _DESCRIPTIONS = {
               "| a team's own entry; model_path, when set, overrides it", None),
     "model_path": ("a local Hugging Face model folder or a .gguf file, instead of a named model entry; empty = use "
                    "`model`", None),
+    "grammar": ("constrain decoding to each robot type's skill language (core/skills/grammar.py): auto (the model "
+                "entry's `grammar` field: off for the embedded planner, on for smollm2) | on | off; a goal's "
+                "`unconstrained` turns it off for that goal", None),
     "device": ("auto | cpu | cuda (auto = cuda when present)", None),
     "dtype": ("auto | float32 | bfloat16 | float16 (auto = float32 on cpu, bfloat16 on cuda)", None),
     "num_threads": ("torch CPU threads for the engine; 0 = torch's default (1 is steadier on a shared 2-core box)",
@@ -136,7 +142,7 @@ _RUNTIME = {"policy", "max_batch", "executor_timeout_s"}
 
 def _descriptor(name: str, default) -> ParameterDescriptor:
     text, rng = _DESCRIPTIONS[name]
-    d = ParameterDescriptor(description=text, read_only=name not in _RUNTIME)
+    d = ParameterDescriptor(description=text, read_only=name not in _RUNTIME, dynamic_typing=name == "grammar")
     if rng is not None and isinstance(default, int) and not isinstance(default, bool):
         d.integer_range = [IntegerRange(from_value=int(rng[0]), to_value=int(rng[1]), step=1)]
     elif rng is not None and isinstance(default, float):
@@ -152,6 +158,8 @@ def declare_server_params(node: Node) -> ServerParams:
         values[f.name] = node.declare_parameter(f.name, default, _descriptor(f.name, default)).value
     values["expected_agents"] = [a.strip("/") for a in values["expected_agents"] if a.strip("/")]
     values["plan_rules"] = [r.strip() for r in values["plan_rules"] if r.strip()]
+    if isinstance(values["grammar"], bool):
+        values["grammar"] = "on" if values["grammar"] else "off"
     return ServerParams(**values)
 
 

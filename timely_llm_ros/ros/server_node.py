@@ -45,7 +45,7 @@ from ..core.validation import GoalLimits, validate_goal
 from .client_host import KINDS as CLIENT_HOST_KINDS, ClientHost
 from .conversions import error_result, goal_fields, outcome_to_result
 from .memory_trim import IdleTrimmer, resident_mib
-from .parameters import ServerParams, declare_server_params, engine_options, plan_rules
+from .parameters import GRAMMAR_MODES, ServerParams, declare_server_params, engine_options, plan_rules
 from .plan_session import GoalSession, bare_outcome, goal_request_id, plan_feedback
 from .segment_dispatcher import SegmentDispatcher
 from .spin import spin_node
@@ -68,6 +68,7 @@ class PlanServerNode(LifecycleNode):
         self.exit_code = 0
         self.scheduler: PlanScheduler | None = None
         self.model_spec = None           # config/models.yaml entry loaded at configure (core.models.ModelSpec)
+        self.grammar = False             # requests decode under their skill-set grammar (parameter grammar)
         self.loop: SchedulerThread | None = None
         self.dispatcher: SegmentDispatcher | None = None
         self._client_host: ClientHost | None = None
@@ -123,6 +124,9 @@ class PlanServerNode(LifecycleNode):
         p = self.params
         log = self.get_logger()
         log.info(f"configuring: engine={p.engine} model={p.model_path or p.model} device={p.device}")
+        if p.grammar not in GRAMMAR_MODES:
+            log.error(f"configure failed: grammar must be one of {', '.join(GRAMMAR_MODES)}, got {p.grammar!r}")
+            return TransitionCallbackReturn.FAILURE
         if p.segment_clients not in CLIENT_HOST_KINDS:
             log.error(f"configure failed: segment_clients must be one of {', '.join(CLIENT_HOST_KINDS)}, "
                       f"got {p.segment_clients!r}")
@@ -151,6 +155,9 @@ class PlanServerNode(LifecycleNode):
             from ..engine.model_setup import model_setup, setup_engine_options
             from ..engine.models import weights_folder
             self.model_spec = ModelSpec.for_path(p.model_path) if p.model_path else model_spec(p.model)
+            self.grammar = self.model_spec.grammar if p.grammar == "auto" else p.grammar == "on"
+            log.info(f"grammar-constrained decoding {'on' if self.grammar else 'off'} (grammar={p.grammar}, model "
+                     f"entry {self.model_spec.name!r})")
             folder = weights_folder(self.model_spec)
             dtype = p.dtype if p.dtype not in ("", "auto") else self.model_spec.dtype
             engine = make_engine(p.engine, str(folder), device=p.device, dtype=dtype,
@@ -182,6 +189,10 @@ class PlanServerNode(LifecycleNode):
                                                            ack_timeout_s=p.executor_ack_timeout_s,
                                                            exec_timeout_s=p.executor_timeout_s),
                                            plan_rule=self.plan_rule, prompts=setup.prompts)
+            if self.grammar:      # compiled now, not when the first goal of each robot type arrives (~0.3-1 s)
+                t_grammar = time.monotonic()
+                self.scheduler.prepare_grammars()
+                log.info(f"grammars compiled in {time.monotonic() - t_grammar:.2f} s")
         except Exception as exc:  # a bad model path, device or file: say so, stay unconfigured
             log.error(f"configure failed: {type(exc).__name__}: {exc}")
             self.scheduler = None
@@ -384,7 +395,8 @@ class PlanServerNode(LifecycleNode):
                                f"the plan server is {state}, not active; activate it (ros2 lifecycle set "
                                f"{self.get_fully_qualified_name()} activate) or wait for autostart")
         try:
-            req = validate_goal(goal_fields(goal), req_id, arrival, self.skill_sets, self.urgency_classes, self.limits)
+            req = validate_goal(goal_fields(goal), req_id, arrival, self.skill_sets, self.urgency_classes, self.limits,
+                                grammar=self.grammar)
         except RequestError as err:
             log.warning(f"[{req_id}] rejected goal from {goal.agent_id!r}: {err.code.name}: {err.message}")
             return self._abort(goal_handle, req_id, err.code, err.message)

@@ -107,6 +107,15 @@ class ExecutionTracker:
         plan.sendable = True
         return self._release(plan)
 
+    def discard_held(self, req_id: str) -> int:
+        """The plan's held segments never go out (its text stopped parsing); returns how many there were."""
+        plan = self._plans.get(req_id)
+        if plan is None:
+            return 0
+        held = plan.held()
+        self._withdraw(plan, held, SegmentStatus.WITHDRAWN, only_held=True)
+        return len(held)
+
     def end_plan(self, req_id: str) -> list[Out]:
         """The request ended: its segments still out are withdrawn, its robot goes to the next waiting plan."""
         plan = self._plans.pop(req_id, None)

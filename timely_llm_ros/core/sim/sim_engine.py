@@ -85,7 +85,7 @@ class SimEngine(Engine):
 
     # lifecycle
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
-            forced_ids: Sequence[int] | None = None) -> None:
+            forced_ids: Sequence[int] | None = None, grammar: str | None = None) -> None:
         if gen_id in self._gens:
             raise EngineError(f"generation {gen_id!r} already added")
         n = self._prompt_override.pop(gen_id, self._prompt_seen.get(gen_id, len(prompt_ids)))
