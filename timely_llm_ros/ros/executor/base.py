@@ -14,7 +14,10 @@ module); the base serves ``<namespace>/execute_segment`` and handles the rest:
   ``feedback_period_s``;
 - cancel: the running skill sees ``ctx.cancelled`` (``ctx.sleep`` raises), ``halt()`` is called, CANCELLED;
 - FAILED when a skill raises; execution_time measured from the moment the segment starts running;
-- a plan stops at a segment that did not succeed: its later segments waiting here end NOT_RUN at once.
+- a plan stops at a segment that did not succeed: its later segments waiting here end NOT_RUN at once;
+- status: ExecutorStatus on ``<namespace>/executor_status`` (robot type, skills, plan rule, idle/busy/stopping, the
+  running plan and segment, segments waiting), latched with a liveliness lease, on every change and every
+  ``status_period_s`` (ros/executor_status.py; the server checks goals against it and notices a killed executor).
 """
 from __future__ import annotations
 
@@ -29,10 +32,12 @@ from rclpy.node import Node
 
 from timely_llm_ros.action import ExecuteSegment
 
+from ...core.capabilities import DEFAULT_PLAN_RULE, RobotStatus
 from ...core.request import SkillCall
 from ...core.skills.interpreter import Interpreter, PlanError, SegmentRun, Stopped, format_value
 from ..action_client import deep_queues
 from ..conversions import skill_from_msg, skill_to_msg
+from ..executor_status import StatusPublisher
 from .job import SegmentJob
 from .order import PlanOrder
 from .plans import PlanStates, declared_returns, returns_conflicts, segment_program, skill_set_for
@@ -60,9 +65,14 @@ class SkillExecutorNode(Node):
     def __init__(self, node_name: str = "executor", skills: object | None = None, **kwargs) -> None:
         super().__init__(node_name, **kwargs)
         self.robot_type = self.declare_parameter("robot_type", self.ROBOT_TYPE, ParameterDescriptor(
-            description="skill set (config/skills/<type>.yaml) whose language segments are parsed and run in; "
-                        "empty: each goal's skill list runs as sent", read_only=True)).value
-        self.skill_set = skill_set_for(self.robot_type)
+            description="skill set (config/skills/<type>.yaml, or <skills_dir>/skills/<type>.yaml) whose language "
+                        "segments are parsed and run in; empty: each goal's skill list runs as sent",
+            read_only=True)).value
+        self.skills_dir = self.declare_parameter("skills_dir", "", ParameterDescriptor(
+            description="a team's folder of skill sets (skills/*.yaml) and execution-time profiles (exec_time/*.yaml), "
+                        "added to the package's (same name: the team's); empty: the package's only",
+            read_only=True)).value
+        self.skill_set = skill_set_for(self.robot_type, self.skills_dir or None)
         self.queue_size = self.declare_parameter("queue_size", 16, ParameterDescriptor(
             description="segments that may wait behind the running one; a new request's segment beyond it gets BUSY",
             integer_range=[IntegerRange(from_value=0, to_value=10000, step=1)], read_only=True)).value
@@ -99,6 +109,9 @@ class SkillExecutorNode(Node):
         # the timer runs only while a segment runs: an idle robot's timer woke the executor for nothing
         # (benchmarks/executor_host_idle.py)
         self._pause_feedback()
+        self._status = StatusPublisher(self, self.declare_parameter("status_period_s", 1.0, ParameterDescriptor(
+            description="period of executor_status (it is also published on every change)",
+            floating_point_range=_float_range(0.1, 3600.0), read_only=True)).value, self._status_snapshot)
         self._worker = threading.Thread(target=self._dispatch_loop, name="segment-dispatch", daemon=True)
         self._worker.start()
 
@@ -107,6 +120,7 @@ class SkillExecutorNode(Node):
                        returns: type | str | None = None) -> None:
         """Add (or replace) the callable for skill ``name``: ``fn(ctx, *args)``; ``returns`` marks a query."""
         self.skills.add(name, fn, estimate, returns)
+        self._status_changed()
 
     def check_skills(self) -> None:
         """ValueError when a skill's ``returns`` disagrees with the skill set (run_executor calls it at start)."""
@@ -162,7 +176,9 @@ class SkillExecutorNode(Node):
             if job.verdict is None:
                 self._order.add(job.request_id, job.index, job)
                 self._cv.notify_all()
-                return
+        if job.verdict is None:
+            self._status_changed()
+            return
         self._start(job)
 
     def _holds(self, request_id: str) -> bool:
@@ -207,6 +223,7 @@ class SkillExecutorNode(Node):
                     # timeout needs a clock); an idle robot sleeps until a segment arrives or it shuts down
                     self._cv.wait(0.02 if len(self._order) else None)
                     continue
+            self._status_changed()
             for job in start:
                 self._start(job)
 
@@ -237,6 +254,7 @@ class SkillExecutorNode(Node):
                         self._running = None
                         self._pause_feedback()
                 self._cv.notify_all()
+            self._status_changed()
             for orphan in orphans:
                 self._start(orphan)
 
@@ -375,6 +393,7 @@ class SkillExecutorNode(Node):
             self._stopping = True
             running = self._running
             self._cv.notify_all()
+        self._status_changed()
         if running is not None and running.ctx is not None:
             running.ctx.wake()
 
@@ -389,4 +408,26 @@ class SkillExecutorNode(Node):
         self._worker.join(5.0)
         if self._timer is not None:
             self.destroy_timer(self._timer)
+        self._status.destroy()
         self._action.destroy()
+
+    # ------------------------------------------------------------------ status (ExecutorStatus)
+    def publish_status(self) -> None:
+        """The executor is complete (skills registered): advertise it now (run_executor calls it at start)."""
+        self._status.announce()
+
+    def _status_changed(self) -> None:
+        """Something the status shows may have changed: publish it if it did (after publish_status)."""
+        status = getattr(self, "_status", None)   # register_skill runs before the publisher exists too
+        if status is not None:
+            status.update()
+
+    def _status_snapshot(self) -> RobotStatus:
+        """What the status says now (read without the lock: a status a moment stale is corrected by the next)."""
+        running, stopping = self._running, self._stopping
+        state = "stopping" if stopping else "busy" if running is not None else "idle"
+        rule = self.get_parameter("plan_rule").value if self.has_parameter("plan_rule") else DEFAULT_PLAN_RULE
+        return RobotStatus(robot_type=self.robot_type, skills=frozenset(self.skills.names()), plan_rule=str(rule),
+                           state=state, request_id=running.request_id if running is not None else "",
+                           segment_index=running.index if running is not None else 0,
+                           segments_waiting=len(self._order))
