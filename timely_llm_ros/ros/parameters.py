@@ -46,6 +46,11 @@ class ServerParams:
     engine_process: bool = False
     trim_memory_idle_s: float = 1.0
     worker_idle_exit_s: float = 5.0
+    skills_dir: str = ""
+    health_window_s: float = 60.0
+    warn_drop_rate: float = 0.2
+    warn_failure_rate: float = 0.2
+    starvation_drops: int = 3
 
 
 _DESCRIPTIONS = {
@@ -115,6 +120,19 @@ _DESCRIPTIONS = {
                            "ends (2 are kept): each open goal holds a thread, so after a burst they end and give "
                            "their memory back (ros/elastic_executor.py); 0 = keep every thread, as rclpy's "
                            "MultiThreadedExecutor does", (0.0, 3600.0)),
+    "skills_dir": ("a team's folder of skill sets (skills/*.yaml) and execution-time profiles (exec_time/*.yaml), "
+                   "added to the package's config/skills and config/exec_time (a file of the same name replaces "
+                   "the package's); every skill needs a profile entry or configure fails; empty: the package's only",
+                   None),
+    "health_window_s": ("/diagnostics judges drop and failure rates, and starving urgency classes, over the "
+                        "requests that ended in this many seconds", (1.0, 86400.0)),
+    "warn_drop_rate": ("/diagnostics is WARN when more than this share of the requests that ended in the window "
+                       "were dropped (with at least 5 ended)", (0.0, 1.0)),
+    "warn_failure_rate": ("/diagnostics is WARN when more than this share of the requests that ended in the window "
+                          "failed (with at least 5 ended; cancelled ones do not count)", (0.0, 1.0)),
+    "starvation_drops": ("an urgency class counts as starving (logged once, WARN on /diagnostics) when at least "
+                         "this many of its requests were dropped in the window, and at least half of its requests "
+                         "that ended there", (1, 1_000_000)),
 }
 
 

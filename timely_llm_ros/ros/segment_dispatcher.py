@@ -28,7 +28,7 @@ from timely_llm_ros.action import ExecuteSegment
 from ..core.errors import ErrorCode
 from ..core.request import Segment
 from .action_client import ActionClient, deep_queues
-from .conversions import execute_goal, skill_from_msg
+from .conversions import execute_goal, plan_error_code, skill_from_msg
 
 Post = Callable[[Callable], None]
 # Every queue of the clients to the executors keeps 100 (rclpy's default is 10): a request the executor has not
@@ -206,6 +206,15 @@ class SegmentDispatcher:
                                            f"left the ROS graph while segment {index} was with it; restart the "
                                            "robot's executor") if v.agent in gone else None)
 
+    def executor_lost(self, agent: str, why: str) -> None:
+        """The agent's executor is gone (its status lost liveliness: ros/robot_directory.py): its segments out end
+        EXECUTOR_UNAVAILABLE now, and whoever answers next must shake hands again."""
+        with self._lock:
+            self._confirmed.pop(agent, None)
+        self._expire(lambda index, v: (ErrorCode.EXECUTOR_UNAVAILABLE, f"executor /{v.agent}/execute_segment {why} "
+                                       f"while segment {index} was with it; restart the robot's executor")
+                     if v.agent == agent else None)
+
     def check_timeouts(self) -> None:
         """Report segments whose executor did not accept them or finish them in time (runs on the scheduler
         thread: a pass over the segments out, no graph query)."""
@@ -299,8 +308,7 @@ class SegmentDispatcher:
         err = result.error_message or f"executor error code {result.error_code}"
         if result.error_code == ExecuteSegment.Result.BUSY:
             err = f"executor /{inflight.agent}/execute_segment is busy: {err}"
-        code = ErrorCode.EXECUTOR_UNAVAILABLE if result.error_code == ExecuteSegment.Result.BUSY \
-            else ErrorCode.EXECUTION_FAILED
+        code = plan_error_code(result.error_code)
         took = float(result.execution_time)
         if ok and 0.0 < took < now - inflight.sent_at + 1.0:
             # the executor's own measure of the segment: it started `took` seconds before its result arrived
