@@ -14,7 +14,7 @@ from action_msgs.msg import GoalStatus  # noqa: E402
 
 from timely_llm_ros.action import ExecuteSegment, Plan  # noqa: E402
 
-from ros_harness import plan_client, start_executor, start_server  # noqa: E402
+from ros_harness import plan_client, start_executor, start_server, wait  # noqa: E402
 
 R = Plan.Result
 DRONE_TASK = dict(agent_id="drone_1", robot_type="drone", task="look for the cat",
@@ -307,21 +307,41 @@ def test_unknown_agents_leave_no_action_client_on_the_server(fleet):
     assert not any("nobody" in n for n in clients), clients
 
 
+def _set_server_parameter(client, name: str, value) -> None:
+    from rclpy.parameter import Parameter
+    from rclpy.parameter_client import AsyncParameterClient
+
+    params = AsyncParameterClient(client.node, "timely_server")
+    assert params.wait_for_services(10.0)
+    response = wait(params.set_parameters([Parameter(name, value=value)]), 10.0)
+    assert response is not None and response.results[0].successful, response
+
+
 def test_killed_executor_is_reported_unavailable_not_timed_out_and_served_once_restarted(fleet):
+    """An executor killed while it runs a segment: its ExecutorStatus loses liveliness about a second later and the
+    server ends the plan EXECUTOR_UNAVAILABLE saying so. With executor_timeout_s raised to 60 s for this test a
+    timeout could not come first, and the graph still lists a killed participant for ~20 s: the message tells
+    which path ended it (no timed assertion)."""
     import signal
 
-    from ros_harness import start_executor
-
     client, _ = fleet
-    victim = start_executor("drone_victim", "drone", 0.05)
+    victim = start_executor("drone_victim", "drone", 1.0, params=("overrun_s:=120.0",))   # never finishes alone
+    _set_server_parameter(client, "executor_timeout_s", 60.0)
     try:
         # lenient time requirement: discovering the new executor may take seconds on a loaded box
         run = client.send(**dict(DRONE_TASK, agent_id="drone_victim", urgency_class="", ert=10.0, alpha=-0.1,
                                  beta=1.0))
-        _check_done(*run.result(), run)                   # served: the server now holds a client for it
-    finally:
+        assert run.wait_for(lambda fb: fb.new_segment, 60), "no segment was sent"
+        time.sleep(0.5)                                   # the robot runs it (overrun_s: it would not end alone)
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait(10)
+        status, result = run.result(60)
+    finally:
+        _set_server_parameter(client, "executor_timeout_s", 1.5)
+        victim.stop()
+    assert status == GoalStatus.STATUS_ABORTED
+    assert result.error_code == R.EXECUTOR_UNAVAILABLE, (result.error_code, result.error_message)
+    assert "drone_victim" in result.error_message and "liveliness" in result.error_message, result.error_message
     run = client.send(**dict(DRONE_TASK, agent_id="drone_victim"))
     status, result = run.result(60)
     assert status == GoalStatus.STATUS_ABORTED
