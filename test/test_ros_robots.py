@@ -148,6 +148,9 @@ def test_a_teams_robot_type_from_skills_dir_is_planned_with_its_profile_and_run_
     client = robots
     statuses = []
     assert client.node.create_subscription(ExecutorStatus, "/rover_1/executor_status", statuses.append, status_qos())
+    end = time.monotonic() + 10
+    while time.monotonic() < end and not statuses:    # matched: the latched status came
+        time.sleep(0.05)
     run = client.send(**dict(ROVER_TASK, **LENIENT))
     status, result = run.result(60)
     assert status == GoalStatus.STATUS_SUCCEEDED, (result.error_code, result.error_message)
@@ -179,7 +182,8 @@ def test_a_goal_for_another_robot_type_ends_wrong_robot_type_before_any_token(ro
     latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     assert client.node.create_subscription(SchedulerState, "/timely_server/state", states.append, latched)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not (states and states[-1].queued + states[-1].running
+    # the latched state can be one period old: wait for one published since, with nothing in flight
+    while time.monotonic() < deadline and not (len(states) >= 2 and states[-1].queued + states[-1].running
                                                 + states[-1].suspended + states[-1].executing == 0):
         time.sleep(0.05)
     steps = states[-1].engine_steps

@@ -3,8 +3,8 @@
 Latched (transient local, depth 1, reliable) so a server that subscribes late gets the last one, and with a
 liveliness lease (automatic, ``LEASE_S``): the middleware asserts it for a live process, so when an executor is
 killed its subscribers see its liveliness lost about a lease later, long before its DDS participant leaves the
-graph (20 s with Fast DDS's defaults). Publisher and subscribers must use ``status_qos()``: a subscriber asking for
-a shorter lease than the publisher offers is not matched.
+graph (20 s with Fast DDS's defaults). Subscribers that want to notice that use ``status_qos()``; one asking for a
+shorter lease than the publisher offers is not matched (the default QoS, an infinite lease, matches).
 """
 from __future__ import annotations
 
@@ -41,10 +41,15 @@ def status_from_msg(msg: ExecutorStatus) -> RobotStatus:
 
 
 class StatusPublisher:
-    """Publishes one executor's status on every change (``update``) and every ``period_s`` (a timer). Nothing is
-    published before ``announce()`` or the first timer tick, so a subclass that registers its skills after the
-    base's constructor is never advertised half-built. ``snapshot`` must not block on the executor's locks
-    (``update`` may be called with them held)."""
+    """Publishes one executor's status on every change (``update``) and, when ``period_s`` > 0, every period (a
+    timer). Nothing is published before ``announce()`` (or the first timer tick), so a subclass that registers its
+    skills after the base's constructor is never advertised half-built. ``snapshot`` must not block on the
+    executor's locks (``update`` may be called with them held).
+
+    No timer by default (the executor's status_period_s 0): the topic is latched and its liveliness is the
+    middleware's, while each timer wake-up of an idle robot costs its host process a pass of rclpy's executor over
+    every node it hosts (50 idle robots in one host: 0.353 cores with a 1 s period, 0.091 with 10 s, 0.052 without;
+    benchmarks/executor_host_idle.py --status-periods 1.0,10.0,0)."""
 
     def __init__(self, node: Node, period_s: float, snapshot: Callable[[], RobotStatus]) -> None:
         self._node = node
@@ -53,7 +58,7 @@ class StatusPublisher:
         self._lock = threading.Lock()
         self._last: RobotStatus | None = None
         self._announced = False
-        self._timer = node.create_timer(period_s, self._tick)
+        self._timer = node.create_timer(period_s, self._tick) if period_s > 0 else None
 
     def announce(self) -> None:
         """The executor is complete: publish its status now, and on every change from here on."""
@@ -83,4 +88,5 @@ class StatusPublisher:
                 pass
 
     def destroy(self) -> None:
-        self._node.destroy_timer(self._timer)
+        if self._timer is not None:
+            self._node.destroy_timer(self._timer)

@@ -16,8 +16,9 @@ module); the base serves ``<namespace>/execute_segment`` and handles the rest:
 - FAILED when a skill raises; execution_time measured from the moment the segment starts running;
 - a plan stops at a segment that did not succeed: its later segments waiting here end NOT_RUN at once;
 - status: ExecutorStatus on ``<namespace>/executor_status`` (robot type, skills, plan rule, idle/busy/stopping, the
-  running plan and segment, segments waiting), latched with a liveliness lease, on every change and every
-  ``status_period_s`` (ros/executor_status.py; the server checks goals against it and notices a killed executor).
+  running plan and segment, segments waiting), latched with a liveliness lease, on every change (and every
+  ``status_period_s`` when set; ros/executor_status.py): the server checks goals against it and notices a killed
+  executor. A driver with its own main (not run_executor) calls ``publish_status()`` once its skills exist.
 """
 from __future__ import annotations
 
@@ -109,9 +110,10 @@ class SkillExecutorNode(Node):
         # the timer runs only while a segment runs: an idle robot's timer woke the executor for nothing
         # (benchmarks/executor_host_idle.py)
         self._pause_feedback()
-        self._status = StatusPublisher(self, self.declare_parameter("status_period_s", 1.0, ParameterDescriptor(
-            description="period of executor_status (it is also published on every change)",
-            floating_point_range=_float_range(0.1, 3600.0), read_only=True)).value, self._status_snapshot)
+        self._status = StatusPublisher(self, self.declare_parameter("status_period_s", 0.0, ParameterDescriptor(
+            description="executor_status is published on every change and, when > 0, again every this many seconds "
+                        "(its liveliness does not depend on it; each tick costs an idle robot's host CPU)",
+            floating_point_range=_float_range(0.0, 3600.0), read_only=True)).value, self._status_snapshot)
         self._worker = threading.Thread(target=self._dispatch_loop, name="segment-dispatch", daemon=True)
         self._worker.start()
 
