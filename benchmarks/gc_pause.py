@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     engine = make_engine("transformers", None, device="cpu", num_threads=1)
     skill_sets = load_skill_sets()
-    warm_up(engine, next(iter(skill_sets.values())).build_prompt("warm up", ""))
+    warm_up(engine, engine.encode(next(iter(skill_sets.values())).build_prompt("warm up", "")))
     policy = make_policy("timely", max_batch=16)
     gc.collect()
     tracked = len(gc.get_objects())

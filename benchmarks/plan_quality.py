@@ -64,12 +64,13 @@ class Configuration:
     prompt: Mapping[str, Any] = field(default_factory=dict)
 
 
-# One line per configuration. Once the models branch (chat-template prompts) and the grammar branch (constrained
-# decoding per request) are merged, the SmolLM2 configurations are:
-#     Configuration("smollm2", "smollm2", grammar=False),
+# One line per configuration. Once the grammar branch (constrained decoding per request) is merged, SmolLM2 with the
+# grammar is:
 #     Configuration("smollm2-grammar", "smollm2", grammar=True),
+# ("smollm2" then needs grammar=False to stay unconstrained: its entry turns the grammar on by default)
 CONFIGURATIONS = {c.name: c for c in (
     Configuration("embedded", "embedded"),
+    Configuration("smollm2", "smollm2"),
 )}
 
 
@@ -161,11 +162,12 @@ def corpus_heldout_tasks(n: int) -> list[EvalTask]:
 def load_engine(config: Configuration, device: str, threads: int):
     """The engine the server would build for the configuration's model entry."""
     from timely_llm_ros.engine.factory import make_engine
+    from timely_llm_ros.engine.model_setup import setup_engine_options
     from timely_llm_ros.engine.models import weights_folder
 
     spec = model_spec(config.model)
     return make_engine("transformers", str(weights_folder(spec)), device=device, dtype=spec.dtype,
-                       num_threads=threads or None)
+                       num_threads=threads or None, **setup_engine_options(spec))
 
 
 def goal_for(task: EvalTask, config: Configuration) -> GoalFields:
@@ -177,12 +179,16 @@ def goal_for(task: EvalTask, config: Configuration) -> GoalFields:
                       context=task.scene, urgency_class=task.urgency, **grammar)
 
 
-def make_scheduler(engine, skill_sets: Mapping[str, SkillSet], policy: str, max_batch: int) -> PlanScheduler:
-    """A PlanScheduler as the server configures it (its defaults; no network delay: nothing is sent)."""
-    # the models branch gives PlanScheduler the model entry's prompt encoding (chat template, system prompt from
-    # the skill set) and per-model token limits: pass them here exactly as the server's on_configure does
-    return PlanScheduler(engine, make_policy(policy, max_batch=max_batch, options=options_from_skill_sets(skill_sets)),
-                         skill_sets, load_exec_models(), time.monotonic, SchedulerConfig())
+def make_scheduler(engine, config: Configuration, skill_sets: Mapping[str, SkillSet], policy: str,
+                   max_batch: int) -> PlanScheduler:
+    """A PlanScheduler as the server configures it (its defaults; no network delay: nothing is sent): the model
+    entry's prompt format and its limits in the model's tokens (engine/model_setup.py, as on_configure)."""
+    from timely_llm_ros.engine.model_setup import model_setup
+
+    setup = model_setup(model_spec(config.model), engine, skill_sets)
+    options = options_from_skill_sets(setup.skill_sets)
+    return PlanScheduler(engine, make_policy(policy, max_batch=max_batch, options=options), setup.skill_sets,
+                         load_exec_models(), time.monotonic, SchedulerConfig(), prompts=setup.prompts)
 
 
 def run_pass(scheduler: PlanScheduler, config: Configuration, tasks: Sequence[EvalTask],
@@ -232,13 +238,15 @@ def run_pass(scheduler: PlanScheduler, config: Configuration, tasks: Sequence[Ev
 
 def evaluate(config: Configuration, tasks: Sequence[EvalTask], policy: str = "fcfs", max_batch: int = 8,
              device: str = "auto", threads: int = 1, verbose: bool = True) -> list[Pass]:
-    """One pass per robot type (in the order the tasks name them) on one engine load, after a warm-up plan."""
+    """One pass per robot type (in the order the tasks name them) on one engine load, after a warm-up plan per robot
+    type (as the server at configure: start-up costs, and a chat model's system prompt cached, off the clock)."""
     engine = load_engine(config, device, threads)
-    scheduler = make_scheduler(engine, configured_skill_sets(config), policy, max_batch)
+    scheduler = make_scheduler(engine, config, configured_skill_sets(config), policy, max_batch)
     groups: dict[str, list[EvalTask]] = {}
     for task in tasks:
         groups.setdefault(task.robot_type, []).append(task)
-    run_pass(scheduler, config, [replace(tasks[0], id="warm-up")])   # one-time start-up costs off the clock
+    for robot_type, group in groups.items():
+        run_pass(scheduler, config, [replace(group[0], id=f"warm-up-{robot_type}")])
     passes = []
     for robot_type, group in groups.items():
         t0 = time.monotonic()

@@ -6,7 +6,7 @@ The server is a lifecycle node: with autostart:=true (default) this launch confi
 autostart:=false a lifecycle manager does. Either way the workload starts once the server is active, and sends its
 first goal once the server's latched state says it has met the executors of the workload's robots.
 
-    ros2 launch timely_llm_ros timely_fleet.launch.py fleet_file:=/path/fleet.yaml log_level:=debug
+    ros2 launch timely_llm_ros timely_fleet.launch.py fleet_file:=/path/fleet.yaml log_level:=debug model:=smollm2
 """
 import os
 
@@ -42,6 +42,7 @@ def _fleet_nodes(context):
                            "no parameter sections itself; or pass params_file:=...")
     log_level = LaunchConfiguration("log_level").perform(context)
     autostart = LaunchConfiguration("autostart").perform(context).lower() in ("true", "1", "yes")
+    model = LaunchConfiguration("model").perform(context).strip()
     common = {"output": "screen", "ros_arguments": ["--log-level", log_level]}
     # single parameters as Parameter (a -p rule after the params file), not a dict: launch_ros writes a dict to a
     # /tmp/launch_params_* file that it never deletes
@@ -50,7 +51,9 @@ def _fleet_nodes(context):
     if fleet.server:
         server = LifecycleNode(
             package=PACKAGE, executable="timely_server", name="timely_server",
-            namespace=_join_namespace(namespace), parameters=[params_file, Parameter("autostart", False)], **common,
+            namespace=_join_namespace(namespace),
+            parameters=[params_file, Parameter("autostart", False), *([Parameter("model", model)] if model else [])],
+            **common,
         )
         actions += managed_server(server, autostart)
     for executor in fleet.executors:
@@ -90,5 +93,8 @@ def generate_launch_description() -> LaunchDescription:
                               description="log level of every node (debug, info, warn, error, fatal)"),
         DeclareLaunchArgument("autostart", default_value="true",
                               description="configure and activate the lifecycle server at start-up"),
+        DeclareLaunchArgument("model", default_value="",
+                              description="model entry of config/models.yaml the server loads (embedded, smollm2, "
+                                          "...); empty = the params file's timely_server model"),
         OpaqueFunction(function=_fleet_nodes),
     ])

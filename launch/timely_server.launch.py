@@ -1,6 +1,6 @@
 """Launch the planner server alone (its executors and clients run elsewhere), as a managed node.
 
-    ros2 launch timely_llm_ros timely_server.launch.py params_file:=/path/params.yaml autostart:=true
+    ros2 launch timely_llm_ros timely_server.launch.py params_file:=/path/params.yaml autostart:=true model:=smollm2
 
 With autostart:=true (default) this launch configures the server and activates it once configured, through
 its lifecycle services; with autostart:=false it stays unconfigured for an outside lifecycle manager
@@ -23,10 +23,12 @@ PACKAGE = "timely_llm_ros"
 def _server_node(context):
     namespace = LaunchConfiguration("namespace").perform(context).strip("/")
     autostart = LaunchConfiguration("autostart").perform(context).lower() in ("true", "1", "yes")
+    model = LaunchConfiguration("model").perform(context).strip()
     # Parameter (a -p rule after the params file), not a dict: launch_ros leaves a dict in a /tmp/launch_params_* file
     node = LifecycleNode(
         package=PACKAGE, executable="timely_server", name="timely_server", namespace="/" + namespace,
-        parameters=[LaunchConfiguration("params_file").perform(context), Parameter("autostart", False)],
+        parameters=[LaunchConfiguration("params_file").perform(context), Parameter("autostart", False),
+                    *([Parameter("model", model)] if model else [])],
         ros_arguments=["--log-level", LaunchConfiguration("log_level").perform(context)],
         output="screen",
     )
@@ -44,5 +46,8 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument("autostart", default_value="true",
                               description="configure and activate the lifecycle server at start-up; false: "
                                           "leave it unconfigured for a lifecycle manager"),
+        DeclareLaunchArgument("model", default_value="",
+                              description="model entry of config/models.yaml the server loads (embedded, smollm2, "
+                                          "...); empty = the params file's timely_server model"),
         OpaqueFunction(function=_server_node),
     ])

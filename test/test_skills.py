@@ -63,11 +63,28 @@ def test_a_new_robot_is_just_a_new_yaml_file(tmp_path: Path):
     ("name: x\nmode: poem\nmax_segment_tokens: 5\nskills: [{short: a}]\n", "mode"),
     ("name: x\nskills: [{short: a}]\n", "max_segment_tokens"),
     ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [float]}]\n", "argument kinds"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a}, {short: q, kind: query, returns: int}]\n", "returns must"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, returns: bool}]\n", "only a query returns"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [int, str], arg_names: [cm]}]\n", "arg_names"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [int]}]\nexamples: [{task: go, plan: 'b(3);'}]\n",
+     r"examples\[0\] plan .* not a valid x plan: unknown skill"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a}]\nexamples: [{scene: room}]\n", "needs task and plan"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a}]\nprompt_examples: inline\n", "prompt_examples"),
 ])
 def test_bad_skill_set_files_are_rejected_with_a_reason(tmp_path, body, fragment):
     (tmp_path / "x.yaml").write_text(body)
     with pytest.raises(ValueError, match=fragment):
         load_skill_sets(tmp_path)
+
+
+def test_shipped_skill_sets_tell_a_model_every_skill_and_every_query_what_it_returns(sets):
+    for skill_set in sets.values():
+        assert len(skill_set.examples) >= 3, skill_set.name
+        for skill in skill_set.skills.values():
+            assert skill.description and len(skill.arg_names) == len(skill.args), skill.short
+            assert bool(skill.returns) == (skill.kind == "query"), skill.short
+    assert sets["drone"].skills["od"].signature() == "od(object: str) -> float"
+    assert sets["drone"].skills["mf"].signature() == "mf(cm: int)"
 
 
 def test_build_prompt_uses_the_skill_set_name(drone):

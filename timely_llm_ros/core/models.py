@@ -15,6 +15,8 @@ import yaml
 from ..paths import config_dir, share_dir
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEFAULT_PREFIX_CACHE_MB = 256.0   # chat-template models: the shared system prompts of a few robot types (SmolLM2:
+                                  # 45 KiB of KV per token, ~0.8k shared tokens per robot type)
 
 
 @dataclass(frozen=True)
@@ -69,12 +71,21 @@ class ModelSpec:
     add_bos: bool = False
     grammar: bool = False
     limits: Mapping[str, TokenLimits] = field(default_factory=dict)
+    prefix_cache_mb: float | None = None   # None: DEFAULT_PREFIX_CACHE_MB with a chat template, else 0 (off)
 
     def __post_init__(self) -> None:
         if bool(self.path) == (self.gguf is not None):
             raise ValueError(f"model {self.name!r}: give exactly one of path or gguf")
         if self.dtype not in DTYPES:
             raise ValueError(f"model {self.name!r}: dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.prefix_cache_mb is not None and not self.prefix_cache_mb >= 0:
+            raise ValueError(f"model {self.name!r}: prefix_cache_mb must be >= 0 (0: off), got {self.prefix_cache_mb}")
+
+    def prefix_cache_size_mb(self) -> float:
+        """MiB of prompt-prefix KV the transformers engine keeps for this model (0: no prefix cache)."""
+        if self.prefix_cache_mb is not None:
+            return float(self.prefix_cache_mb)
+        return DEFAULT_PREFIX_CACHE_MB if self.chat_template else 0.0
 
     def folder(self) -> Path | None:
         """The HF folder of a path entry (None for a GGUF entry: engine.models converts it)."""
@@ -96,7 +107,7 @@ class ModelSpec:
         """Build from one YAML entry; ValueError names the file, the entry and the field."""
         if not isinstance(cfg, Mapping):
             raise ValueError(f"{where}: model {name!r} must be a mapping")
-        known = {"path", "gguf", "dtype", "chat_template", "add_bos", "grammar", "limits"}
+        known = {"path", "gguf", "dtype", "chat_template", "add_bos", "grammar", "limits", "prefix_cache_mb"}
         unknown = sorted(set(cfg) - known)
         if unknown:
             raise ValueError(f"{where}: model {name!r} has unknown fields {unknown}; known: {sorted(known)}")
@@ -108,7 +119,8 @@ class ModelSpec:
                       for rt, v in (cfg.get("limits") or {}).items()}
             return cls(name=name, path=str(cfg.get("path", "")), gguf=source, dtype=str(cfg.get("dtype", "auto")),
                        chat_template=bool(cfg.get("chat_template", False)), add_bos=bool(cfg.get("add_bos", False)),
-                       grammar=bool(cfg.get("grammar", False)), limits=limits)
+                       grammar=bool(cfg.get("grammar", False)), limits=limits,
+                       prefix_cache_mb=None if cfg.get("prefix_cache_mb") is None else float(cfg["prefix_cache_mb"]))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: model {name!r}: malformed entry ({exc!r})") from None
         except ValueError as exc:

@@ -25,6 +25,7 @@ from ..engine.base import Engine, EngineError
 from ..engine.detokenize import TextStream
 from .errors import ErrorCode, RequestError
 from .policies.base import Policy, SchedulingContext
+from .prompting import PromptEncoder, RawPrompts
 from .request import Generation, PlanRequest, RequestState, Segment, SkillCall
 from .step_trace import StepRecord
 
@@ -126,8 +127,11 @@ class PlanScheduler:
 
     def __init__(self, engine: Engine, policy: Policy, skill_sets: Mapping[str, object],
                  exec_models: Mapping[str, object], clock: Clock,
-                 config: SchedulerConfig | None = None) -> None:
+                 config: SchedulerConfig | None = None, prompts: PromptEncoder | None = None) -> None:
         self.engine = engine
+        # the model's prompt format (core/prompting.py; engine/model_setup.py builds it): the raw planner format
+        # unless the composer says otherwise
+        self.prompts: PromptEncoder = prompts if prompts is not None else RawPrompts(engine.encode)
         self.policy = policy
         self.skill_sets = dict(skill_sets)
         self.exec_models = dict(exec_models)
@@ -193,7 +197,7 @@ class PlanScheduler:
                                f"unknown robot type {req.robot_type!r}; known: {', '.join(sorted(self.skill_sets))}")
         if len(self._waiting) >= self.config.max_waiting:
             raise RequestError(ErrorCode.INVALID_LIMITS, f"queue full ({self.config.max_waiting} waiting); retry later")
-        prompt_ids = self.engine.encode(skill_set.build_prompt(req.task, req.context))
+        prompt_ids = self.prompts(skill_set, req.task, req.context)
         if len(prompt_ids) > self.config.max_prompt_tokens:
             raise RequestError(ErrorCode.INVALID_TASK,
                                f"prompt is {len(prompt_ids)} tokens, over the limit of {self.config.max_prompt_tokens};"
@@ -611,7 +615,7 @@ class PlanScheduler:
         skill = failed.skills[0].name if failed.skills else "?"
         note = f" The previous plan failed at skill {skill} ({failed.text.strip()}): {why}. Plan again from here."
         skill_set = self.skill_sets[req.robot_type]
-        prompt_ids = self.engine.encode(skill_set.build_prompt(req.task, (req.context + note).strip()))
+        prompt_ids = self.prompts(skill_set, req.task, (req.context + note).strip())
         forced = None
         if req.forced_plan is not None:   # trace replay: the rest of the recorded plan, failed segment included
             done = "".join(s.text for s in gen.segments if s.ok).strip()

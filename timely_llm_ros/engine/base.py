@@ -17,7 +17,7 @@ from __future__ import annotations
 import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Container, Sequence
+from typing import Any, Callable, Container, Mapping, Sequence
 
 from .detokenize import PrefixDiffStream, TextStream
 
@@ -73,6 +73,20 @@ class Engine(ABC):
         """A detokenizer for one generation's output, token by token (the scheduler makes one per generation).
         This default decodes the whole output each token; engines with a byte-level tokenizer do better."""
         return PrefixDiffStream(self.decode)
+
+    def has_chat_template(self) -> bool:
+        """Whether encode_chat can render prompts with the model's chat template."""
+        return bool(getattr(getattr(self, "tokenizer", None), "has_chat_template", False))
+
+    def encode_chat(self, messages: Sequence[Mapping[str, str]], add_bos: bool = False,
+                    add_generation_prompt: bool = True) -> list[int]:
+        """Tokenize a conversation with the model's chat template, turn-aligned, BOS first when ``add_bos``
+        (engine/tokenizer.py HFTokenizer.encode_chat); EngineError when the model has no chat template."""
+        encode = getattr(getattr(self, "tokenizer", None), "encode_chat", None)
+        if encode is None:
+            raise EngineError(f"{type(self).__name__}: this engine's tokenizer cannot render a chat template; use "
+                              "a model entry with chat_template: false")
+        return encode(messages, add_bos, add_generation_prompt)
 
     @abstractmethod
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
@@ -137,6 +151,13 @@ class EngineWrapper(Engine):
 
     def text_stream(self) -> TextStream:
         return self.wrapped.text_stream()
+
+    def has_chat_template(self) -> bool:
+        return self.wrapped.has_chat_template()
+
+    def encode_chat(self, messages: Sequence[Mapping[str, str]], add_bos: bool = False,
+                    add_generation_prompt: bool = True) -> list[int]:
+        return self.wrapped.encode_chat(messages, add_bos, add_generation_prompt)
 
     def prefill_left(self, gen_id: str) -> int | None:
         return self.wrapped.prefill_left(gen_id)

@@ -66,17 +66,23 @@ def weights_folder(spec: ModelSpec, convert: bool = True) -> Path:
 
 def convert_gguf(gguf: Path, folder: Path) -> Path:
     """Dequantize a GGUF file with transformers and write model + tokenizer as an HF folder (atomically: a
-    half-written folder is never seen). A GGUF-loaded model refuses save_pretrained, so its weights are copied
-    into a plain model of the same config first."""
+    half-written folder is never seen). A GGUF-loaded model refuses save_pretrained, so its weights are handed to
+    a plain model of the same config (built without weights, on the meta device) first."""
+    import copy
+
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.warning("converting %s into an HF folder once (dequantizing every tensor takes a while) ...", gguf.name)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(loaded.state_dict())
+    config = copy.deepcopy(loaded.config)
+    if hasattr(config, "quantization_config"):      # the weights are dequantized: the folder is a plain model
+        del config.quantization_config
+    with torch.device("meta"):
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict(), assign=True)
+    plain.tie_weights()
     plain.generation_config = loaded.generation_config
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))

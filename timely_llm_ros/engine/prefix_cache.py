@@ -34,11 +34,9 @@ class PrefixCache:
         self.hits = 0
         self.reused_tokens = 0
 
-    def lookup(self, prompt: Sequence[int]) -> tuple[int, torch.Tensor | None]:
-        """(tokens reusable, KV holding them) for the best entry; (0, None) below min_tokens.
-
-        At most len(prompt) - 1 tokens are reused: the last prompt token must run to give the logits.
-        """
+    def _best(self, prompt: Sequence[int]) -> tuple[int, tuple[int, ...] | None]:
+        """(tokens reusable, key of the entry holding them); (0, None) below min_tokens. At most len(prompt) - 1
+        tokens are reused: the last prompt token must run to give the logits."""
         best, best_key = 0, None
         prompt = tuple(prompt)
         for key in self._entries:
@@ -47,6 +45,20 @@ class PrefixCache:
                 best, best_key = m, key
         best = min(best, len(prompt) - 1)
         if best < self.min_tokens or best_key is None:
+            return 0, None
+        return best, best_key
+
+    def reusable(self, prompt: Sequence[int]) -> int:
+        """Tokens of ``prompt`` a lookup would reuse now (no statistics, no recency change)."""
+        return self._best(prompt)[0]
+
+    def lookup(self, prompt: Sequence[int]) -> tuple[int, torch.Tensor | None]:
+        """(tokens reusable, KV holding them) for the best entry; (0, None) below min_tokens.
+
+        At most len(prompt) - 1 tokens are reused: the last prompt token must run to give the logits.
+        """
+        best, best_key = self._best(prompt)
+        if best_key is None:
             return 0, None
         self._entries.move_to_end(best_key)
         self.hits += 1

@@ -304,7 +304,11 @@ class TransformersEngine(GenerationTable, Engine):
 
     def prefill_left(self, gen_id: str) -> int | None:
         gen = self._get(gen_id, "prefill_left")
-        return 0 if gen.prefilled else len(gen.prompt) - gen.kv_len
+        if gen.prefilled:
+            return 0
+        if gen.kv_len == 0 and gen.row is None and gen.kv is None and self.prefix_cache is not None:
+            return len(gen.prompt) - self.prefix_cache.reusable(gen.prompt)   # the cached prefix is not prefilled
+        return len(gen.prompt) - gen.kv_len
 
     def _prefill_after_prefix(self, gen: _Generation, reused: int, kv: torch.Tensor, result: StepResult) -> None:
         n = len(gen.prompt)

@@ -112,10 +112,7 @@ class VllmEngine(GenerationTable, Engine):
             max_num_batched_tokens=opts.max_num_batched_tokens,
         )
         if max_model_len is None:
-            import json
-
-            cfg = json.loads((path / "config.json").read_text())
-            args.max_model_len = int(cfg.get("max_position_embeddings") or 2048)
+            args.max_model_len = _context_in_pool(path, opts, torch)
         if args.max_num_batched_tokens is None:
             args.max_num_batched_tokens = args.max_model_len * 4
         try:
@@ -220,6 +217,7 @@ class VllmEngine(GenerationTable, Engine):
                 llm.engine_core.shutdown()
             except Exception:
                 pass
+            _remove_rendezvous_file()
 
     # ----- stepping -----
     def step(self, gen_ids: Sequence[str]) -> StepResult:
@@ -272,6 +270,33 @@ class VllmEngine(GenerationTable, Engine):
     # ----- introspection -----
     def output_ids(self, gen_id: str) -> list[int]:
         return list(self._get(gen_id, "output_ids").output)
+
+
+def _context_in_pool(path: Path, opts: VllmOptions, torch) -> int:
+    """The model's context (max_position_embeddings), cut to the blocks its KV pool holds for one request: vLLM
+    refuses to start when one request of the full context would not fit (SmolLM2's 8,192 tokens need 0.35 GiB of
+    fp32 KV, more than the default 256 MiB pool)."""
+    import json
+
+    cfg = json.loads((path / "config.json").read_text())
+    context = int(cfg.get("max_position_embeddings") or 2048)
+    heads = int(cfg.get("num_attention_heads") or 1)
+    head_dim = int(cfg.get("head_dim") or cfg.get("hidden_size", heads) // heads)
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    elem = torch.empty((), dtype=getattr(torch, opts.dtype)).element_size()
+    per_token = int(cfg.get("num_hidden_layers") or 1) * 2 * kv_heads * head_dim * elem
+    blocks = int(opts.kv_bytes) // (per_token * opts.block_size) - 1       # vLLM keeps one block back (its null block)
+    return max(min(context, blocks * opts.block_size), opts.block_size)
+
+
+def _remove_rendezvous_file() -> None:
+    """vLLM's single-process worker meets itself through a file store, tempdir/vllm_dist_<hex> (its name in
+    VLLM_DIST_IDENT), and leaves the file behind: removed once the engine is shut down."""
+    import tempfile
+
+    ident = os.environ.get("VLLM_DIST_IDENT", "")
+    if ident.startswith("vllm_dist_"):
+        Path(tempfile.gettempdir(), ident).unlink(missing_ok=True)
 
 
 def _as_list(value) -> list:

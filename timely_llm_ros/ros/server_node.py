@@ -158,18 +158,25 @@ class PlanServerNode(LifecycleNode):
             else:
                 from ..engine.factory import make_engine  # torch is imported only here
             from ..core.models import ModelSpec, model_spec
+            from ..engine.model_setup import model_setup, setup_engine_options
             from ..engine.models import weights_folder
             self.model_spec = ModelSpec.for_path(p.model_path) if p.model_path else model_spec(p.model)
             folder = weights_folder(self.model_spec)
             dtype = p.dtype if p.dtype not in ("", "auto") else self.model_spec.dtype
             engine = make_engine(p.engine, str(folder), device=p.device, dtype=dtype,
                                  kv_budget_mb=p.kv_budget_mb if p.kv_budget_mb > 0 else None,
-                                 num_threads=p.num_threads or None, **engine_options(p))
+                                 num_threads=p.num_threads or None, **engine_options(p),
+                                 **setup_engine_options(self.model_spec))
             if p.engine_process:
                 log.info(f"engine runs in process {engine.pid}")
             from ..core.urgency import load_urgency_classes
-            self.skill_sets = robot_types.skill_sets
-            warm_up(engine, next(iter(self.skill_sets.values())).build_prompt("warm up", ""))
+            # the model's prompt format, and the skill sets with their limits in the model's tokens
+            setup = model_setup(self.model_spec, engine, robot_types.skill_sets)
+            for line in setup.describe(p.engine):
+                log.info(line)
+            self.skill_sets = setup.skill_sets
+            for prompt in setup.warm_up_prompts():
+                warm_up(engine, prompt)
             self.urgency_classes = load_urgency_classes(p.urgency_classes_file or None)
             policy = make_policy(p.policy, max_batch=p.max_batch, options=self.policy_options())
             from ..engine.evicting import with_policy_eviction
@@ -179,7 +186,8 @@ class PlanServerNode(LifecycleNode):
                                                            max_prompt_tokens=p.max_prompt_tokens,
                                                            max_waiting=p.max_queued,
                                                            replan_on_failure=p.replan_on_failure,
-                                                           keep_outcomes=_KEEP_OUTCOMES))
+                                                           keep_outcomes=_KEEP_OUTCOMES),
+                                           prompts=setup.prompts)
         except Exception as exc:  # a bad model path, device or file: say so, stay unconfigured
             self._configure_error = f"configure failed: {type(exc).__name__}: {exc}"
             log.error(self._configure_error)
@@ -636,9 +644,10 @@ class PlanServerNode(LifecycleNode):
         return check_runtime_update(self, params)
 
 
-def warm_up(engine, prompt: str, tokens: int = 4) -> None:
-    """Run one short generation so the first robot's request does not pay one-time start-up costs."""
-    engine.add("__warm_up__", engine.encode(prompt), tokens)
+def warm_up(engine, prompt_ids: list[int], tokens: int = 4) -> None:
+    """Run one short generation so the first robot's request does not pay one-time start-up costs (and, with a
+    prefix cache, finds its robot type's system prompt cached)."""
+    engine.add("__warm_up__", prompt_ids, tokens)
     try:
         for _ in range(tokens):
             if engine.step(["__warm_up__"]).finished:

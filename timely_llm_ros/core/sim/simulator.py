@@ -25,6 +25,7 @@ from ...engine.base import Engine, weak_method
 from ..errors import ErrorCode, RequestError
 from ..exec_time import ExecTimeModel, load_exec_models
 from ..policies.base import Policy
+from ..prompting import PromptEncoder
 from ..request import RequestState
 from ..scheduler import PlanScheduler, RequestFinished, RequestOutcome, SchedulerConfig, SegmentReady
 from ..skills import SkillSet, load_skill_sets
@@ -91,6 +92,7 @@ class Simulator:
     (default a WallClock, i.e. real time); a SimEngine injected this way must share that clock. Prompts of a
     SimEngine are padded to each task's prompt_tokens; a real engine gets the real tokenized prompt.
     forced_plans: replay each task's recorded plan (trace replay); False lets the engine generate the plan.
+    prompts: the model's prompt format on a real engine (engine/model_setup.py; default the raw planner format).
     """
 
     def __init__(self, policy: Policy, latency: LatencyModel | None, skill_sets: Mapping[str, SkillSet] | None = None,
@@ -99,7 +101,8 @@ class Simulator:
                  on_finished: Callable[[RequestOutcome], None] | None = None, *, engine: Engine | None = None,
                  clock: LoopClock | None = None, time_scale: float = 1.0, forced_plans: bool = True,
                  network_delay_s: float | None = None, step_token_budget: int | None = None,
-                 exec_noise: ExecNoise | None = None, scheduler_config: SchedulerConfig | None = None) -> None:
+                 exec_noise: ExecNoise | None = None, scheduler_config: SchedulerConfig | None = None,
+                 prompts: PromptEncoder | None = None) -> None:
         if engine is None and latency is None:
             raise ValueError("Simulator needs a latency model for its SimEngine, or an engine")
         if time_scale <= 0:
@@ -125,7 +128,8 @@ class Simulator:
         config = scheduler_config or SchedulerConfig()
         config.network_delay_s = network_delay_s
         self.exec_noise = exec_noise or ExecNoise()
-        self.scheduler = PlanScheduler(self.engine, policy, self.skill_sets, self.exec_models, self.clock, config)
+        self.scheduler = PlanScheduler(self.engine, policy, self.skill_sets, self.exec_models, self.clock, config,
+                                       prompts=prompts)
         self._followers: dict[str, list[WorkloadTask]] = {}   # closed loop: tasks waiting for a task's end
         self._lost: set[tuple[str, int]] = set()                # segments a failed robot never runs
         self._events: list[tuple[float, int, int, tuple]] = []

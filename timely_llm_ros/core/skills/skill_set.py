@@ -1,6 +1,8 @@
 """A robot's skill set (loaded from config/skills/<name>.yaml): grammar, segmenter, prompt."""
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -16,6 +18,16 @@ from .spec import SkillSpec
 from .statements import StatementSegmenter
 
 MODES = ("statements", "sentence", "paragraph")
+EXAMPLES_IN = ("turns", "system")   # where a chat prompt puts the worked examples (core/skills/chat_prompt.py)
+
+
+@dataclass(frozen=True)
+class WorkedExample:
+    """One example for a chat model's prompt: a scene, a task and the plan (or reply) the robot wants."""
+
+    scene: str
+    task: str
+    plan: str
 
 
 class SkillSet:
@@ -23,7 +35,8 @@ class SkillSet:
 
     def __init__(self, name: str, mode: str, skills: list[SkillSpec], exec_profile: str,
                  max_segment_tokens: int, max_plan_tokens: int, prompt_template: str = DEFAULT_TEMPLATE,
-                 statement_forms: tuple[str, ...] = FORMS, min_words: int = 10) -> None:
+                 statement_forms: tuple[str, ...] = FORMS, min_words: int = 10, description: str = "",
+                 examples: tuple[WorkedExample, ...] = (), prompt_examples: str = "turns") -> None:
         if mode not in MODES:
             raise ValueError(f"skill set {name!r}: mode must be one of {MODES}, got {mode!r}")
         bad = [f for f in statement_forms if f not in FORMS]
@@ -35,6 +48,8 @@ class SkillSet:
             raise ValueError(f"skill set {name!r}: min_words must be >= 1, got {min_words}")
         if max_segment_tokens < 1 or max_plan_tokens < max_segment_tokens:
             raise ValueError(f"skill set {name!r}: need 1 <= max_segment_tokens <= max_plan_tokens")
+        if prompt_examples not in EXAMPLES_IN:
+            raise ValueError(f"skill set {name!r}: prompt_examples must be one of {EXAMPLES_IN}, got {prompt_examples!r}")
         self.name = name
         self.mode = mode
         self.skills: dict[str, SkillSpec] = {s.short: s for s in skills}
@@ -44,6 +59,14 @@ class SkillSet:
         self.prompt_template = prompt_template
         self.statement_forms = tuple(statement_forms)
         self.min_words = min_words
+        self.description = description.strip()
+        self.examples = tuple(examples)
+        self.prompt_examples = prompt_examples
+        for i, ex in enumerate(self.examples):
+            problems = self.validate_plan(ex.plan)
+            if problems or not self.parse_skills(ex.plan):
+                raise ValueError(f"skill set {name!r}: examples[{i}] plan {ex.plan!r} is not a valid {name} plan: "
+                                 + "; ".join(problems or ["it calls no action skill"]))
 
     def __repr__(self) -> str:
         return f"SkillSet({self.name!r}, mode={self.mode!r}, skills={list(self.skills)})"
@@ -82,8 +105,17 @@ class SkillSet:
         return [c for s in segments + ([last] if last else []) for c in s.skills]
 
     def build_prompt(self, task: str, context: str = "") -> str:
-        """The planner prompt for a task on this robot type."""
+        """The embedded planner's raw prompt for a task on this robot type (chat models: core/skills/chat_prompt.py)."""
         return build_prompt(self.name, task, context, self.prompt_template)
+
+    def with_limits(self, max_segment_tokens: int, max_plan_tokens: int) -> "SkillSet":
+        """This skill set with its plan-length limits counted in another model's tokens (core/token_limits.py)."""
+        if not 1 <= max_segment_tokens <= max_plan_tokens:
+            raise ValueError(f"skill set {self.name!r}: need 1 <= max_segment_tokens <= max_plan_tokens, got "
+                             f"{max_segment_tokens} and {max_plan_tokens}")
+        other = copy.copy(self)
+        other.max_segment_tokens, other.max_plan_tokens = int(max_segment_tokens), int(max_plan_tokens)
+        return other
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], where: str = "<config>") -> "SkillSet":
@@ -91,6 +123,7 @@ class SkillSet:
         try:
             name = str(cfg["name"])
             skills = [SkillSpec.from_config(e, f"{where}: skills[{i}]") for i, e in enumerate(cfg["skills"])]
+            examples = tuple(_example(e, f"{where}: examples[{i}]") for i, e in enumerate(cfg.get("examples") or []))
             return cls(
                 name=name,
                 mode=str(cfg.get("mode", "statements")),
@@ -101,11 +134,25 @@ class SkillSet:
                 prompt_template=str(cfg.get("prompt_template") or DEFAULT_TEMPLATE),
                 statement_forms=tuple(cfg.get("statement_forms", FORMS)),
                 min_words=int(cfg.get("min_words", 10)),
+                description=str(cfg.get("description", "") or ""),
+                examples=examples,
+                prompt_examples=str(cfg.get("prompt_examples", "turns")),
             )
         except KeyError as exc:
             raise ValueError(f"{where}: missing required field {exc}") from None
         except (TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: malformed skill set ({exc})") from None
+
+
+def _example(entry: Any, where: str) -> WorkedExample:
+    """One worked example {scene, task, plan}; ValueError names what is missing."""
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{where}: an example is a mapping {{scene, task, plan}}")
+    missing = [k for k in ("task", "plan") if not str(entry.get(k, "") or "").strip()]
+    if missing:
+        raise ValueError(f"{where}: an example needs {' and '.join(missing)} (and usually a scene)")
+    return WorkedExample(str(entry.get("scene", "") or "").strip(), str(entry["task"]).strip(),
+                         str(entry["plan"]).strip())
 
 
 def load_skill_sets(directory: Path | None = None) -> dict[str, SkillSet]:

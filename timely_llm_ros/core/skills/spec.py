@@ -1,4 +1,5 @@
-"""What a skill set declares about one skill: names, argument kinds, whether it acts, what a query returns."""
+"""What a skill set declares about one skill: names, argument kinds, whether it acts, what a query returns, and
+how a model is told about it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,27 +12,41 @@ RETURN_KINDS = ("bool", "float", "str")
 
 @dataclass(frozen=True)
 class SkillSpec:
-    """One skill of a robot: short name used in plans (``mf``), long name (``move_forward``), argument kinds."""
+    """One skill of a robot: short name used in plans (``mf``), long name (``move_forward``), argument kinds.
+
+    For a model's prompt: ``arg_names`` name the arguments (``cm``) and ``description`` says what the call does with
+    them (units included); a query's ``returns`` is its value's kind (the executor hands it back)."""
 
     short: str
     long: str
     args: tuple[str, ...]   # each of ARG_KINDS; "int" accepts any number
     kind: str               # "action" makes a segment executable; "query" does not
     returns: str | None = None  # a query's value: one of RETURN_KINDS (None: not declared, any of them)
+    arg_names: tuple[str, ...] = ()   # one per argument, or () when the skill set names none
+    description: str = ""
 
     @property
     def is_action(self) -> bool:
         return self.kind == "action"
 
+    def signature(self) -> str:
+        """How a prompt shows the call: ``mf(cm: int)``, ``iv(object: str) -> bool``."""
+        names = self.arg_names or tuple(f"arg{i + 1}" for i in range(len(self.args)))
+        params = ", ".join(f"{n}: {k}" for n, k in zip(names, self.args))
+        return f"{self.short}({params})" + (f" -> {self.returns}" if self.returns else "")
+
     @classmethod
     def from_config(cls, entry: Mapping[str, Any], where: str) -> "SkillSpec":
-        """Build from one YAML entry {short, long, args, kind, returns}; ValueError says what is wrong and where."""
+        """Build from one YAML entry {short, long, args, kind, returns, arg_names, description}; ValueError says
+        what is wrong and where."""
         try:
             short = str(entry["short"])
             long = str(entry.get("long", short))
             args = tuple(str(a) for a in entry.get("args", []) or [])
             kind = str(entry.get("kind", "action"))
             returns = entry.get("returns")
+            arg_names = tuple(str(a) for a in entry.get("arg_names", []) or [])
+            description = str(entry.get("description", "") or "").strip()
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: a skill needs at least 'short' ({exc})") from None
         if not short.isidentifier() or short.startswith("_") or short in ("True", "False"):
@@ -43,4 +58,12 @@ class SkillSpec:
             raise ValueError(f"{where}: skill {short!r} kind must be one of {SKILL_KINDS}, got {kind!r}")
         if returns is not None and returns not in RETURN_KINDS:
             raise ValueError(f"{where}: skill {short!r} returns must be one of {RETURN_KINDS}, got {returns!r}")
-        return cls(short, long, args, kind, returns)
+        if returns is not None and kind != "query":
+            raise ValueError(f"{where}: skill {short!r} is an action: only a query returns a value (drop 'returns' "
+                             "or make it kind: query)")
+        if arg_names and (len(arg_names) != len(args) or not all(n.isidentifier() for n in arg_names)):
+            raise ValueError(f"{where}: skill {short!r} arg_names {list(arg_names)} must be {len(args)} identifier(s), "
+                             f"one per argument in args {list(args)}")
+        if "\n" in description:
+            raise ValueError(f"{where}: skill {short!r} description must be one line")
+        return cls(short, long, args, kind, returns, arg_names, description)

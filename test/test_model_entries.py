@@ -1,0 +1,45 @@
+"""Model entries (config/models.yaml): a GGUF file converted into an HF folder is the same model, and entries are
+checked with errors that say what to fix."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from timely_llm_ros.core.models import DEFAULT_PREFIX_CACHE_MB, ModelSpec, load_model_specs, model_spec
+from timely_llm_ros.core.skills import load_skill_sets
+from timely_llm_ros.core.skills.chat_prompt import chat_messages
+from timely_llm_ros.engine.loader import load_pretrained
+from timely_llm_ros.engine.models import convert_gguf, weights_folder
+
+
+def test_a_gguf_converted_into_a_fresh_folder_gives_the_prepared_models_next_token_logits(tmp_path):
+    """The one slow test of the model entries (~20 s: transformers dequantizes every tensor of the GGUF)."""
+    torch.set_num_threads(1)
+    spec = model_spec("smollm2")
+    prepared = load_pretrained(weights_folder(spec, convert=False), "cpu", "float32")
+    fresh = load_pretrained(convert_gguf(spec.gguf.locate(), tmp_path / "smollm2"), "cpu", "float32")
+    messages = chat_messages(load_skill_sets()["arm"], "put the cup on the tray", "table: cup; places: tray")
+    ids = fresh.tokenizer.encode_chat(messages)
+    assert ids == prepared.tokenizer.encode_chat(messages)
+    with torch.inference_mode():
+        a = prepared.model(torch.tensor([ids])).logits[0, -1]
+        b = fresh.model(torch.tensor([ids])).logits[0, -1]
+    assert torch.equal(a, b)
+
+
+def test_the_prefix_cache_is_on_by_default_only_for_chat_template_models():
+    specs = load_model_specs()
+    assert specs["smollm2"].prefix_cache_size_mb() == DEFAULT_PREFIX_CACHE_MB
+    assert specs["embedded"].prefix_cache_size_mb() == 0
+    own = ModelSpec.from_config("mine", {"path": "/m", "chat_template": True, "prefix_cache_mb": 0})
+    assert own.prefix_cache_size_mb() == 0
+
+
+@pytest.mark.parametrize("entry, fragment", [
+    ({"path": "/m", "prefix_cache_mb": -1}, "prefix_cache_mb must be >= 0"),
+    ({"path": "/m", "limits": {"drone": {"max_segment_tokens": 30, "max_plan_tokens": 20}}}, "max_segment_tokens"),
+    ({"path": "/m", "prompt": "chat"}, "unknown fields"),
+])
+def test_bad_model_entries_name_the_field(entry, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        ModelSpec.from_config("mine", entry, "models.yaml")
