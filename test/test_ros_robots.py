@@ -90,6 +90,28 @@ def test_a_skill_set_without_a_profile_entry_stops_configure_with_a_message_nami
     assert "Traceback" not in out, out[-3000:]
 
 
+def test_an_unconfigured_server_says_error_on_diagnostics():
+    """No engine loaded (autostart false, nobody configured it): /diagnostics is ERROR and says what to do. Runs
+    before the module's server starts."""
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+
+    server = start_server("autostart:=false", ready="autostart is false")
+    try:
+        with plan_client() as client:
+            diags = []
+            assert client.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
+            end = time.monotonic() + 20
+            while time.monotonic() < end and not diags:
+                time.sleep(0.05)
+    finally:
+        server.stop()
+    assert diags, "no /diagnostics from the unconfigured server"
+    status = diags[-1].status[0]
+    assert status.level == DiagnosticStatus.ERROR and status.message.startswith("unconfigured: no engine loaded"), \
+        status.message
+    assert "ros2 lifecycle set /timely_server configure" in status.message, status.message
+
+
 @pytest.fixture(scope="module")
 def robots(tmp_path_factory):
     folder = _skills_dir(tmp_path_factory.mktemp("team"), {"rover": ROVER}, {"rover": ROVER_PROFILE})

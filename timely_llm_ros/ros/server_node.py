@@ -99,7 +99,8 @@ class PlanServerNode(LifecycleNode):
         self.health = ServerHealth(self, HealthLimits(p.health_window_s, p.warn_drop_rate, p.warn_failure_rate,
                                                       p.starvation_drops))
         self._configure_error = ""
-        # while no engine is loaded the scheduler thread is not there to publish /diagnostics: ERROR from here
+        # while no engine is loaded the scheduler thread is not there to publish /diagnostics: ERROR from here (a
+        # timer only then: every periodic callback keeps a worker of the node's elastic executor from ending)
         self._unloaded_timer = self.create_timer(p.state_period_s, self._publish_unloaded,
                                                  callback_group=MutuallyExclusiveCallbackGroup())
         self._action = ActionServer(self, Plan, "plan", execute_callback=self._execute,
@@ -225,6 +226,7 @@ class PlanServerNode(LifecycleNode):
         gc.collect()
         gc.freeze()
         self.loop.start()
+        self._unloaded_timer.cancel()   # the scheduler thread publishes /diagnostics now
         log.info(f"configured: policy={p.policy} max_batch={p.max_batch} max_queued={p.max_queued} "
                  f"robot types={sorted(self.skill_sets)} urgency classes={sorted(self.urgency_classes)} "
                  f"(engine loaded in {time.monotonic() - t0:.1f} s; {gc.get_freeze_count()} long-lived objects "
@@ -283,6 +285,7 @@ class PlanServerNode(LifecycleNode):
             self.scheduler.engine.close()
             self.scheduler = None
             gc.unfreeze()   # what configure froze may be garbage now; a new configure freezes again
+        self._unloaded_timer.reset()
 
     def _end_all_goals(self, timeout_s: float) -> None:
         """Finish every accepted goal with SERVER_SHUTDOWN (through the scheduler when it holds the request,
