@@ -270,3 +270,20 @@ def test_an_executors_unknown_skill_result_ends_the_plan_unknown_skill_not_execu
         robot.close()
     assert result.error_code == R.UNKNOWN_SKILL, (result.error_code, result.error_message)
     assert "['g']" in result.error_message
+
+
+def test_a_requests_utility_so_far_is_the_eq3_sum_over_its_executed_segments():
+    """SchedulerState.requests[].utility_so_far: 0 before the robot ran anything, then TUF_0 of the first segment's
+    wait plus TUF_1 of each later one's."""
+    from timely_llm_ros.core.request import Generation, PlanRequest, Segment
+    from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
+    from timely_llm_ros.ros.state_message import utility_so_far
+
+    tuf = DEFAULT_URGENCY_CLASSES["normal"]
+    gen = Generation(PlanRequest("r", "drone_1", "drone", "look", tuf, arrival=0.0), prompt_ids=[1])
+    gen.segments = [Segment(0, "g('cat');", [], 0.1, 0.3, 2.5), Segment(1, "tp();", [], 0.3, 0.5, 0.001)]
+    assert utility_so_far(gen) == 0.0
+    gen.segments[0].exec_started, gen.segments[0].exec_finished = 1.25, 3.0      # waited 1.25 s: TUF_0 = 0.5
+    assert utility_so_far(gen) == pytest.approx(0.5)
+    gen.segments[1].exec_started, gen.segments[1].exec_finished = 3.25, 3.3      # waited 0.25 s after: TUF_1 = 0.5
+    assert utility_so_far(gen) == pytest.approx(1.0)
