@@ -84,8 +84,9 @@ _DESCRIPTIONS = {
                         "their first goal)", None),
     "autostart": ("configure and activate the lifecycle node at start-up (false: wait for a lifecycle manager "
                   "or `ros2 lifecycle set`)", None),
-    "executor_ack_timeout_s": ("seconds an executor may take to accept or reject a segment before it counts as "
-                               "unavailable (EXECUTOR_UNAVAILABLE)", (0.1, 600.0)),
+    "executor_ack_timeout_s": ("seconds an executor may take to accept or reject a segment, or to be heard from "
+                               "again after its executor_status lost liveliness, before it counts as unavailable "
+                               "(EXECUTOR_UNAVAILABLE)", (0.1, 600.0)),
     "vllm_block_size": ("engine vllm: KV block size in tokens (a multiple of 32 on CPU; prefix reuse granularity)",
                         (1, 4096)),
     "vllm_tensor_parallel_size": ("engine vllm: GPUs one model is split across (tensor parallel)", (1, 1024)),

@@ -2,12 +2,14 @@
 and whether it is alive, read from ``<agent>/executor_status`` (ros/executor_status.py).
 
 An agent is tracked from configure (expected_agents) or its first goal. Its executor is **alive** while the
-status publisher's liveliness holds: a killed executor loses it about a lease (1 s) after it dies, and
-``on_lost(agent)`` is called once, so the server can end the segments it holds at once (EXECUTOR_UNAVAILABLE)
-instead of waiting for their timeouts; a restarted executor is alive again with its first status. An executor that
-publishes no status (a team's plain ExecuteSegment server) is never checked: ``status`` stays None and ``alive``
-None. The subscriptions live on the node of the server's per-robot clients (ros/client_host.py), off the server
-node's executor.
+status publisher's liveliness holds: a killed executor loses it about a lease (1 s) after it dies. A live process
+can miss its lease too when it is starved (make stress's soak saw a host of 50 robots on 2 cores silent for ~1.5 s),
+so the loss counts only when the liveliness has not come back ``grace_s`` later: then ``on_lost(agent)`` is called
+once, and the server ends the segments it holds (EXECUTOR_UNAVAILABLE) instead of waiting for their timeouts. The
+same writer coming back is alive again; a restarted executor (a new writer) means the old one is gone (``on_lost``
+at once), and its own first status replaces the old one's. An executor that publishes no status (a team's plain
+ExecuteSegment server) is never checked: ``status`` stays None and ``alive`` None. The subscriptions live on the
+node of the server's per-robot clients (ros/client_host.py), off the server node's executor.
 """
 from __future__ import annotations
 
@@ -36,9 +38,10 @@ class _Entry:
 class RobotDirectory:
     """What each tracked agent's executor is and whether it is alive (thread-safe)."""
 
-    def __init__(self, node: Node, on_lost: Callable[[str], None] = lambda agent: None) -> None:
+    def __init__(self, node: Node, on_lost: Callable[[str], None] = lambda agent: None, grace_s: float = 2.0) -> None:
         self._node = node
         self._on_lost = on_lost
+        self.grace_s = grace_s
         self._entries: dict[str, _Entry] = {}
         self._changed = threading.Condition()
 
@@ -97,33 +100,51 @@ class RobotDirectory:
             return {agent: (e.status, e.alive) for agent, e in self._entries.items()}
 
     def destroy(self) -> None:
-        """Destroy the subscriptions (their node is the caller's to destroy)."""
+        """Destroy the subscriptions (their node is the caller's to destroy); pending loss checks do nothing."""
         with self._changed:
             entries, self._entries = list(self._entries.values()), {}
         for entry in entries:
             self._node.destroy_subscription(entry.subscription)
 
     def _on_status(self, agent: str, msg: ExecutorStatus) -> None:
+        """A status: what the executor is and does. Whether it is alive is the liveliness events' to say (a sample
+        sent before a stall can arrive after its lease ran out), except at the first sighting."""
         with self._changed:
             entry = self._entries.get(agent)
             if entry is None:
                 return
             entry.status = status_from_msg(msg)
-            if entry.alive is not True:
+            if entry.alive is None:
                 entry.alive, entry.since = True, time.monotonic()
             self._changed.notify_all()
 
     def _on_liveliness(self, agent: str, info) -> None:
-        lost = False
+        restarted = False
         with self._changed:
             entry = self._entries.get(agent)
             if entry is None:
                 return
-            if info.alive_count > 0:
-                if entry.alive is False:       # a restarted executor: wait for its own first status
-                    entry.status, entry.alive, entry.since = None, None, time.monotonic()
-            elif entry.alive is not False and info.alive_count_change < 0:
-                entry.alive, entry.since, lost = False, time.monotonic(), True
+            now = time.monotonic()
+            if info.alive_count > 0 and entry.alive is not True:
+                if entry.alive is False and info.not_alive_count_change < 0:   # the same writer is back
+                    self._node.get_logger().info(f"executor /{agent}/execute_segment is back after "
+                                                 f"{now - entry.since:.1f} s without liveliness")
+                else:          # a new writer: a restarted executor (the old one is gone), or the first sighting
+                    restarted = entry.alive is False
+                entry.alive, entry.since = True, now
+            elif info.alive_count == 0 and info.alive_count_change < 0 and entry.alive is not False:
+                entry.alive, entry.since = False, now
+                check = threading.Timer(self.grace_s, self._confirm_lost, (agent, now))
+                check.daemon = True
+                check.start()
             self._changed.notify_all()
+        if restarted:
+            self._on_lost(agent)
+
+    def _confirm_lost(self, agent: str, since: float) -> None:
+        """grace_s after a liveliness loss: if it has not come back since, the executor is gone."""
+        with self._changed:
+            entry = self._entries.get(agent)
+            lost = entry is not None and entry.alive is False and entry.since == since
         if lost:
             self._on_lost(agent)

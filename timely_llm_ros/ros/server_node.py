@@ -204,7 +204,8 @@ class PlanServerNode(LifecycleNode):
         self._client_host = ClientHost(self, p.segment_clients)
         self.dispatcher = SegmentDispatcher(self._client_host.node, self.loop.post, self._clients_group,
                                             p.executor_timeout_s, p.executor_ack_timeout_s, log_timing=p.log_timing)
-        self.directory = RobotDirectory(self._client_host.node, on_lost=self._executor_lost)
+        self.directory = RobotDirectory(self._client_host.node, on_lost=self._executor_lost,
+                                        grace_s=p.executor_ack_timeout_s)
         for agent in p.expected_agents:
             self.directory.track(agent)
         # graph queries for executors that left, off the scheduler thread (they stalled its engine steps there)
@@ -498,13 +499,18 @@ class PlanServerNode(LifecycleNode):
             session.end(bare_outcome(session, err.code, err.message))
 
     def _executor_lost(self, agent: str) -> None:
-        """The robot directory saw the agent's executor die (its status lost liveliness): end its segments out."""
-        self.get_logger().warning(f"executor /{agent}/execute_segment lost its liveliness (killed, or its process "
-                                  "hung); segments it held end EXECUTOR_UNAVAILABLE")
+        """The robot directory saw the agent's executor go (its status lost liveliness): end its segments out."""
+        last = self.directory.status(agent) if self.directory is not None else None
+        if last is not None and last.state == "stopping":
+            self.get_logger().info(f"executor /{agent}/execute_segment has shut down")
+        else:
+            self.get_logger().warning(f"executor /{agent}/execute_segment lost its liveliness and it did not come "
+                                      "back (killed, or its process hung); segments it held end EXECUTOR_UNAVAILABLE")
         dispatcher = self.dispatcher
         if dispatcher is not None:
-            dispatcher.executor_lost(agent, "lost its liveliness (its executor_status lease ran out: the process "
-                                            "died or hung)")
+            dispatcher.executor_lost(agent, f"lost its liveliness (its executor_status lease ran out and did not "
+                                            f"come back within executor_ack_timeout_s, "
+                                            f"{self.params.executor_ack_timeout_s:.1f} s: the process died or hung)")
 
     @staticmethod
     def _abort(goal_handle, req_id: str, code: ErrorCode, message: str) -> Plan.Result:
