@@ -7,10 +7,16 @@ Runs the host twice, side by side in one run: with the default feedback timer (p
 with feedback_period_s 0 (no timer at all), and prints each one's CPU (cores, from /proc/<pid>/stat over the
 window, after start-up) and their ratio. With the executor before 8a15431 (timer always running) the same run
 printed 0.730 vs 0.060 cores (12.2x); since then 0.065 vs 0.068 (0.96x).
+
+    python benchmarks/executor_host_idle.py --status-periods 1.0,10.0,0 [--reps 2]
+
+instead compares values of status_period_s (the ExecutorStatus timer; 0 = published on change only), the runs
+alternating, each value --reps times; prints every run and the median per value.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -41,10 +47,24 @@ def main(argv=None) -> int:
     ap.add_argument("--arms", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=10.0, help="measurement window")
     ap.add_argument("--warmup", type=float, default=8.0, help="start-up time left out")
+    ap.add_argument("--status-periods", default="", help="compare these status_period_s values instead")
+    ap.add_argument("--reps", type=int, default=2, help="runs per status_period_s value")
     args = ap.parse_args(argv)
     agents = ",".join([f"drone_{i}:drone" for i in range(args.drones)] + [f"arm_{i}:arm" for i in range(args.arms)])
     n = args.drones + args.arms
     print(f"executor host, {n} idle robots, {args.seconds:.0f} s after {args.warmup:.0f} s of start-up", flush=True)
+    if args.status_periods:
+        periods = [p.strip() for p in args.status_periods.split(",") if p.strip()]
+        cores: dict[str, list[float]] = {p: [] for p in periods}
+        for _ in range(args.reps):
+            for period in periods:
+                cores[period].append(idle_cores(agents, ["-p", f"status_period_s:={float(period)}"], args.warmup,
+                                                args.seconds))
+                print(f"  status_period_s {period}: {cores[period][-1]:.3f} cores", flush=True)
+        for period, values in cores.items():
+            print(f"  status_period_s {period}: median {statistics.median(values):.3f} cores "
+                  f"[{min(values):.3f}-{max(values):.3f}]")
+        return 0
     timer = idle_cores(agents, [], args.warmup, args.seconds)
     print(f"  feedback timer (default, paused while idle): {timer:.3f} cores", flush=True)
     none = idle_cores(agents, ["-p", "feedback_period_s:=0.0"], args.warmup, args.seconds)

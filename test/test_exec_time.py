@@ -109,9 +109,21 @@ def test_load_single_profile_and_missing_profile(tmp_path):
 
 
 def test_urgency_classes_match_the_paper_presets(tmp_path):
-    assert load_urgency_classes() == dict(DEFAULT_URGENCY_CLASSES)
+    def tuf(c):
+        return c.ert, c.alpha, c.beta
+    assert {n: tuf(c) for n, c in load_urgency_classes().items()} == \
+        {n: tuf(c) for n, c in DEFAULT_URGENCY_CLASSES.items()}
     (tmp_path / "u.yaml").write_text("critical: {ert: 0.1, alpha: -10, beta: 3}\n")
-    assert load_urgency_classes(tmp_path / "u.yaml")["critical"].zero_crossing() == pytest.approx(0.4)
+    critical = load_urgency_classes(tmp_path / "u.yaml")["critical"]
+    assert critical.zero_crossing() == pytest.approx(0.4) and not critical.serves_late   # late defaults to drop
     (tmp_path / "bad.yaml").write_text("critical: {ert: 0.1}\n")
     with pytest.raises(ValueError, match="alpha"):
+        load_urgency_classes(tmp_path / "bad.yaml")
+
+
+def test_a_class_says_whether_late_requests_are_served_and_a_wrong_choice_names_the_file(tmp_path):
+    (tmp_path / "u.yaml").write_text("chores: {ert: 5, alpha: -0.1, beta: 1, late: serve}\n")
+    assert load_urgency_classes(tmp_path / "u.yaml")["chores"].serves_late
+    (tmp_path / "bad.yaml").write_text("chores: {ert: 5, alpha: -0.1, beta: 1, late: maybe}\n")
+    with pytest.raises(ValueError, match=r"bad\.yaml.*late must be one of drop, serve"):
         load_urgency_classes(tmp_path / "bad.yaml")

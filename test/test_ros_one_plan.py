@@ -25,7 +25,7 @@ def fleet():
     nodes = []
     try:
         nodes.append(start_server("executor_discovery_timeout_s:=8.0", "executor_ack_timeout_s:=8.0",
-                                  "expected_agents:=[one_queue,one_preempt]", "plan_rules:=[one_preempt=urgent_preempts]"))
+                                  "expected_agents:=[one_queue,one_preempt]"))
         nodes.append(start_executor("one_queue", "drone", 0.1, params=("log_timing:=true",)))
         nodes.append(start_executor("one_preempt", "drone", 0.3,
                                     params=("log_timing:=true", "plan_rule:=urgent_preempts")))

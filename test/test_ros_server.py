@@ -14,7 +14,7 @@ from action_msgs.msg import GoalStatus  # noqa: E402
 
 from timely_llm_ros.action import ExecuteSegment, Plan  # noqa: E402
 
-from ros_harness import plan_client, start_executor, start_server  # noqa: E402
+from ros_harness import plan_client, start_executor, start_server, wait  # noqa: E402
 
 R = Plan.Result
 DRONE_TASK = dict(agent_id="drone_1", robot_type="drone", task="look for the cat",
@@ -307,21 +307,41 @@ def test_unknown_agents_leave_no_action_client_on_the_server(fleet):
     assert not any("nobody" in n for n in clients), clients
 
 
+def _set_server_parameter(client, name: str, value) -> None:
+    from rclpy.parameter import Parameter
+    from rclpy.parameter_client import AsyncParameterClient
+
+    params = AsyncParameterClient(client.node, "timely_server")
+    assert params.wait_for_services(10.0)
+    response = wait(params.set_parameters([Parameter(name, value=value)]), 10.0)
+    assert response is not None and response.results[0].successful, response
+
+
 def test_killed_executor_is_reported_unavailable_not_timed_out_and_served_once_restarted(fleet):
+    """An executor killed while it runs a segment: its ExecutorStatus loses liveliness about a second later, it
+    does not come back within executor_ack_timeout_s (8 s here), and the server ends the plan EXECUTOR_UNAVAILABLE
+    saying so. With executor_timeout_s raised to 60 s for this test a timeout could not come first, and the graph
+    still lists a killed participant for ~20 s: the message tells which path ended it (no timed assertion)."""
     import signal
 
-    from ros_harness import start_executor
-
     client, _ = fleet
-    victim = start_executor("drone_victim", "drone", 0.05)
+    victim = start_executor("drone_victim", "drone", 1.0, params=("overrun_s:=120.0",))   # never finishes alone
+    _set_server_parameter(client, "executor_timeout_s", 60.0)
     try:
         # lenient time requirement: discovering the new executor may take seconds on a loaded box
         run = client.send(**dict(DRONE_TASK, agent_id="drone_victim", urgency_class="", ert=10.0, alpha=-0.1,
                                  beta=1.0))
-        _check_done(*run.result(), run)                   # served: the server now holds a client for it
-    finally:
+        assert run.wait_for(lambda fb: fb.new_segment, 60), "no segment was sent"
+        time.sleep(0.5)                                   # the robot runs it (overrun_s: it would not end alone)
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait(10)
+        status, result = run.result(60)
+    finally:
+        _set_server_parameter(client, "executor_timeout_s", 1.5)
+        victim.stop()
+    assert status == GoalStatus.STATUS_ABORTED
+    assert result.error_code == R.EXECUTOR_UNAVAILABLE, (result.error_code, result.error_message)
+    assert "drone_victim" in result.error_message and "liveliness" in result.error_message, result.error_message
     run = client.send(**dict(DRONE_TASK, agent_id="drone_victim"))
     status, result = run.result(60)
     assert status == GoalStatus.STATUS_ABORTED
@@ -335,6 +355,33 @@ def test_killed_executor_is_reported_unavailable_not_timed_out_and_served_once_r
         _check_done(*run.result(60), run)
     finally:
         revived.stop()
+
+
+def test_an_executor_silent_past_its_lease_but_back_in_time_keeps_its_plan(fleet):
+    """A starved executor process (SIGSTOP for 2.5 s, past its 1 s liveliness lease, within executor_ack_timeout_s
+    of 8 s) comes back: the server logs it back and the plan completes (before, a loss counted at once: make
+    stress's soak lost a plan to a host silent for ~1.5 s)."""
+    import signal
+
+    client, server = fleet
+    robot = start_executor("drone_stall", "drone", 0.5)
+    _set_server_parameter(client, "executor_timeout_s", 60.0)
+    try:
+        run = client.send(**dict(DRONE_TASK, agent_id="drone_stall", urgency_class="", ert=10.0, alpha=-0.1,
+                                 beta=1.0))
+        assert run.wait_for(lambda fb: fb.new_segment, 60), "no segment was sent"
+        robot.proc.send_signal(signal.SIGSTOP)
+        time.sleep(2.5)
+        robot.proc.send_signal(signal.SIGCONT)
+        status, result = run.result(60)
+    finally:
+        _set_server_parameter(client, "executor_timeout_s", 1.5)
+        robot.proc.send_signal(signal.SIGCONT)
+        robot.stop()
+    _check_done(status, result, run)
+    assert any("/drone_stall/execute_segment is back after" in line for line in server.lines), \
+        "the executor's liveliness was never lost: the test did not test the grace\n" + \
+        "\n".join(line for line in server.lines if "drone_stall" in line or "liveliness" in line)
 
 
 def test_segment_execution_time_is_the_one_the_executor_reports(fleet):

@@ -1,4 +1,4 @@
-"""Named urgency classes (TUF presets) from config/urgency_classes.yaml."""
+"""Named urgency classes (TUF presets and what to do with a late request) from config/urgency_classes.yaml."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,11 +6,13 @@ from pathlib import Path
 import yaml
 
 from ..paths import config_dir
+from .errors import RequestError
 from .tuf import TimeUtility, urgency_classes_from_config
 
 
 def load_urgency_classes(path: Path | None = None) -> dict[str, TimeUtility]:
-    """{name: TimeUtility} from a YAML mapping name -> {ert, alpha, beta} (default config/urgency_classes.yaml)."""
+    """{name: TimeUtility} from a YAML mapping name -> {ert, alpha, beta, late} (default
+    config/urgency_classes.yaml); ValueError names the file and what is wrong."""
     path = Path(path) if path is not None else config_dir() / "urgency_classes.yaml"
     with open(path, encoding="utf-8") as f:
         cfg = yaml.safe_load(f)
@@ -20,3 +22,5 @@ def load_urgency_classes(path: Path | None = None) -> dict[str, TimeUtility]:
         return urgency_classes_from_config(cfg)
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{path}: each class needs numeric ert, alpha and beta ({exc!r})") from None
+    except RequestError as exc:
+        raise ValueError(f"{path}: {exc.message}") from None

@@ -6,9 +6,29 @@ import math
 from timely_llm_ros.action import ExecuteSegment, Plan
 from timely_llm_ros.msg import PlanSegment, Skill
 
+from ..core.errors import ErrorCode
 from ..core.request import Segment, SkillCall
 from ..core.scheduler import RequestOutcome
 from ..core.validation import GoalFields
+
+
+_X = ExecuteSegment.Result
+# What a segment's ExecuteSegment result code makes of its plan (docs/server.md has this table). NOT_RUN: an
+# earlier segment of the plan ended first and its own code decides; a NOT_RUN alone reads as EXECUTION_FAILED.
+EXECUTION_TO_PLAN_CODE: dict[int, ErrorCode] = {
+    _X.ERROR_NONE: ErrorCode.NONE,
+    _X.UNKNOWN_SKILL: ErrorCode.UNKNOWN_SKILL,
+    _X.BUSY: ErrorCode.EXECUTOR_UNAVAILABLE,
+    _X.CANCELLED: ErrorCode.EXECUTION_FAILED,     # cancelled at the robot (the server's own cancels end the plan first)
+    _X.FAILED: ErrorCode.EXECUTION_FAILED,
+    _X.NOT_RUN: ErrorCode.EXECUTION_FAILED,
+    _X.PREEMPTED: ErrorCode.PREEMPTED,
+}
+
+
+def plan_error_code(execution_code: int) -> ErrorCode:
+    """The Plan error code for a segment that ended with this ExecuteSegment code (an unknown code: failed)."""
+    return EXECUTION_TO_PLAN_CODE.get(int(execution_code), ErrorCode.EXECUTION_FAILED)
 
 
 def skill_to_msg(call: SkillCall) -> Skill:

@@ -49,8 +49,11 @@ class ServerParams:
     engine_process: bool = False
     trim_memory_idle_s: float = 1.0
     worker_idle_exit_s: float = 5.0
-    default_plan_rule: str = "queue"
-    plan_rules: list = None  # type: ignore[assignment]  (declared as a string array)
+    skills_dir: str = ""
+    health_window_s: float = 60.0
+    warn_drop_rate: float = 0.2
+    warn_failure_rate: float = 0.2
+    starvation_drops: int = 3
 
 
 _DESCRIPTIONS = {
@@ -87,8 +90,9 @@ _DESCRIPTIONS = {
                         "their first goal)", None),
     "autostart": ("configure and activate the lifecycle node at start-up (false: wait for a lifecycle manager "
                   "or `ros2 lifecycle set`)", None),
-    "executor_ack_timeout_s": ("seconds an executor may take to accept or reject a segment before it counts as "
-                               "unavailable (EXECUTOR_UNAVAILABLE)", (0.1, 600.0)),
+    "executor_ack_timeout_s": ("seconds an executor may take to accept or reject a segment, or to be heard from "
+                               "again after its executor_status lost liveliness, before it counts as unavailable "
+                               "(EXECUTOR_UNAVAILABLE)", (0.1, 600.0)),
     "vllm_block_size": ("engine vllm: KV block size in tokens (a multiple of 32 on CPU; prefix reuse granularity)",
                         (1, 4096)),
     "vllm_tensor_parallel_size": ("engine vllm: GPUs one model is split across (tensor parallel)", (1, 1024)),
@@ -119,16 +123,23 @@ _DESCRIPTIONS = {
     "trim_memory_idle_s": ("once no goal has been open for this long after some work, hand the heap's free pages "
                            "back to the OS (glibc malloc_trim; the threads a burst made stay); 0 = never",
                            (0.0, 3600.0)),
-    "default_plan_rule": ("what a robot does with a second plan while one runs: queue (the second waits until the "
-                          "first ends) | urgent_preempts (a plan with a strictly shorter ERT stops the running one "
-                          "between two skills; that one ends PREEMPTED, 24); the robot's executor must run the same "
-                          "rule (its parameter plan_rule)", None),
-    "plan_rules": ("robots whose rule is not default_plan_rule, as <agent>=<rule> entries, e.g. "
-                   "[drone_1=urgent_preempts]", None),
     "worker_idle_exit_s": ("a worker thread of the node's executor that has had no callback to run for this long "
                            "ends (2 are kept): each open goal holds a thread, so after a burst they end and give "
                            "their memory back (ros/elastic_executor.py); 0 = keep every thread, as rclpy's "
                            "MultiThreadedExecutor does", (0.0, 3600.0)),
+    "skills_dir": ("a team's folder of skill sets (skills/*.yaml) and execution-time profiles (exec_time/*.yaml), "
+                   "added to the package's config/skills and config/exec_time (a file of the same name replaces "
+                   "the package's); every skill needs a profile entry or configure fails; empty: the package's only",
+                   None),
+    "health_window_s": ("/diagnostics judges drop and failure rates, and starving urgency classes, over the "
+                        "requests that ended in this many seconds", (1.0, 86400.0)),
+    "warn_drop_rate": ("/diagnostics is WARN when more than this share of the requests that ended in the window "
+                       "were dropped (with at least 5 ended)", (0.0, 1.0)),
+    "warn_failure_rate": ("/diagnostics is WARN when more than this share of the requests that ended in the window "
+                          "failed (with at least 5 ended; cancelled ones do not count)", (0.0, 1.0)),
+    "starvation_drops": ("an urgency class counts as starving (logged once, WARN on /diagnostics) when at least "
+                         "this many of its requests were dropped in the window, and at least half of its requests "
+                         "that ended there", (1, 1_000_000)),
 }
 
 
@@ -154,31 +165,12 @@ def declare_server_params(node: Node) -> ServerParams:
     """Declare every server parameter (with description and range) and read them."""
     values = {}
     for f in fields(ServerParams):
-        default = f.default if f.name not in ("expected_agents", "plan_rules") else [""]
+        default = f.default if f.name != "expected_agents" else [""]
         values[f.name] = node.declare_parameter(f.name, default, _descriptor(f.name, default)).value
     values["expected_agents"] = [a.strip("/") for a in values["expected_agents"] if a.strip("/")]
-    values["plan_rules"] = [r.strip() for r in values["plan_rules"] if r.strip()]
     if isinstance(values["grammar"], bool):
         values["grammar"] = "on" if values["grammar"] else "off"
     return ServerParams(**values)
-
-
-def plan_rules(p: ServerParams) -> dict[str, str]:
-    """Each robot's plan rule from default_plan_rule and plan_rules: {agent: rule}, "" for every robot not named;
-    ValueError says what is wrong."""
-    from ..core.execution import PLAN_RULES
-
-    if p.default_plan_rule not in PLAN_RULES:
-        raise ValueError(f"default_plan_rule must be one of {', '.join(PLAN_RULES)}, got {p.default_plan_rule!r}")
-    rules = {"": p.default_plan_rule}
-    for entry in p.plan_rules:
-        agent, _, rule = entry.partition("=")
-        agent = agent.strip().strip("/")
-        if not agent or rule.strip() not in PLAN_RULES:
-            raise ValueError(f"plan_rules entry {entry!r} must be <agent>=<rule> with <rule> one of "
-                             f"{', '.join(PLAN_RULES)}, e.g. drone_1=urgent_preempts")
-        rules[agent] = rule.strip()
-    return rules
 
 
 def check_runtime_update(node, params) -> SetParametersResult:

@@ -29,7 +29,7 @@ from ..core.errors import ErrorCode
 from ..core.execution import SegmentStatus
 from ..core.request import Segment
 from .action_client import ActionClient, deep_queues
-from .conversions import execute_goal, skill_from_msg
+from .conversions import execute_goal, plan_error_code, skill_from_msg
 
 Post = Callable[[Callable], None]
 R = ExecuteSegment.Result
@@ -41,8 +41,6 @@ R = ExecuteSegment.Result
 CLIENT_QUEUES = deep_queues(100)
 # the robot's reason for ending a segment without running it (or stopping it), as the scheduler knows it
 _ENDED = {R.NOT_RUN: SegmentStatus.NOT_RUN, R.PREEMPTED: SegmentStatus.PREEMPTED}
-_CODE = {R.BUSY: ErrorCode.EXECUTOR_UNAVAILABLE, R.UNKNOWN_SKILL: ErrorCode.UNKNOWN_SKILL,
-         R.PREEMPTED: ErrorCode.PREEMPTED}
 
 
 @dataclass
@@ -187,6 +185,14 @@ class SegmentDispatcher:
                    "robot's executor")
             self._post(lambda s, a=agent, m=msg: s.on_executor_lost(a, now, m))
 
+    def executor_lost(self, agent: str, why: str) -> None:
+        """The agent's executor is gone (its status lost liveliness: ros/robot_directory.py): its segments out end
+        EXECUTOR_UNAVAILABLE (the scheduler's tracker), and whoever answers next must shake hands again."""
+        self.forget_handshake(agent)
+        now = time.monotonic()
+        msg = f"executor /{agent}/execute_segment {why}; restart the robot's executor"
+        self._post(lambda s: s.on_executor_lost(agent, now, msg))
+
     def destroy(self) -> None:
         """Release the per-agent clients (safe while the node spins: see ActionClient.destroy)."""
         with self._lock:
@@ -247,7 +253,7 @@ class SegmentDispatcher:
         err = result.error_message or f"executor error code {result.error_code}"
         if result.error_code == R.BUSY:
             err = f"executor /{goal.agent}/execute_segment is busy: {err}"
-        code = _CODE.get(result.error_code, ErrorCode.EXECUTION_FAILED)
+        code = plan_error_code(result.error_code)
         executed = [skill_from_msg(m) for m in result.executed_skills]
         returned, value, took = ok and bool(result.returned), str(result.return_value), float(result.execution_time)
         ended = None if ok else _ENDED.get(result.error_code)

@@ -29,12 +29,12 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-from diagnostic_msgs.msg import DiagnosticArray
-
 from timely_llm_ros.action import Plan
 from timely_llm_ros.msg import SchedulerState
 
+from ..core.capabilities import check_robot_type, missing_skills, unknown_skill_error
 from ..core.errors import ErrorCode, RequestError
+from ..core.health import HealthLimits
 from ..core.policies import make_policy
 from ..core.request import RequestState
 from ..core.runtime import SchedulerThread
@@ -45,11 +45,13 @@ from ..core.validation import GoalLimits, validate_goal
 from .client_host import KINDS as CLIENT_HOST_KINDS, ClientHost
 from .conversions import error_result, goal_fields, outcome_to_result
 from .memory_trim import IdleTrimmer, resident_mib
-from .parameters import GRAMMAR_MODES, ServerParams, declare_server_params, engine_options, plan_rules
+from .parameters import GRAMMAR_MODES, ServerParams, declare_server_params, engine_options
 from .plan_session import GoalSession, bare_outcome, goal_request_id, plan_feedback
+from .robot_directory import RobotDirectory
 from .segment_dispatcher import SegmentDispatcher
 from .spin import spin_node
-from .state_message import diagnostics_msg, scheduler_state_msg
+from .server_health import ServerHealth, robots_health
+from .state_message import scheduler_state_msg
 
 _KEEP_OUTCOMES = 256   # finished outcomes the scheduler keeps (results already went to the clients)
 _FINAL = {RequestState.DONE, RequestState.CANCELLED, RequestState.DROPPED, RequestState.FAILED}
@@ -71,11 +73,11 @@ class PlanServerNode(LifecycleNode):
         self.grammar = False             # requests decode under their skill-set grammar (parameter grammar)
         self.loop: SchedulerThread | None = None
         self.dispatcher: SegmentDispatcher | None = None
+        self.directory: RobotDirectory | None = None   # robots' ExecutorStatus (robot type, skills, alive)
         self._client_host: ClientHost | None = None
         self._clients_group = MutuallyExclusiveCallbackGroup()   # the executors' ActionClients: one callback at a time
         self.skill_sets: dict = {}
         self.urgency_classes: dict = {}
-        self._plan_rules: dict[str, str] = {}
         self.limits = GoalLimits()
         self._active = False
         self._closing = False
@@ -95,7 +97,14 @@ class PlanServerNode(LifecycleNode):
         self._group = ReentrantCallbackGroup()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._state_pub = self.create_publisher(SchedulerState, "~/state", latched)
-        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        p = self.params
+        self.health = ServerHealth(self, HealthLimits(p.health_window_s, p.warn_drop_rate, p.warn_failure_rate,
+                                                      p.starvation_drops))
+        self._configure_error = ""
+        # while no engine is loaded the scheduler thread is not there to publish /diagnostics: ERROR from here (a
+        # timer only then: every periodic callback keeps a worker of the node's elastic executor from ending)
+        self._unloaded_timer = self.create_timer(p.state_period_s, self._publish_unloaded,
+                                                 callback_group=MutuallyExclusiveCallbackGroup())
         self._action = ActionServer(self, Plan, "plan", execute_callback=self._execute,
                                     goal_callback=lambda goal: GoalResponse.ACCEPT,
                                     cancel_callback=self._on_cancel, callback_group=self._group,
@@ -123,30 +132,33 @@ class PlanServerNode(LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         p = self.params
         log = self.get_logger()
+        self._configure_error = ""
         log.info(f"configuring: engine={p.engine} model={p.model_path or p.model} device={p.device}")
         if p.grammar not in GRAMMAR_MODES:
             log.error(f"configure failed: grammar must be one of {', '.join(GRAMMAR_MODES)}, got {p.grammar!r}")
             return TransitionCallbackReturn.FAILURE
         if p.segment_clients not in CLIENT_HOST_KINDS:
-            log.error(f"configure failed: segment_clients must be one of {', '.join(CLIENT_HOST_KINDS)}, "
-                      f"got {p.segment_clients!r}")
-            return TransitionCallbackReturn.FAILURE
-        try:
-            self._plan_rules = plan_rules(p)
-        except ValueError as exc:
-            log.error(f"configure failed: {exc}")
+            self._configure_error = (f"configure failed: segment_clients must be one of "
+                                     f"{', '.join(CLIENT_HOST_KINDS)}, got {p.segment_clients!r}")
+            log.error(self._configure_error)
             return TransitionCallbackReturn.FAILURE
         self._trace = None
         if p.step_trace_csv:       # before the model loads: a bad path fails at once
             try:
                 self._trace = StepTraceWriter(p.step_trace_csv)
             except OSError as exc:
-                log.error(f"configure failed: step_trace_csv {p.step_trace_csv!r}: {exc}; give a writable path or "
-                          "leave it empty")
+                self._configure_error = (f"configure failed: step_trace_csv {p.step_trace_csv!r}: {exc}; give a "
+                                         "writable path or leave it empty")
+                log.error(self._configure_error)
                 return TransitionCallbackReturn.FAILURE
             log.info(f"step trace: one row per engine step in {p.step_trace_csv}")
         t0 = time.monotonic()
         try:
+            from ..core.robot_types import check_profiles, load_robot_types
+            robot_types = load_robot_types(p.skills_dir or None)   # before the model: a bad folder fails at once
+            check_profiles(robot_types)
+            if robot_types.replaced:
+                log.info(f"skills_dir {p.skills_dir}: replaces the package's {', '.join(robot_types.replaced)}")
             if p.engine_process:          # torch is imported only in the engine's process
                 from ..engine.process_engine import ProcessEngine as make_engine
             else:
@@ -166,11 +178,9 @@ class PlanServerNode(LifecycleNode):
                                  **setup_engine_options(self.model_spec))
             if p.engine_process:
                 log.info(f"engine runs in process {engine.pid}")
-            from ..core.exec_time import load_exec_models
-            from ..core.skills import load_skill_sets
             from ..core.urgency import load_urgency_classes
             # the model's prompt format, and the skill sets with their limits in the model's tokens
-            setup = model_setup(self.model_spec, engine, load_skill_sets())
+            setup = model_setup(self.model_spec, engine, robot_types.skill_sets)
             for line in setup.describe(p.engine):
                 log.info(line)
             self.skill_sets = setup.skill_sets
@@ -180,7 +190,7 @@ class PlanServerNode(LifecycleNode):
             policy = make_policy(p.policy, max_batch=p.max_batch, options=self.policy_options())
             from ..engine.evicting import with_policy_eviction
             engine = with_policy_eviction(engine, policy)   # TimeBill: real prompt-KV eviction in the engine
-            self.scheduler = PlanScheduler(engine, policy, self.skill_sets, load_exec_models(), time.monotonic,
+            self.scheduler = PlanScheduler(engine, policy, self.skill_sets, robot_types.exec_models, time.monotonic,
                                            SchedulerConfig(network_delay_s=p.network_delay_s,
                                                            max_prompt_tokens=p.max_prompt_tokens,
                                                            max_waiting=p.max_queued,
@@ -194,7 +204,8 @@ class PlanServerNode(LifecycleNode):
                 self.scheduler.prepare_grammars()
                 log.info(f"grammars compiled in {time.monotonic() - t_grammar:.2f} s")
         except Exception as exc:  # a bad model path, device or file: say so, stay unconfigured
-            log.error(f"configure failed: {type(exc).__name__}: {exc}")
+            self._configure_error = f"configure failed: {type(exc).__name__}: {exc}"
+            log.error(self._configure_error)
             self.scheduler = None
             if self._trace is not None:
                 self._trace.close()
@@ -207,6 +218,10 @@ class PlanServerNode(LifecycleNode):
         self._client_host = ClientHost(self, p.segment_clients)
         self.dispatcher = SegmentDispatcher(self._client_host.node, self.loop.post, self._clients_group,
                                             log_timing=p.log_timing)
+        self.directory = RobotDirectory(self._client_host.node, on_lost=self._executor_lost,
+                                        grace_s=p.executor_ack_timeout_s)
+        for agent in p.expected_agents:
+            self.directory.track(agent)
         # graph queries for executors that left, off the scheduler thread (they stalled its engine steps there)
         self._presence_timer = self.create_timer(0.5, self.dispatcher.check_presence,
                                                  callback_group=MutuallyExclusiveCallbackGroup())
@@ -226,6 +241,7 @@ class PlanServerNode(LifecycleNode):
         gc.collect()
         gc.freeze()
         self.loop.start()
+        self._unloaded_timer.cancel()   # the scheduler thread publishes /diagnostics now
         log.info(f"configured: policy={p.policy} max_batch={p.max_batch} max_queued={p.max_queued} "
                  f"robot types={sorted(self.skill_sets)} urgency classes={sorted(self.urgency_classes)} "
                  f"(engine loaded in {time.monotonic() - t0:.1f} s; {gc.get_freeze_count()} long-lived objects "
@@ -270,14 +286,21 @@ class PlanServerNode(LifecycleNode):
         if self._discovery_pool is not None:
             self._discovery_pool.shutdown(wait=True, cancel_futures=True)
             self._discovery_pool = None
-        dispatcher, host = self.dispatcher, self._client_host
-        self.dispatcher = self._client_host = None
+        dispatcher, host, directory = self.dispatcher, self._client_host, self.directory
+        self.dispatcher = self._client_host = self.directory = None
+
+        def destroy_entities() -> None:
+            if directory is not None:
+                directory.destroy()
+            if dispatcher is not None:
+                dispatcher.destroy()
         if host is not None:
-            host.close(dispatcher.destroy if dispatcher is not None else (lambda: None))
+            host.close(destroy_entities)
         if self.scheduler is not None:
             self.scheduler.engine.close()
             self.scheduler = None
             gc.unfreeze()   # what configure froze may be garbage now; a new configure freezes again
+        self._unloaded_timer.reset()
 
     def _end_all_goals(self, timeout_s: float) -> None:
         """Finish every accepted goal with SERVER_SHUTDOWN (through the scheduler when it holds the request,
@@ -429,6 +452,8 @@ class PlanServerNode(LifecycleNode):
                        "set dry_run")
                 log.warning(f"[{session.req_id}] {msg}")
                 session.end(bare_outcome(session, ErrorCode.EXECUTOR_UNAVAILABLE, msg))
+        if session.outcome is None and not session.dry_run:
+            self._check_robot(session, req)
         loop = self.loop
         if session.outcome is None and loop is not None:
             session.submitted = True
@@ -440,6 +465,7 @@ class PlanServerNode(LifecycleNode):
             session.end(bare_outcome(session, ErrorCode.SERVER_SHUTDOWN, "server shutting down"))
         session.done.wait()
         outcome = session.outcome
+        self.health.ended(req.urgency, outcome.state)
         self._log_outcome(session, outcome)
         result = outcome_to_result(session.req_id, outcome)
         if outcome.error_code == ErrorCode.CANCELLED and goal_handle.is_cancel_requested:
@@ -453,10 +479,10 @@ class PlanServerNode(LifecycleNode):
     def _discover(self, session: GoalSession) -> bool:
         """True once the agent's executor is discoverable (known agents at once); no ActionClient is made for
         an agent whose executor never shows up in the ROS graph."""
-        dispatcher = self.dispatcher
-        if dispatcher is None:
+        dispatcher, directory = self.dispatcher, self.directory
+        if dispatcher is None or directory is None:
             return False
-        if dispatcher.ready(session.agent_id):
+        if dispatcher.ready(session.agent_id) and directory.alive(session.agent_id) is not False:
             return True
         self.get_logger().info(f"[{session.req_id}] waiting for /{session.agent_id}/execute_segment to answer "
                                "(a first goal to a robot not in expected_agents, or its executor restarted)")
@@ -472,6 +498,33 @@ class PlanServerNode(LifecycleNode):
             return bool(fut.result())
         except Exception:
             return False
+
+    def _check_robot(self, session: GoalSession, req) -> None:
+        """End the goal WRONG_ROBOT_TYPE, before anything is generated, when its agent's executor serves another
+        robot type (its status: waited for while the executor publishes one, see RobotDirectory.wait_status)."""
+        directory = self.directory
+        if directory is None:
+            return
+        status = directory.wait_status(req.agent_id, self.params.executor_discovery_timeout_s, session.done.is_set)
+        try:
+            check_robot_type(req.agent_id, req.robot_type, status)
+        except RequestError as err:
+            self.get_logger().warning(f"[{session.req_id}] {err.code.name}: {err.message}")
+            session.end(bare_outcome(session, err.code, err.message))
+
+    def _executor_lost(self, agent: str) -> None:
+        """The robot directory saw the agent's executor go (its status lost liveliness): end its segments out."""
+        last = self.directory.status(agent) if self.directory is not None else None
+        if last is not None and last.state == "stopping":
+            self.get_logger().info(f"executor /{agent}/execute_segment has shut down")
+        else:
+            self.get_logger().warning(f"executor /{agent}/execute_segment lost its liveliness and it did not come "
+                                      "back (killed, or its process hung); segments it held end EXECUTOR_UNAVAILABLE")
+        dispatcher = self.dispatcher
+        if dispatcher is not None:
+            dispatcher.executor_lost(agent, f"lost its liveliness (its executor_status lease ran out and did not "
+                                            f"come back within executor_ack_timeout_s, "
+                                            f"{self.params.executor_ack_timeout_s:.1f} s: the process died or hung)")
 
     @staticmethod
     def _abort(goal_handle, req_id: str, code: ErrorCode, message: str) -> Plan.Result:
@@ -493,9 +546,10 @@ class PlanServerNode(LifecycleNode):
         self._on_events(events)
 
     def plan_rule(self, agent: str) -> str:
-        """The robot's rule for a second plan while one runs (queue | urgent_preempts): parameters plan_rules and
-        default_plan_rule."""
-        return self._plan_rules.get(agent, self._plan_rules.get("", "queue"))
+        """The robot's rule for a second plan while one runs (queue | urgent_preempts), as its executor advertises
+        it (ExecutorStatus; queue until it has)."""
+        directory = self.directory
+        return directory.plan_rule(agent) if directory is not None else "queue"
 
     def _on_events(self, events) -> None:
         """Runs on the scheduler thread for every event the scheduler produces."""
@@ -504,6 +558,8 @@ class PlanServerNode(LifecycleNode):
             if session is None:
                 continue
             if isinstance(ev, SegmentReady):
+                if session.outcome is not None or self._refuse_unknown_skills(session, ev):
+                    continue
                 if self.params.log_timing:
                     self.get_logger().info(f"segment timing {ev.req_id} {ev.segment.index} published "
                                            f"{time.monotonic():.6f}")
@@ -521,7 +577,7 @@ class PlanServerNode(LifecycleNode):
             elif isinstance(ev, RequestFinished):
                 outcome = ev.outcome
                 stopping = self._closing or (self.stop_flag is not None and self.stop_flag.is_set())
-                if stopping and outcome.error_code == ErrorCode.EXECUTION_FAILED:
+                if stopping and outcome.error_code in (ErrorCode.EXECUTION_FAILED, ErrorCode.EXECUTOR_UNAVAILABLE):
                     # SIGINT reaches the robots' executors too (one process group): their segments end "executor
                     # shutting down" while the server itself is going down, which is SERVER_SHUTDOWN for the client
                     outcome = replace(outcome, error_code=ErrorCode.SERVER_SHUTDOWN,
@@ -530,6 +586,20 @@ class PlanServerNode(LifecycleNode):
                     key = {RequestState.DONE: "done", RequestState.DROPPED: "dropped"}.get(outcome.state, "failed")
                     self._counts[key] += 1
                 session.end(outcome)
+
+    def _refuse_unknown_skills(self, session: GoalSession, ev: SegmentReady) -> bool:
+        """Scheduler thread: end the request UNKNOWN_SKILL if the segment calls a skill its robot's executor lacks
+        (by the executor's status; nothing is sent). True when it did."""
+        directory = self.directory
+        if session.dry_run or directory is None:
+            return False
+        status = directory.status(session.agent_id)
+        missing = missing_skills(ev.segment.skills, status)
+        if not missing:
+            return False
+        err = unknown_skill_error(session.agent_id, ev.segment.index, missing, status)
+        self._on_events(self.scheduler.cancel(ev.req_id, err.code, err.message))
+        return True
 
     @staticmethod
     def _publish(session: GoalSession, feedback: Plan.Feedback) -> None:
@@ -557,7 +627,15 @@ class PlanServerNode(LifecycleNode):
             self._state_pub.publish(state)
             memory = {"rss_mib": f"{resident_mib():.1f}", "heap_trims": self._trimmer.trims,
                       "python_threads": threading.active_count()}
-            self._diag_pub.publish(diagnostics_msg(self, state, self.scheduler.policy.max_batch, memory))
+            robots = robots_health(self.params.expected_agents, self.directory, self.dispatcher)
+            self.health.publish(state, self.scheduler.policy.max_batch, robots, memory)
+
+    def _publish_unloaded(self) -> None:
+        """/diagnostics ERROR while no engine is loaded (unconfigured, or configure failed)."""
+        if self.loop is None:
+            why = self._configure_error or (f"unconfigured: no engine loaded; configure it (ros2 lifecycle set "
+                                            f"{self.get_fully_qualified_name()} configure) or wait for autostart")
+            self.health.publish_unloaded(why)
 
     def _trace_step(self, record) -> None:
         """Scheduler thread: one engine step into the step trace, named by the policy that chose it."""

@@ -6,8 +6,9 @@ from typing import Sequence
 
 from timely_llm_ros.msg import RequestStatus, SchedulerState
 
-from ..core.request import RequestState
-from ..core.scheduler import PlanScheduler
+from ..core.errors import ErrorCode
+from ..core.request import Generation, RequestState
+from ..core.scheduler import PlanScheduler, measure_outcome
 
 
 def scheduler_state_msg(node, scheduler: PlanScheduler, counts: dict[str, int],
@@ -44,33 +45,12 @@ def scheduler_state_msg(node, scheduler: PlanScheduler, counts: dict[str, int],
             segments_executed=sum(1 for s in g.segments if s.exec_finished is not None),
             tokens_generated=len(g.output_ids),
             priority=float(scheduler.policy.priority(g, now)) if waiting else 0.0,
-            age=now - g.req.arrival, utility_so_far=0.0))
+            age=now - g.req.arrival, utility_so_far=utility_so_far(g)))
     return msg
 
 
-def diagnostics_msg(node, state: SchedulerState, max_batch: int, extra: dict | None = None):
-    """Server health on /diagnostics: WARN when the queue is long or requests fail, with the key numbers (and
-    `extra` ones, e.g. the process's memory)."""
-    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-
-    backlog = state.queued + state.suspended
-    level, message = DiagnosticStatus.OK, "serving"
-    if backlog > 4 * max_batch:
-        level, message = DiagnosticStatus.WARN, f"{backlog} generations waiting (max_batch {max_batch})"
-    status = DiagnosticStatus(level=level, name="timely_server: scheduler", message=message,
-                              hardware_id=state.engine)
-    values = {"policy": state.policy, "queued": state.queued, "running": state.running,
-              "suspended": state.suspended, "executing": state.executing,
-              "last_step_time_s": f"{state.last_step_time:.4f}", "kv_device_bytes": int(state.kv_device_bytes),
-              "kv_host_bytes": int(state.kv_host_bytes), "requests_total": state.requests_total,
-              "requests_done": state.requests_done, "requests_dropped": state.requests_dropped,
-              "requests_failed": state.requests_failed, "engine_steps": state.engine_steps,
-              "interrupted_steps": state.interrupted_steps, "preemptions": state.preemptions, **(extra or {})}
-    status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
-    return DiagnosticArray(header=state_header(node), status=[status])
-
-
-def state_header(node):
-    from std_msgs.msg import Header
-
-    return Header(stamp=node.get_clock().now().to_msg())
+def utility_so_far(gen: Generation) -> float:
+    """Eq. 3 over the segments the robot has executed so far (0 before the first one ran)."""
+    if not any(s.exec_finished is not None for s in gen.segments):
+        return 0.0
+    return float(measure_outcome(gen, gen.state, ErrorCode.NONE, "", 0.0).total_utility)

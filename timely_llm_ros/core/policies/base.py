@@ -85,8 +85,14 @@ class Policy(ABC):
         that urgency class (default: ignored)."""
 
     def should_drop(self, gen: Generation, now: float) -> str | None:
-        """Reason to drop a waiting generation now, or None to keep it (default: never drop)."""
+        """Reason to drop a waiting generation now, or None to keep it (default: never drop). A policy that drops
+        asks ``may_drop`` first."""
         return None
+
+    @staticmethod
+    def may_drop(gen: Generation) -> bool:
+        """Whether a drop rule may end gen: False when its urgency class serves late plans (``late: serve``)."""
+        return not gen.req.tuf.serves_late
 
     @property
     def preempts_running(self) -> bool:

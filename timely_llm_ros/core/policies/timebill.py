@@ -11,7 +11,8 @@ context). Option fixed_alpha replaces alpha* by one ratio for every request (the
 Overrun strategies (option overrun): "kill" stops a request at its deadline (DROPPED, plan incomplete);
 "skip-next" lets it finish and drops the same agent's next request that has not started yet. Both, and the
 eviction, apply only to requests with a hard budget (time_budget_s > 0); one without a budget is served EDF by
-its TUF's zero crossing with no eviction and is never killed (TimeBill then behaves like vanilla EDF).
+its TUF's zero crossing with no eviction and is never killed (TimeBill then behaves like vanilla EDF). A
+request whose urgency class serves late plans (``late: serve``) is neither killed nor skipped: it finishes late.
 """
 from __future__ import annotations
 
@@ -85,12 +86,13 @@ class TimeBillPolicy(Policy):
     def should_drop(self, gen: Generation, now: float) -> str | None:
         if gen.req.time_budget_s <= 0:
             return None
-        if self.overrun == "kill" and now >= self.deadline(gen):
+        if self.overrun == "kill" and now >= self.deadline(gen) and self.may_drop(gen):
             return (f"killed at its deadline ({gen.req.time_budget_s:.2f} s budget) after {len(gen.output_ids)} "
                     "tokens: the plan is incomplete (TimeBill Kill)")
         if self.overrun == "skip-next" and not gen.prefilled and gen.req.agent_id in self._skip_agents:
-            self._skip_agents.discard(gen.req.agent_id)
-            return "skipped: this agent's previous plan overran its time budget (TimeBill Skip-Next)"
+            self._skip_agents.discard(gen.req.agent_id)   # the agent's next request: skipped unless it serves late
+            if self.may_drop(gen):
+                return "skipped: this agent's previous plan overran its time budget (TimeBill Skip-Next)"
         return None
 
     def select(self, waiting: Sequence[Generation], running: Sequence[Generation],
@@ -99,7 +101,7 @@ class TimeBillPolicy(Policy):
         live = []
         for g in running:   # Kill: a running request past its deadline leaves the batch; should_drop ends it
             if g.req.time_budget_s > 0 and now >= self.deadline(g):
-                if self.overrun == "kill":
+                if self.overrun == "kill" and self.may_drop(g):
                     continue
                 if g.req_id not in self._overran:
                     self._overran.add(g.req_id)

@@ -13,9 +13,12 @@ late segment counts as "due now"), and U at utility_floor * beta (> 0) so that s
 utility keep a finite, small, positive priority, ordered by their slack; they are still served, after those that
 can. A later segment (never dropped: its robot is mid-plan) ages past the floor instead: L keeps shrinking as
 G^2 / (G + tau), tau = time since its TUF_1 reached the floor, so it outranks every fresh segment of its class after
-tau = G (1 / utility_floor - 1) and cannot starve behind new arrivals. A first segment whose TUF_0 would be <= 0 even if generated now is dropped (option drop="hopeless", the
-default; "never" keeps it); the scheduler reports it as DROPPED. Later segments are never dropped: the robot is
-mid-plan.
+tau = G (1 / utility_floor - 1) and cannot starve behind new arrivals. A first segment whose TUF_0 would be <= 0
+even if generated now is dropped (option drop="hopeless", the default; "never" keeps it); the scheduler reports it
+as DROPPED. Later segments are never dropped: the robot is mid-plan. A request whose urgency class serves late
+plans (``late: serve``) is never dropped either: its first segment keeps the floor priority (it does not age), so
+it is planned with what the engine has left once the requests that can still earn utility are served, and never
+takes the engine from them (benchmarks/late_or_drop.py: an aging first segment took it from urgent requests).
 
 Admission is prefill-aware (core/admission.py step_verdict): the most urgent member's WCET counts the prefill work
 a candidate adds, and a step carries at most step_prefill_s of prefill work whoever asks, except the first wave of
@@ -268,7 +271,7 @@ class TimelyPolicy(Policy):
         return floor / (g * max(slack, g))
 
     def should_drop(self, gen: Generation, now: float) -> str | None:
-        if self.drop == "never" or gen.k > 0:
+        if self.drop == "never" or gen.k > 0 or not self.may_drop(gen):
             return None
         # optimistic G (the configured profile, or less if measured faster): an online G inflated by a burst
         # must not drop a request that could still make it
@@ -519,7 +522,7 @@ class TimelyPolicy(Policy):
         first = own and not any(prefill_tokens_left(m) for m in batch)   # the step's fixed prefill cost is new
         pre_joined = pre + own * cost.prefill_token_s + gen.reload_s + (cost.prefill_step_s if first else 0.0)
         with_gen = self.ready_utility(gen, now + wcet_in_s(gen, self.segment_tokens(gen), pre_joined, size + 1, cost))
-        if with_gen <= 0.0 and gen.k == 0 and self.drop != "never":
+        if with_gen <= 0.0 and gen.k == 0 and self.drop != "never" and self.may_drop(gen):
             return False           # it would be served at a loss: leave it to the drop rule
         without, wait = 0.0, 0.0
         for m in batch:

@@ -18,7 +18,11 @@ module); the base serves ``<namespace>/execute_segment`` and handles the rest:
 - cancel: the running skill sees ``ctx.cancelled`` (``ctx.sleep`` raises), ``halt()`` is called, CANCELLED;
 - FAILED when a skill raises; execution_time measured from the moment the segment starts running;
 - a plan stops at a segment that did not succeed: its later segments waiting here end NOT_RUN at once; a plan the
-  robot left for another ends NOT_RUN for its segments that come after.
+  robot left for another ends NOT_RUN for its segments that come after;
+- status: ExecutorStatus on ``<namespace>/executor_status`` (robot type, skills, plan rule, idle/busy/stopping, the
+  running plan and segment, segments waiting), latched with a liveliness lease, on every change (and every
+  ``status_period_s`` when set; ros/executor_status.py): the server checks goals against it and notices a killed
+  executor. A driver with its own main (not run_executor) calls ``publish_status()`` once its skills exist.
 """
 from __future__ import annotations
 
@@ -33,10 +37,12 @@ from rclpy.node import Node
 
 from timely_llm_ros.action import ExecuteSegment
 
+from ...core.capabilities import RobotStatus
 from ...core.request import SkillCall
 from ...core.skills.interpreter import Interpreter, PlanError, SegmentRun, Stopped, format_value
 from ..action_client import deep_queues
 from ..conversions import skill_from_msg, skill_to_msg
+from ..executor_status import StatusPublisher
 from .job import SegmentJob
 from .plans import declared_returns, returns_conflicts, segment_program, skill_set_for
 from .robot_plans import RobotPlans
@@ -64,9 +70,14 @@ class SkillExecutorNode(Node):
     def __init__(self, node_name: str = "executor", skills: object | None = None, **kwargs) -> None:
         super().__init__(node_name, **kwargs)
         self.robot_type = self.declare_parameter("robot_type", self.ROBOT_TYPE, ParameterDescriptor(
-            description="skill set (config/skills/<type>.yaml) whose language segments are parsed and run in; "
-                        "empty: each goal's skill list runs as sent", read_only=True)).value
-        self.skill_set = skill_set_for(self.robot_type)
+            description="skill set (config/skills/<type>.yaml, or <skills_dir>/skills/<type>.yaml) whose language "
+                        "segments are parsed and run in; empty: each goal's skill list runs as sent",
+            read_only=True)).value
+        self.skills_dir = self.declare_parameter("skills_dir", "", ParameterDescriptor(
+            description="a team's folder of skill sets (skills/*.yaml) and execution-time profiles (exec_time/*.yaml), "
+                        "added to the package's (same name: the team's); empty: the package's only",
+            read_only=True)).value
+        self.skill_set = skill_set_for(self.robot_type, self.skills_dir or None)
         self.queue_size = self.declare_parameter("queue_size", 16, ParameterDescriptor(
             description="segments that may wait behind the running one; a new request's segment beyond it gets BUSY",
             integer_range=[IntegerRange(from_value=0, to_value=10000, step=1)], read_only=True)).value
@@ -103,6 +114,10 @@ class SkillExecutorNode(Node):
         # the timer runs only while a segment runs: an idle robot's timer woke the executor for nothing
         # (benchmarks/executor_host_idle.py)
         self._pause_feedback()
+        self._status = StatusPublisher(self, self.declare_parameter("status_period_s", 0.0, ParameterDescriptor(
+            description="executor_status is published on every change and, when > 0, again every this many seconds "
+                        "(its liveliness does not depend on it; each tick costs an idle robot's host CPU)",
+            floating_point_range=_float_range(0.0, 3600.0), read_only=True)).value, self._status_snapshot)
         self._worker = threading.Thread(target=self._dispatch_loop, name="segment-dispatch", daemon=True)
         self._worker.start()
 
@@ -111,6 +126,7 @@ class SkillExecutorNode(Node):
                        returns: type | str | None = None) -> None:
         """Add (or replace) the callable for skill ``name``: ``fn(ctx, *args)``; ``returns`` marks a query."""
         self.skills.add(name, fn, estimate, returns)
+        self._status_changed()
 
     def check_skills(self) -> None:
         """ValueError when a skill's ``returns`` disagrees with the skill set (run_executor calls it at start)."""
@@ -157,6 +173,7 @@ class SkillExecutorNode(Node):
                 job.verdict = R(success=False, error_code=R.FAILED, error_message=SHUTDOWN_MESSAGE)
             preempted = self._plans.admit(job, bool(goal.preempts)) if job.verdict is None else []
             self._cv.notify_all()
+        self._status_changed()
         if job.verdict is not None:
             self._start(job)
         for other in preempted:     # the plan it preempted: its queued segments end PREEMPTED
@@ -198,6 +215,7 @@ class SkillExecutorNode(Node):
                     # sleeps until a segment arrives or it shuts down
                     self._cv.wait(0.02 if len(self._plans.queue) else None)
                     continue
+            self._status_changed()
             for job in start:
                 self._start(job)
 
@@ -219,6 +237,7 @@ class SkillExecutorNode(Node):
                         self._running = None
                         self._pause_feedback()
                 self._cv.notify_all()
+            self._status_changed()
             for orphan in orphans:
                 self._start(orphan)
 
@@ -355,6 +374,7 @@ class SkillExecutorNode(Node):
             self._stopping = True
             running = self._running
             self._cv.notify_all()
+        self._status_changed()
         if running is not None and running.ctx is not None:
             running.ctx.wake()
 
@@ -369,4 +389,25 @@ class SkillExecutorNode(Node):
         self._worker.join(5.0)
         if self._timer is not None:
             self.destroy_timer(self._timer)
+        self._status.destroy()
         self._action.destroy()
+
+    # ------------------------------------------------------------------ status (ExecutorStatus)
+    def publish_status(self) -> None:
+        """The executor is complete (skills registered): advertise it now (run_executor calls it at start)."""
+        self._status.announce()
+
+    def _status_changed(self) -> None:
+        """Something the status shows may have changed: publish it if it did (after publish_status)."""
+        status = getattr(self, "_status", None)   # register_skill runs before the publisher exists too
+        if status is not None:
+            status.update()
+
+    def _status_snapshot(self) -> RobotStatus:
+        """What the status says now (read without the lock: a status a moment stale is corrected by the next)."""
+        running, stopping = self._running, self._stopping
+        state = "stopping" if stopping else "busy" if running is not None else "idle"
+        return RobotStatus(robot_type=self.robot_type, skills=frozenset(self.skills.names()), plan_rule=self.plan_rule,
+                           state=state, request_id=running.request_id if running is not None else "",
+                           segment_index=running.index if running is not None else 0,
+                           segments_waiting=len(self._plans.queue))

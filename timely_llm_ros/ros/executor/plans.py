@@ -13,21 +13,24 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ...core.request import SkillCall
-from ...core.skills import SkillSet, load_skill_sets
+from ...core.robot_types import load_robot_types
+from ...core.skills import SkillSet
 from ...core.skills.interpreter import PlanState
 from ...core.skills.minispec import parse
 from ...core.skills.program import Statement
 
 
-def skill_set_for(robot_type: str, directory: Path | None = None) -> SkillSet | None:
-    """The skill set named ``robot_type`` (from ``directory``, default config/skills); None for "" (a robot without
-    a plan language: it runs the skill list of each goal as sent). ValueError names the known types."""
+def skill_set_for(robot_type: str, skills_dir: str | Path | None = None) -> SkillSet | None:
+    """The skill set named ``robot_type`` (config/skills, or a team's ``skills_dir``: core/robot_types.py); None for
+    "" (a robot without a plan language: it runs the skill list of each goal as sent). ValueError names the known
+    types."""
     if not robot_type:
         return None
-    sets = load_skill_sets(directory)
+    sets = load_robot_types(skills_dir).skill_sets
     if robot_type not in sets:
         raise ValueError(f"robot_type {robot_type!r} has no skill set; known: {', '.join(sorted(sets))} "
-                         "(set -p robot_type:=<one of them>, or add config/skills/<type>.yaml)")
+                         "(set -p robot_type:=<one of them>, or put <type>.yaml in <skills_dir>/skills and set "
+                         "-p skills_dir:=<that folder>)")
     return sets[robot_type]
 
 

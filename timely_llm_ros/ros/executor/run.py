@@ -41,6 +41,7 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
         executor = ElasticExecutor(num_threads + 2 * (len(nodes) - 1))   # idle threads end after a burst
         for node in nodes:
             executor.add_node(node)
+            node.publish_status()
             node.get_logger().info(node.ready_message())
         while not stop.is_set() and rclpy.ok():
             executor.spin_once(timeout_sec=0.1)

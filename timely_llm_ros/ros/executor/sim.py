@@ -1,6 +1,6 @@
-"""The simulated robot: every skill of its execution-time profile sleeps a sampled time, then acts on a simulated
-scene (``scene``: core/scene.py; queries answer from it, moves and turns change what is in view, so the same plan
-takes different branches in different scenes); faults on request.
+"""The simulated robot: every skill of its execution-time profile (config/exec_time, or a team's skills_dir) sleeps
+a sampled time, then acts on a simulated scene (``scene``: core/scene.py; queries answer from it, moves and turns
+change what is in view, so the same plan takes different branches in different scenes); faults on request.
 
 Fault injection (for the stress suite; all 0 by default): ``abort_probability`` (the segment's first skill
 fails half-way), ``hang_probability`` (the segment never finishes on its own; cancel still stops it),
@@ -14,6 +14,7 @@ from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 
 from ...core.exec_time import ExecTimeModel
 from ...core.request import SkillCall
+from ...core.robot_types import load_robot_types
 from ...core.scene import load_scene
 from ...core.scene_skills import act
 from .base import SkillExecutorNode
@@ -47,13 +48,23 @@ class SimulatedExecutorNode(SkillExecutorNode):
         self.overrun_s = self.declare_parameter("overrun_s", 0.0, ParameterDescriptor(
             description="fault injection: seconds added to every segment's execution", read_only=True,
             floating_point_range=[FloatingPointRange(from_value=0.0, to_value=3600.0, step=0.0)])).value
-        self.model = ExecTimeModel.load(self.skill_set.exec_profile if self.skill_set is not None else self.robot_type)
+        self.model = self._profile()
         self._rng = random.Random(f"{self.get_namespace()}:{seed}")
         self._fault: str | None = None
         for name in self.model.skills:
             self.register_skill(name, self._simulated,
                                 estimate=lambda args, n=name: self.model.skill_min(SkillCall(n, tuple(args)))
                                 * self.time_scale)
+
+    def _profile(self) -> ExecTimeModel:
+        """The execution-time profile of this robot type's skill set (the package's or skills_dir's)."""
+        profile = self.skill_set.exec_profile if self.skill_set is not None else self.robot_type
+        models = load_robot_types(self.skills_dir or None).exec_models
+        if profile not in models:
+            raise FileNotFoundError(f"no execution-time profile {profile!r} for robot_type {self.robot_type!r} "
+                                    f"(profiles: {', '.join(sorted(models))}); add exec_time/{profile}.yaml to "
+                                    "skills_dir")
+        return models[profile]
 
     def on_segment_start(self, request_id: str, index: int, calls: list[SkillCall]) -> None:
         u = self._rng.random()

@@ -1,0 +1,289 @@
+"""Robots say what they are (ExecutorStatus) and the server acts on it, over DDS with real processes: a team's own
+robot type from skills_dir end to end, a goal for the wrong robot type, a skill the robot lacks, /diagnostics for a
+missing expected executor, and a skill set without an execution-time profile at configure."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from action_msgs.msg import GoalStatus  # noqa: E402
+
+from timely_llm_ros.action import ExecuteSegment, Plan  # noqa: E402
+from timely_llm_ros.core.request import SkillCall  # noqa: E402
+from timely_llm_ros.core.robot_types import load_robot_types  # noqa: E402
+
+from ros_harness import REPO, plan_client, ros_env, start_executor, start_server  # noqa: E402
+from test_ros_server import _SilentExecutor  # noqa: E402
+
+R = Plan.Result
+DRONE_TASK = dict(agent_id="drone_1", robot_type="drone", task="look for the cat",
+                  context="cat, chair, table, lamp", urgency_class="normal")
+ROVER_TASK = dict(DRONE_TASK, agent_id="rover_1", robot_type="rover")
+LENIENT = dict(urgency_class="", ert=10.0, alpha=-0.1, beta=1.0)   # discovering a new executor may take seconds
+_ROVER_SKILLS = ("mf", "mb", "ml", "mr", "mu", "md", "tc", "tu", "d", "iv", "ox", "oy", "ow", "oh", "od", "p", "l",
+                 "tp", "rp", "g", "s", "sa")
+# A team's ground rover: MiniSpec plans with the drone's vocabulary, its vertical moves raising and lowering a camera
+# mast, slower than the drone. The embedded planner knows drone and arm tasks only, so the rover's prompt asks it for
+# a drone plan (a team brings a model that knows its robot; this test is about the plumbing: the type, its skill
+# set, its profile, its executor).
+ROVER = """name: rover
+exec_profile: rover
+max_segment_tokens: 10
+prompt_template: "<drone>\\nscene: {context}\\ntask: {task}\\nplan:"
+skills:
+  - {short: mf, long: move_forward, args: [int], kind: action}
+  - {short: mb, long: move_backward, args: [int], kind: action}
+  - {short: ml, long: move_left, args: [int], kind: action}
+  - {short: mr, long: move_right, args: [int], kind: action}
+  - {short: mu, long: mast_up, args: [int], kind: action}
+  - {short: md, long: mast_down, args: [int], kind: action}
+  - {short: tc, long: turn_cw, args: [int], kind: action}
+  - {short: tu, long: turn_ccw, args: [int], kind: action}
+  - {short: d, long: delay, args: [int], kind: action}
+  - {short: iv, long: is_visible, args: [str], kind: query, returns: bool}
+  - {short: ox, long: object_x, args: [str], kind: query, returns: float}
+  - {short: oy, long: object_y, args: [str], kind: query, returns: float}
+  - {short: ow, long: object_width, args: [str], kind: query, returns: float}
+  - {short: oh, long: object_height, args: [str], kind: query, returns: float}
+  - {short: od, long: object_distance, args: [str], kind: query, returns: float}
+  - {short: p, long: probe, args: [str], kind: query, returns: str}
+  - {short: l, long: log, args: [str], kind: action}
+  - {short: tp, long: take_picture, args: [], kind: action}
+  - {short: rp, long: re_plan, args: [], kind: action}
+  - {short: g, long: goto, args: [str], kind: action}
+  - {short: s, long: scan, args: [str], kind: action}
+  - {short: sa, long: scan_abstract, args: [str], kind: action}
+"""
+ROVER_PROFILE = "profile: rover\nskills:\n" + "".join(
+    f"  {name}: {{model: poly, coeffs: [2.5, 0.01]}}\n" if name in ("mf", "mb", "ml", "mr") else
+    f"  {name}: {{model: poly, coeffs: [1.2, 0.02]}}\n" if name in ("tc", "tu", "mu", "md") else
+    f"  {name}: {{model: poly, coeffs: [0.0, 1.0]}}\n" if name == "d" else
+    f"  {name}: {{model: fixed, value: 4.0}}\n" if name == "g" else
+    f"  {name}: {{model: steps, per_step: 2.0, min_steps: 1, max_steps: 8}}\n" if name in ("s", "sa") else
+    f"  {name}: {{model: fixed, value: 0.01}}\n" for name in _ROVER_SKILLS)
+
+
+def _skills_dir(root, skills: dict[str, str], profiles: dict[str, str]):
+    for folder, files in (("skills", skills), ("exec_time", profiles)):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (root / folder / f"{name}.yaml").write_text(text)
+    return root
+
+
+def test_a_skill_set_without_a_profile_entry_stops_configure_with_a_message_naming_it(tmp_path):
+    """Runs before the module's server starts (its /plan would meet this one's)."""
+    folder = _skills_dir(tmp_path, {"rover": ROVER}, {"rover": ROVER_PROFILE.replace("  tp: {model: fixed, value: "
+                                                                                     "0.01}\n", "")})
+    proc = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.server_node", "--ros-args", "-p",
+                           f"skills_dir:={folder}"], cwd=REPO, env=ros_env(), capture_output=True, text=True,
+                          timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "configure failed" in out and "skill set 'rover': skill(s) tp have no entry in execution-time profile " \
+        "'rover'; add them to exec_time/rover.yaml" in out, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+
+
+def test_an_unconfigured_server_says_error_on_diagnostics():
+    """No engine loaded (autostart false, nobody configured it): /diagnostics is ERROR and says what to do. Runs
+    before the module's server starts."""
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+
+    server = start_server("autostart:=false", ready="autostart is false")
+    try:
+        with plan_client() as client:
+            diags = []
+            assert client.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
+            end = time.monotonic() + 20
+            while time.monotonic() < end and not diags:
+                time.sleep(0.05)
+    finally:
+        server.stop()
+    assert diags, "no /diagnostics from the unconfigured server"
+    status = diags[-1].status[0]
+    assert status.level == DiagnosticStatus.ERROR and status.message.startswith("unconfigured: no engine loaded"), \
+        status.message
+    assert "ros2 lifecycle set /timely_server configure" in status.message, status.message
+
+
+@pytest.fixture(scope="module")
+def robots(tmp_path_factory):
+    folder = _skills_dir(tmp_path_factory.mktemp("team"), {"rover": ROVER}, {"rover": ROVER_PROFILE})
+    nodes = []
+    try:
+        nodes.append(start_server(f"skills_dir:={folder}", "executor_discovery_timeout_s:=8.0",
+                                  "executor_ack_timeout_s:=8.0", "expected_agents:=[rover_1,rover_2,drone_1]"))
+        nodes.append(start_executor("rover_1", "rover", 0.05, params=(f"skills_dir:={folder}",)))
+        nodes.append(start_executor("drone_1", "drone", 0.05))
+        with plan_client() as client:
+            client.skills_dir = folder
+            client.start_rover_2 = lambda: nodes.append(start_executor("rover_2", "rover", 0.05,
+                                                                       params=(f"skills_dir:={folder}",)))
+            yield client
+    finally:
+        for n in reversed(nodes):
+            n.stop()
+
+
+def test_diagnostics_are_error_naming_a_missing_expected_executor_and_ok_once_it_appears(robots):
+    """rover_2 is expected and not running: /diagnostics is ERROR and names it; once its executor runs (its
+    ExecutorStatus is alive) the level is OK with the robots counted. First in the module: nothing has failed yet,
+    so no rate warning can mask the OK."""
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+
+    client = robots
+    diags = []
+    assert client.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
+
+    def latest(predicate, timeout: float):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            found = [d.status[0] for d in list(diags) if predicate(d.status[0])]
+            if found:
+                return found[-1]
+            time.sleep(0.05)
+        return None
+
+    # once the running executors' statuses reached the server, only rover_2 is missing
+    status = latest(lambda s: s.name == "timely_server: scheduler" and "rover_1" not in s.message
+                    and "drone_1" not in s.message, 20.0)
+    assert status is not None and status.level == DiagnosticStatus.ERROR, [d.status[0].message for d in diags[-3:]]
+    assert "expected executor(s) missing: rover_2" in status.message, status.message
+    robots.start_rover_2()
+    diags.clear()
+    ok = latest(lambda s: s.level == DiagnosticStatus.OK, 30.0)
+    assert ok is not None, [d.status[0].message for d in diags[-3:]]
+    values = {kv.key: kv.value for kv in ok.values}
+    assert values["robots_missing"] == "-" and int(values["robots_alive"]) >= 3, values
+
+
+def test_a_teams_robot_type_from_skills_dir_is_planned_with_its_profile_and_run_by_its_executor(robots):
+    """The rover's plan is segmented with its skill set and estimated with its profile; its executor (the simulated
+    one, with the same skills_dir) runs it and says so on its ExecutorStatus: busy with the plan, then idle."""
+    from timely_llm_ros.msg import ExecutorStatus
+    from timely_llm_ros.ros.executor_status import status_qos
+
+    client = robots
+    statuses = []
+    assert client.node.create_subscription(ExecutorStatus, "/rover_1/executor_status", statuses.append, status_qos())
+    end = time.monotonic() + 10
+    while time.monotonic() < end and not statuses:    # matched: the latched status came
+        time.sleep(0.05)
+    run = client.send(**dict(ROVER_TASK, **LENIENT))
+    status, result = run.result(60)
+    assert status == GoalStatus.STATUS_SUCCEEDED, (result.error_code, result.error_message)
+    end = time.monotonic() + 5
+    while time.monotonic() < end and not (statuses and statuses[-1].state == "idle"):
+        time.sleep(0.05)
+    assert statuses[-1].robot_type == "rover" and set(statuses[-1].skills) == set(_ROVER_SKILLS)
+    busy = [(m.request_id, m.segment_index) for m in statuses if m.state == "busy"]
+    assert (result.request_id, 0) in busy and statuses[-1].state == "idle", [(m.state, m.request_id) for m in statuses]
+    profile = load_robot_types(client.skills_dir).exec_models["rover"]
+    for seg in result.segments:
+        calls = [SkillCall(s.name, tuple(float(a) if a.replace(".", "", 1).isdigit() else a for a in s.args))
+                 for s in seg.skills]
+        assert seg.estimated_exec_time == pytest.approx(profile.min_time(calls)), seg   # the team's profile
+    assert all(s.executed for s in result.segments)
+    ran = {s.name for seg in result.segments for s in seg.executed_skills}
+    assert ran and ran <= set(_ROVER_SKILLS)
+
+
+def test_a_goal_for_another_robot_type_ends_wrong_robot_type_before_any_token(robots):
+    """drone_1's executor says (ExecutorStatus) it is a drone: a rover goal for it ends WRONG_ROBOT_TYPE naming
+    both types, and the engine ran no step for it (the latched state's engine_steps is unchanged)."""
+    from rclpy.qos import DurabilityPolicy, QoSProfile
+
+    from timely_llm_ros.msg import SchedulerState
+
+    client = robots
+    states = []
+    latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    assert client.node.create_subscription(SchedulerState, "/timely_server/state", states.append, latched)
+    deadline = time.monotonic() + 10
+    # the latched state can be one period old: wait for one published since, with nothing in flight
+    while time.monotonic() < deadline and not (len(states) >= 2 and states[-1].queued + states[-1].running
+                                                + states[-1].suspended + states[-1].executing == 0):
+        time.sleep(0.05)
+    steps = states[-1].engine_steps
+    run = client.send(**dict(ROVER_TASK, agent_id="drone_1"))
+    status, result = run.result(30)
+    assert status == GoalStatus.STATUS_ABORTED
+    assert result.error_code == R.WRONG_ROBOT_TYPE, (result.error_code, result.error_message)
+    assert "'drone'" in result.error_message and "'rover'" in result.error_message
+    assert result.tokens_generated == 0 and not result.plan and "generating" not in {f.state for f in run.feedback}
+    seen = len(states)
+    while len(states) < seen + 2 and time.monotonic() < deadline + 10:   # two more state periods
+        time.sleep(0.05)
+    assert states[-1].engine_steps == steps
+
+
+def test_a_plan_calling_a_skill_its_robot_lacks_ends_unknown_skill_naming_it(robots, tmp_path):
+    """A team's drone with a small skill set (skills_dir: it can only move forward, wait and log): the server plans
+    with the full drone skill set, and the first segment that calls a skill this robot's ExecutorStatus does not
+    list ends the plan UNKNOWN_SKILL naming the skill; nothing of it reaches the robot."""
+    (tmp_path / "skills").mkdir()
+    (tmp_path / "exec_time").mkdir()
+    (tmp_path / "skills" / "drone.yaml").write_text(
+        "name: drone\nexec_profile: drone\nmax_segment_tokens: 10\nskills:\n"
+        "  - {short: mf, long: move_forward, args: [int], kind: action}\n"
+        "  - {short: d, long: delay, args: [int], kind: action}\n"
+        "  - {short: l, long: log, args: [str], kind: action}\n")
+    (tmp_path / "exec_time" / "drone.yaml").write_text(
+        "profile: drone\nskills:\n  mf: {model: poly, coeffs: [1.8, 0.007]}\n  d: {model: poly, coeffs: [0.0, 1.0]}"
+        "\n  l: {model: fixed, value: 0.001}\n")
+    client = robots
+    robot = start_executor("drone_small", "drone", 0.05, params=(f"skills_dir:={tmp_path}",))
+    try:
+        run = client.send(**dict(DRONE_TASK, agent_id="drone_small", **LENIENT))
+        status, result = run.result(60)
+    finally:
+        robot.stop()
+    assert status == GoalStatus.STATUS_ABORTED
+    assert result.error_code == R.UNKNOWN_SKILL, (result.error_code, result.error_message)
+    refused = result.segments[-1]
+    missing = [s.name for s in refused.skills if s.name not in ("mf", "d", "l")]
+    assert missing and all(f"'{name}'" in result.error_message for name in missing), result.error_message
+    assert not any(s.executed for s in result.segments)
+
+
+def test_an_executors_unknown_skill_result_ends_the_plan_unknown_skill_not_execution_failed(robots):
+    """A robot that publishes no ExecutorStatus (a team's plain ExecuteSegment server) is not checked before
+    sending; its own UNKNOWN_SKILL answer becomes the plan's UNKNOWN_SKILL (docs/server.md has the mapping)."""
+    client = robots
+
+    def refuse(goal_handle):
+        goal_handle.abort()
+        return ExecuteSegment.Result(success=False, error_code=ExecuteSegment.Result.UNKNOWN_SKILL,
+                                     error_message="this robot has no skill(s) ['g']")
+
+    robot = _SilentExecutor("drone_plain", refuse)
+    try:
+        run = client.send(**dict(DRONE_TASK, agent_id="drone_plain", **LENIENT))
+        status, result = run.result(60)
+    finally:
+        robot.close()
+    assert result.error_code == R.UNKNOWN_SKILL, (result.error_code, result.error_message)
+    assert "['g']" in result.error_message
+
+
+def test_a_requests_utility_so_far_is_the_eq3_sum_over_its_executed_segments():
+    """SchedulerState.requests[].utility_so_far: 0 before the robot ran anything, then TUF_0 of the first segment's
+    wait plus TUF_1 of each later one's."""
+    from timely_llm_ros.core.request import Generation, PlanRequest, Segment
+    from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
+    from timely_llm_ros.ros.state_message import utility_so_far
+
+    tuf = DEFAULT_URGENCY_CLASSES["normal"]
+    gen = Generation(PlanRequest("r", "drone_1", "drone", "look", tuf, arrival=0.0), prompt_ids=[1])
+    gen.segments = [Segment(0, "g('cat');", [], 0.1, 0.3, 2.5), Segment(1, "tp();", [], 0.3, 0.5, 0.001)]
+    assert utility_so_far(gen) == 0.0
+    gen.segments[0].exec_started, gen.segments[0].exec_finished = 1.25, 3.0      # waited 1.25 s: TUF_0 = 0.5
+    assert utility_so_far(gen) == pytest.approx(0.5)
+    gen.segments[1].exec_started, gen.segments[1].exec_finished = 3.25, 3.3      # waited 0.25 s after: TUF_1 = 0.5
+    assert utility_so_far(gen) == pytest.approx(1.0)
