@@ -185,6 +185,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="register a policy variant for --policies (repeatable), e.g. "
                         "timely-cap05=timely:step_prefill_s=0.05 (values are read as YAML scalars)")
     p.add_argument("--no-bound", action="store_true", help="skip the class-alone upper bound runs")
+    p.add_argument("--robots", choices=("per_task", "named"), default="per_task",
+                   help="per_task: each task goes to a free robot (the paper's setting); named: the workload's agent "
+                        "ids are the robots, one plan per robot, so a task for a busy agent waits")
     p.add_argument("--out", default="out/bench")
     p.add_argument("--no-plots", action="store_true")
     return p.parse_args(argv)
@@ -252,6 +255,7 @@ def run(args) -> list[dict]:
           f"{base_latency.cached_prefix_tokens} tokens, {base_latency.layers} layers unless swept")
     variants = [(c, n) for c in caches for n in layer_counts]
     for preset, seed, workload, preset_sim in workloads(args):
+        preset_sim = {**preset_sim, "robots": args.robots}
         for cached, layers in variants:
             latency = base_latency if cached is None else replace(base_latency, cached_prefix_tokens=cached)
             latency = latency if layers is None else replace(latency, layers=layers)

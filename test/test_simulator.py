@@ -239,12 +239,13 @@ def test_a_simulated_robot_runs_one_plan_at_a_time_and_a_more_urgent_plan_preemp
         return sorted((s.exec_started, s.exec_finished, o.req.req_id) for o in result.outcomes for s in o.segments
                       if s.exec_started is not None and s.exec_finished is not None)
 
-    queued = simulate(make_policy("timely", options={"drop": "never"}), LAT, [first, second])
+    queued = simulate(make_policy("timely", options={"drop": "never"}), LAT, [first, second], robots="named")
     by_id = {o.req.req_id: o for o in queued.outcomes}
     assert by_id[first.task_id].ok and by_id[second.task_id].ok
     assert by_id[second.task_id].segments[0].exec_started >= by_id[first.task_id].segments[-1].exec_finished
     waited = by_id[second.task_id].response_time
-    preempted = simulate(make_policy("timely"), LAT, [first, second], plan_rule=lambda agent: "urgent_preempts")
+    preempted = simulate(make_policy("timely"), LAT, [first, second], plan_rule=lambda agent: "urgent_preempts",
+                         robots="named")
     by_id = {o.req.req_id: o for o in preempted.outcomes}
     stopped, urgent = by_id[first.task_id], by_id[second.task_id]
     assert stopped.error_code == ErrorCode.PREEMPTED and urgent.ok and urgent.response_time < waited
@@ -253,3 +254,18 @@ def test_a_simulated_robot_runs_one_plan_at_a_time_and_a_more_urgent_plan_preemp
     for result in (queued, preempted):
         spans = runs(result)
         assert all(end <= nxt for (_, end, _), (nxt, _, _) in zip(spans, spans[1:])), spans   # never two at once
+
+
+def test_by_default_each_task_gets_a_free_robot_and_a_closed_loop_chain_keeps_its_own():
+    """robots="per_task" (the paper's setting: a task goes to a free agent): two overlapping tasks named for one
+    agent run at once on two robots; a chain's next task runs on the robot of the task before it."""
+    first, second = burst([1, 1])
+    second = dataclasses.replace(second, agent_id=first.agent_id, arrival=0.5)
+    by_id = {o.req.req_id: o for o in simulate(make_policy("timely"), LAT, [first, second]).outcomes}
+    a, b = by_id[first.task_id], by_id[second.task_id]
+    assert a.ok and b.ok and a.req.agent_id != b.req.agent_id
+    assert b.segments[0].exec_started < a.segments[-1].exec_finished        # it did not wait for the first plan
+    follower = dataclasses.replace(second, task_id="follower", after=first.task_id, gap_s=0.5, arrival=0.0)
+    result = simulate(make_policy("timely"), LAT, [first, follower])
+    by_id = {o.req.req_id: o for o in result.outcomes}
+    assert by_id["follower"].req.agent_id == by_id[first.task_id].req.agent_id

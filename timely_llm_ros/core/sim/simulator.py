@@ -112,6 +112,10 @@ class Simulator:
     forced_plans: replay each task's recorded plan (trace replay); False lets the engine generate the plan.
     prompts: the model's prompt format on a real engine (engine/model_setup.py; default the raw planner format).
     plan_rule: each robot's rule for a second plan (queue | urgent_preempts), by agent id.
+    robots: "per_task" (default): every task gets a robot of its own, and a closed-loop chain keeps its robot for its
+    next task — the paper's setting, where each task goes to a free agent of a pool sized so that one is free (the
+    workload's agent ids only decided which tasks found none and were skipped); "named": the workload's agent ids
+    are the robots, so a task whose agent still runs an earlier plan waits for it (one plan per robot).
     """
 
     def __init__(self, policy: Policy, latency: LatencyModel | None, skill_sets: Mapping[str, SkillSet] | None = None,
@@ -122,7 +126,9 @@ class Simulator:
                  network_delay_s: float | None = None, step_token_budget: int | None = None,
                  exec_noise: ExecNoise | None = None, scheduler_config: SchedulerConfig | None = None,
                  prompts: PromptEncoder | None = None,
-                 plan_rule: Callable[[str], str] = lambda agent: "queue") -> None:
+                 plan_rule: Callable[[str], str] = lambda agent: "queue", robots: str = "per_task") -> None:
+        if robots not in ("per_task", "named"):
+            raise ValueError(f"robots must be 'per_task' or 'named', got {robots!r}")
         if engine is None and latency is None:
             raise ValueError("Simulator needs a latency model for its SimEngine, or an engine")
         if time_scale <= 0:
@@ -151,6 +157,7 @@ class Simulator:
         self.scheduler = PlanScheduler(self.engine, policy, self.skill_sets, self.exec_models, self.clock, config,
                                        plan_rule, prompts=prompts)
         self.plan_rule = plan_rule
+        self.robots = robots
         self._followers: dict[str, list[WorkloadTask]] = {}   # closed loop: tasks waiting for a task's end
         self._events: list[tuple[float, int, int, tuple]] = []
         self._seq = itertools.count()
@@ -244,8 +251,12 @@ class Simulator:
         if callable(set_prompt_tokens):  # modelled engine: LRTrace prompts are long in-context prompts
             set_prompt_tokens(task.task_id, task.prompt_tokens)
         self._robot_type[task.task_id] = task.robot_type
-        self._agent[task.task_id] = task.agent_id
+        robot = task.agent_id
+        if self.robots == "per_task":      # a chain's next task keeps its robot; any other task gets its own
+            robot = self._agent.get(task.after) or f"{task.agent_id}#{task.task_id}"
+        self._agent[task.task_id] = robot
         req = task.to_request(self.urgency_classes, arrival=t)
+        req.agent_id = robot
         if not self.forced_plans:
             req.forced_plan = None
         try:
