@@ -27,7 +27,8 @@ def slot_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
                    attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                    **kwargs) -> tuple[torch.Tensor, None]:
     """Attention of ``query [B, heads, q, dim]`` over ``key``/``value [B, kv_heads, kv, dim]``; returns
-    ``[B, q, heads, dim]``. The mask is boolean ``[B, 1, q, kv]`` (True = attend) or None (causal, kv == q)."""
+    ``[B, q, heads, dim]``. The mask is ``[B, 1, q, kv]``, boolean (True = attend) or additive, or None (causal,
+    kv == q)."""
     batch, heads, q_len, dim = query.shape
     kv_heads = key.shape[1]
     if q_len == 1 and (attention_mask is None or attention_mask.shape[1] == 1):
