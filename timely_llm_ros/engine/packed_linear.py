@@ -13,7 +13,7 @@ columns of its result (``FusedLinears``). Which linears share an input is only a
 on an input its siblings did not see runs the whole GEMM for it, so the result is right whatever the model does.
 
 The plain weights are dropped (no second copy), except where another module shares them: a tied LM head keeps its
-embedding, which also feeds the packed copy of the head. A packed model is for inference: its ``state_dict`` lacks the
+embedding, so the head's weight is held twice (plain for the embedding, packed for the head). A packed model is for inference: its ``state_dict`` lacks the
 packed weights. Results match ``F.linear`` to float rounding (a different summation order), not bit for bit.
 """
 from __future__ import annotations
@@ -126,4 +126,10 @@ def pack_linears(model: torch.nn.Module) -> int:
             if _packable(child):
                 setattr(parent, name, PackedLinear(child))
                 replaced += 1
+    if replaced:
+        # weights loaded from safetensors are views of the file's memory map, which stays mapped (and the pages
+        # of the dropped weights resident) while any view lives: copy the remaining ones (embeddings, norms) out
+        for param in model.parameters():
+            if param.device.type == "cpu":
+                param.data = param.data.clone()
     return replaced
