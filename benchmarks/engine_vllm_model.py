@@ -7,7 +7,8 @@
    +-10% in length: each row attends to its own length), then --repeats rounds of --decode-steps greedy steps,
    the engines alternated round by round (one warm-up round first); tokens/s of each and the ratio per round
    (mean [min-max]); then the greedy outputs compared generation by generation. A generation that emits EOS
-   leaves the batch; identical outputs mean both engines see the same batches.
+   leaves the batch; identical outputs mean both engines see the same batches. vLLM's prefix cache is reset before
+   every prefill measured here (the prompts of one case start like those of the case before).
 2. prefill: one prompt of each length, engines alternated, --repeats times.
 3. resume-to-next-token vs re-prefill at ~--short and ~--long tokens of context (engine_vllm.resume_part).
 4. memory: each engine alone in a child process (the largest decode case), its maximum resident set size.
@@ -61,11 +62,18 @@ def engines(path: Path, threads: int, kv_mb: float) -> dict:
                                 num_threads=threads)}
 
 
+def cold(kind: str, eng) -> None:
+    """No prefix of an earlier prompt reused: vLLM's prefix cache reset (the transformers engine has none on)."""
+    if kind == "vllm" and not eng.llm.reset_prefix_cache():
+        raise RuntimeError("vLLM did not reset its prefix cache (blocks still in use)")
+
+
 def decode_case(engs: dict, batch: int, length: int, args, rows: list[dict]) -> None:
     ids = [f"d{batch}-{length}-{i}" for i in range(batch)]
     lengths = [max(1, round(length * (0.9 + 0.2 * i / max(batch - 1, 1)))) for i in range(batch)]
     prefill, live = {}, {}
     for kind, eng in engs.items():
+        cold(kind, eng)
         for i, (g, n) in enumerate(zip(ids, lengths)):
             eng.add(g, passage_ids(eng, n, i), args.decode_steps * (args.repeats + 1) + 2)
         t0 = time.perf_counter()
@@ -103,6 +111,7 @@ def prefill_part(engs: dict, lengths: list[int], args, rows: list[dict]) -> None
         for r in range(args.repeats + 1):
             for kind in (list(engs) if r % 2 == 0 else list(reversed(engs))):
                 g = f"p{n}-{r}"
+                cold(kind, engs[kind])
                 engs[kind].add(g, passage_ids(engs[kind], n, 100 + r), 1)
                 t0 = time.perf_counter()
                 engs[kind].step([g])
