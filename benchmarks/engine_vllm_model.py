@@ -6,7 +6,7 @@
 1. decode: for each prompt length and batch, both engines prefill the same prompt ids (an English passage, rows
    +-10% in length: each row attends to its own length), then --repeats rounds of --decode-steps greedy steps,
    the engines alternated round by round (one warm-up round first); tokens/s of each and the ratio per round
-   (mean [min-max]); then the greedy outputs compared generation by generation. A generation that emits EOS
+   (mean [min-max]), by wall time and by the process's CPU time (less swayed by other jobs taking the cores); then the greedy outputs compared generation by generation. A generation that emits EOS
    leaves the batch; identical outputs mean both engines see the same batches. vLLM's prefix cache is reset before
    every prefill measured here (the prompts of one case start like those of the case before).
 2. prefill: one prompt of each length, engines alternated, --repeats times.
@@ -81,9 +81,10 @@ def decode_case(engs: dict, batch: int, length: int, args, rows: list[dict]) -> 
         prefill[kind] = time.perf_counter() - t0
         live[kind] = [g for g in ids if g not in done]
     rates: dict[str, list[float]] = {k: [] for k in engs}
+    cpu_rates: dict[str, list[float]] = {k: [] for k in engs}
     for r in range(args.repeats + 1):
         for kind in (list(engs) if r % 2 == 0 else list(reversed(engs))):
-            tokens, t0 = 0, time.perf_counter()
+            tokens, t0, c0 = 0, time.perf_counter(), time.process_time()
             for _ in range(args.decode_steps):
                 if not live[kind]:
                     break
@@ -92,15 +93,17 @@ def decode_case(engs: dict, batch: int, length: int, args, rows: list[dict]) -> 
                 live[kind] = [g for g in live[kind] if g not in res.finished]
             if r and tokens:                                     # round 0 warms up
                 rates[kind].append(tokens / (time.perf_counter() - t0))
+                cpu_rates[kind].append(tokens / (time.process_time() - c0))
     same = sum(engs["transformers"].output_ids(g) == engs["vllm"].output_ids(g) for g in ids)
     for eng in engs.values():
         for g in ids:
             eng.release(g)
     t, v = rates["transformers"], rates["vllm"]
     ratio = [a / b for a, b in zip(t, v)]
+    cpu_ratio = [a / b for a, b in zip(cpu_rates["transformers"], cpu_rates["vllm"])]
     print(f"  batch {batch:2d} prompt ~{length:5d}: tokens/s transformers {ev.stats(t)}  vllm {ev.stats(v)}  "
-          f"transformers/vllm {ev.stats(ratio)}  prefill s {prefill['transformers']:.2f} / {prefill['vllm']:.2f}  "
-          f"greedy outputs identical {same}/{batch}", flush=True)
+          f"transformers/vllm {ev.stats(ratio)} (by process CPU time {ev.stats(cpu_ratio)})  prefill s "
+          f"{prefill['transformers']:.2f} / {prefill['vllm']:.2f}  greedy outputs identical {same}/{batch}", flush=True)
     rows.append({"part": "decode", "engine": "transformers/vllm", "case": f"batch {batch} prompt {length}",
                  "mean": statistics.mean(ratio), "min": min(ratio), "max": max(ratio), "unit": "ratio"})
 
