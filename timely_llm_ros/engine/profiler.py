@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import yaml
 
+from ..paths import share_dir
 from . import benchkit as bk
 from .loader import LoadedModel
 from .transformers_engine import TransformersEngine
@@ -33,6 +34,15 @@ from .transformers_engine import TransformersEngine
 
 CLOCKS = {"wall": "StepResult.elapsed_s, wall time",
           "cpu": "the process's CPU time during each step (CPU engines on a shared machine)"}
+
+
+def cpu_name() -> str:
+    """The processor's model name (Linux), else the architecture."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.machine()
 
 
 def mape(measured: np.ndarray, predicted: np.ndarray) -> float:
@@ -139,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="decode points outside the fit to check the fitted model against (batch:context)")
     args = parser.parse_args(argv)
     loaded = bk.load_from_args(args)
-    desc = bk.describe(loaded)
+    desc = bk.describe(loaded).replace(f"{share_dir()}/", "")     # model folders relative to the checkout
     print(desc)
     limit = int(getattr(loaded.model.config, "max_position_embeddings", 10**9)) - 64
     lengths = [n for n in args.prefill_lengths if n <= limit]
@@ -162,12 +172,15 @@ def main(argv: list[str] | None = None) -> None:
     print(f"decode fit base+per_seq*B+per_kv_token*KV: base={decode['base']:.3e} per_seq={decode['per_seq']:.3e} "
           f"per_kv_token={decode['per_kv_token']:.3e}  MAPE {dec_err:.1%}")
 
+    checks = []
     if args.check:
         points = [tuple(int(x) for x in c.split(":")) for c in args.check]
         print("check (not in the fit)  B   ctx  kv_total  measured    fitted   error")
         for b, ctx in points:
             (_, kv, t), = profile_decode(loaded, [b], [ctx], args.decode_steps, args.clock)
             fitted = decode["base"] + decode["per_seq"] * b + decode["per_kv_token"] * kv
+            checks.append(f"batch {b} x {ctx} tokens: measured {t * 1e3:.1f} ms, fitted {fitted * 1e3:.1f} ms "
+                          f"({(fitted - t) / t:+.1%})")
             print(f"  {b:>25} {ctx:>5} {kv:>9} {bk.ms(t)} {bk.ms(fitted)} {(fitted - t) / t:+7.1%}")
 
     bandwidth = reload_bandwidth(loaded)
@@ -186,8 +199,9 @@ def main(argv: list[str] | None = None) -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         command = " ".join(sys.argv[1:] if argv is None else argv)
-        f.write(f"# made by: python -m timely_llm_ros.engine.profiler {command}\n# on: {platform.machine()}, {desc}\n"
+        f.write(f"# made by: python -m timely_llm_ros.engine.profiler {command}\n# on: {cpu_name()}; {desc}\n"
                 f"# measured on the transformers engine ({CLOCKS[args.clock]}, medians); fits below, points under fit\n")
+        f.writelines(f"# decode check outside the fit: {line}\n" for line in checks)
         yaml.safe_dump(profile, f, sort_keys=False)
     print(f"wrote {args.out}")
 
