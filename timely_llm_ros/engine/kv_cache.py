@@ -231,7 +231,8 @@ class SlotKV(Cache):
     def begin_decode(self, lengths: Sequence[int | None], changed: bool, lo: int = 0) -> torch.Tensor:
         """The next forward appends one token to each live row of [lo, lo + len(lengths)); ``None`` marks a gap
         row (it attends to column 0 only and keeps its KV). ``changed`` must be set whenever the rows, their
-        generations or ``lo`` differ from the previous decode. Returns the 4D additive mask ``[rows, 1, 1, columns]``."""
+        generations or ``lo`` differ from the previous decode. Returns the 4D additive mask
+        ``[rows, 1, 1, columns]`` (0 where a row attends, -inf elsewhere)."""
         self.prefill_rows = None
         if changed:
             self.lo = lo
