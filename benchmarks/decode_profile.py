@@ -106,7 +106,8 @@ def main(argv=None) -> int:
           f"(the rest, {step_ms - sum(layers):.1f} ms: embedding, final norm, LM head, sampling, the engine)")
     for kind in engines:
         total = sum(per_op[kind].values()) / args.steps / 1e3
-        print(f"\n{kind}: step {statistics.median(wall[kind]) * 1e3:.1f} ms (median, profiled), self CPU {total:.1f} ms")
+        step = statistics.median(wall[kind]) * 1e3
+        print(f"\n{kind}: step {step:.1f} ms (median, profiled), self CPU {total:.1f} ms")
         for name, us in per_op[kind].most_common(args.ops):
             print(f"  {name[:52]:52s} {us / args.steps / 1e3:8.2f} ms  {calls[kind][name] // args.steps:5d} calls")
     return 0

@@ -6,12 +6,13 @@
 1. decode: for each prompt length and batch, both engines prefill the same prompt ids (an English passage, rows
    +-10% in length: each row attends to its own length), then --repeats rounds of --decode-steps greedy steps,
    the engines alternated round by round (one warm-up round first); tokens/s of each and the ratio per round
-   (mean [min-max]), by wall time and by the process's CPU time (less swayed by other jobs taking the cores); then the greedy outputs compared generation by generation. A generation that emits EOS
-   leaves the batch; identical outputs mean both engines see the same batches. vLLM's prefix cache is reset before
-   every prefill measured here (the prompts of one case start like those of the case before).
+   (mean [min-max]), by wall time and by the process's CPU time (less swayed by other jobs taking the cores);
+   then the greedy outputs compared generation by generation. A generation that emits EOS leaves the batch;
+   identical outputs mean both engines see the same batches. vLLM's prefix cache is reset before every prefill
+   measured here (the prompts of one case start like those of the case before).
 2. prefill: one prompt of each length, engines alternated, --repeats times.
 3. resume-to-next-token vs re-prefill at ~--short and ~--long tokens of context (engine_vllm.resume_part).
-4. memory: each engine alone in a child process (the largest decode case), its maximum resident set size.
+4. memory: each engine alone in a child process (the largest decode case): its resident set size, and its peak.
 """
 from __future__ import annotations
 

@@ -13,8 +13,9 @@ columns of its result (``FusedLinears``). Which linears share an input is only a
 on an input its siblings did not see runs the whole GEMM for it, so the result is right whatever the model does.
 
 The plain weights are dropped (no second copy), except where another module shares them: a tied LM head keeps its
-embedding, so the head's weight is held twice (plain for the embedding, packed for the head). A packed model is for inference: its ``state_dict`` lacks the
-packed weights. Results match ``F.linear`` to float rounding (a different summation order), not bit for bit.
+embedding, so the head's weight is held twice (plain for the embedding, packed for the head). A packed model is for
+inference: its ``state_dict`` lacks the packed weights. Results match ``F.linear`` to float rounding (a different
+summation order), not bit for bit.
 """
 from __future__ import annotations
 

@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     with open(args.out, "w", encoding="utf-8") as f:
         command = " ".join(sys.argv[1:] if argv is None else argv)
         f.write(f"# made by: python -m timely_llm_ros.engine.profiler {command}\n# on: {cpu_name()}; {desc}\n"
-                f"# measured on the transformers engine ({CLOCKS[args.clock]}, medians); fits below, points under fit\n")
+                f"# measured on the transformers engine ({CLOCKS[args.clock]}, medians); fits below, "
+                "points under fit\n")
         f.writelines(f"# decode check outside the fit: {line}\n" for line in checks)
         yaml.safe_dump(profile, f, sort_keys=False)
     print(f"wrote {args.out}")
