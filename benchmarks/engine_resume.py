@@ -2,6 +2,7 @@
 memory, <= 15% from host memory, of the re-prefill time).
 
     .venv/bin/python benchmarks/engine_resume.py [--prompt 1536] [--generated 32]
+    .venv/bin/python benchmarks/engine_resume.py --model smollm2 --threads 1 --prompt 38 1468  # ~70, ~1,500
     .venv/bin/python benchmarks/engine_resume.py --device cuda --random-config llama3-8b --prompt 2884
 
 A generation with a long prompt decodes ``--generated`` tokens beside a batch mate, is suspended and
@@ -34,28 +35,17 @@ def leave_batch(engine: TransformersEngine, offload: bool) -> None:
     assert engine.is_offloaded("g") == offload
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    bk.add_model_args(parser)
-    parser.add_argument("--prompt", type=int, default=1536, help="prompt tokens of the suspended generation")
-    parser.add_argument("--generated", type=int, default=32, help="tokens generated before the suspension")
-    args = parser.parse_args()
-    loaded = bk.load_from_args(args)
+def measure(loaded, prompt_len: int, generated: int, reps: int) -> dict[str, float]:
+    """Medians (seconds) of the three ways back to the next token, for one context; plus its size."""
     dev = loaded.device
-    print(bk.describe(loaded))
-    limit = getattr(loaded.model.config, "max_position_embeddings", None)
-    if limit and args.prompt + args.generated > limit:
-        print(f"note: the context exceeds the model's max_position_embeddings ({limit}): timings are valid, "
-              "the content is not")
     engine = TransformersEngine(loaded)
-    prompt = bk.random_prompt(loaded, args.prompt, seed=1)
+    prompt = bk.random_prompt(loaded, prompt_len, seed=1)
     engine.add("g", prompt, 10**6, forced_ids=bk.endless(loaded))
     engine.add("m", bk.random_prompt(loaded, 64, seed=2), 10**6, forced_ids=bk.endless(loaded))
-    for _ in range(args.generated):
+    for _ in range(generated):
         engine.step(["g", "m"])
-    kv_mb = engine._gens["g"].kv_len * engine.kv_shape.bytes_per_token / 2**20
     times: dict[str, list[float]] = {"device": [], "host": [], "prefill": [], "resume_device": [], "resume_host": []}
-    for rep in range(args.reps + 1):
+    for rep in range(reps + 1):
         row = {}
         for where in ("device", "host"):
             leave_batch(engine, offload=where == "host")
@@ -69,14 +59,34 @@ def main() -> None:
             for k, v in row.items():
                 times[k].append(v)
     med = {k: bk.median(v) for k, v in times.items()}
-    ctx = engine._gens["g"].kv_len
-    print(f"context ~{ctx} tokens ({args.prompt} prompt + generated), KV {kv_mb:.1f} MiB, "
-          f"medians of {args.reps} (token-exactness of resume is what test/test_engine.py checks)")
-    print(f"  re-prefill of the context     {bk.ms(med['prefill'])}")
-    for where, target in (("device", 0.05), ("host", 0.15)):
-        ratio = med[where] / med["prefill"]
-        print(f"  resume from {where:<6} + step      {bk.ms(med[where])}   = {ratio:6.1%} of re-prefill "
-              f"(target <= {target:.0%})   [resume() alone {bk.ms(med['resume_' + where])}]")
+    med["context"] = engine._gens["g"].kv_len
+    med["kv_mib"] = med["context"] * engine.kv_shape.bytes_per_token / 2**20
+    engine.close()
+    return med
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bk.add_model_args(parser)
+    parser.add_argument("--prompt", type=int, nargs="+", default=[1536],
+                        help="prompt tokens of the suspended generation (several: one row each)")
+    parser.add_argument("--generated", type=int, default=32, help="tokens generated before the suspension")
+    args = parser.parse_args()
+    loaded = bk.load_from_args(args)
+    print(bk.describe(loaded))
+    limit = getattr(loaded.model.config, "max_position_embeddings", None)
+    if limit and max(args.prompt) + args.generated > limit:
+        print(f"note: a context exceeds the model's max_position_embeddings ({limit}): timings are valid, "
+              "the content is not")
+    print(f"medians of {args.reps} (token-exactness of resume is what test/test_engine.py checks); "
+          f"targets: resume <= 5% of the re-prefill from device memory, <= 15% from host memory")
+    print(f"{'context':>8} {'KV MiB':>7} {'re-prefill':>11} {'device resume+step':>19} {'ratio':>7} "
+          f"{'host resume+step':>17} {'ratio':>7} {'resume() alone dev/host':>24}")
+    for prompt_len in args.prompt:
+        med = measure(loaded, prompt_len, args.generated, args.reps)
+        print(f"{med['context']:>8} {med['kv_mib']:>7.1f} {bk.ms(med['prefill']):>11} {bk.ms(med['device']):>19} "
+              f"{med['device'] / med['prefill']:>7.1%} {bk.ms(med['host']):>17} {med['host'] / med['prefill']:>7.1%} "
+              f"{med['resume_device'] * 1e3:>10.2f} / {med['resume_host'] * 1e3:.2f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,10 @@
 
     python benchmarks/engine_vllm.py [--repeats 5] [--decode-steps 64] [--batches 1,8] [--workload-s 8]
         [--long 1500] [--vllm-compile] [--out out/engine_vllm]
+    python benchmarks/engine_vllm.py --model smollm2 [--batches 1,8,16] [--prompt-tokens 40,500]
+
+With --model (a name of config/models.yaml or a folder) the run is engine_vllm_model.py's, on that model: decode at
+each batch and prompt length, prefill, resume at ~--short and ~--long tokens, each engine's RSS. Without it:
 
 1. decode: tokens/s and step time at each batch size (same prompts, greedy), engines alternated per repeat;
    with --vllm-compile also a vLLM engine that compiles the model (option vllm_compile).
@@ -40,8 +44,10 @@ from timely_llm_ros.paths import default_model_dir, share_dir  # noqa: E402
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--decode-steps", type=int, default=64)
-    p.add_argument("--batches", default="1,8")
+    p.add_argument("--decode-steps", type=int, default=None, help="decode steps a repeat (default 64; --model: 32)")
+    p.add_argument("--batches", default=None, help="decode batch sizes (default 1,8; --model: 1,8,16)")
+    p.add_argument("--model", default=None, help="a real model (config/models.yaml name or folder): see above")
+    p.add_argument("--prompt-tokens", default="40,500", help="--model: prompt lengths of the decode runs")
     p.add_argument("--short", type=int, default=70, help="short context (the planner's prompts are ~40-90 tokens)")
     p.add_argument("--long", type=int, default=1500)
     p.add_argument("--workload-s", type=float, default=8.0, help="seconds of arrivals (0 = skip part 3)")
@@ -50,7 +56,10 @@ def parse(argv=None):
     p.add_argument("--vllm-compile", action="store_true",
                    help="part 1 also on a vLLM engine that compiles the model (option vllm_compile)")
     p.add_argument("--out", default="out/engine_vllm")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.decode_steps = args.decode_steps or (32 if args.model else 64)
+    args.batches = args.batches or ("1,8,16" if args.model else "1,8")
+    return args
 
 
 def rss_mb() -> float:
@@ -225,6 +234,10 @@ def decode_part(engines: dict, args, rows: list[dict]) -> None:
 
 def main(argv=None) -> int:
     args = parse(argv)
+    if args.model:
+        import engine_vllm_model
+
+        return engine_vllm_model.main(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []

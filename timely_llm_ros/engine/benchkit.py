@@ -5,6 +5,7 @@ import argparse
 import random
 import statistics
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -15,7 +16,8 @@ from .loader import LoadedModel, build_random_model, load_pretrained, random_con
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     """--model / --random-config / --layers / --device / --dtype / --threads / --reps."""
     parser.add_argument("--model", default=None,
-                        help="model folder (default: models/default_planner if present, else --random-config)")
+                        help="model folder or a name of config/models.yaml, e.g. smollm2 (default: "
+                             "models/default_planner if present, else --random-config)")
     parser.add_argument("--random-config", default=None,
                         help="random weights of a named shape: tiny, small, llama3-8b, llama3-8b-8l ...")
     parser.add_argument("--layers", type=int, default=None, help="cut a random shape to this many layers")
@@ -32,12 +34,23 @@ def load_from_args(args: argparse.Namespace) -> LoadedModel:
     if args.random_config:
         return build_random_model(random_config(args.random_config, layers=args.layers), args.device, args.dtype)
     if args.model:
-        return load_pretrained(args.model, args.device, args.dtype)
+        return load_pretrained(model_folder(args.model), args.device, args.dtype)
     from ..paths import default_model_dir
 
     if (default_model_dir() / "config.json").is_file():
         return load_pretrained(default_model_dir(), args.device, args.dtype)
     return build_random_model(random_config("small", layers=args.layers), args.device, args.dtype)
+
+
+def model_folder(name_or_path: str) -> Path:
+    """A model folder, or the prepared folder of an entry of config/models.yaml (``smollm2``); FileNotFoundError
+    says how to prepare an entry that is not converted yet."""
+    if Path(name_or_path).is_dir():
+        return Path(name_or_path)
+    from ..core.models import model_spec
+    from .models import weights_folder
+
+    return weights_folder(model_spec(name_or_path), convert=False)
 
 
 def describe(loaded: LoadedModel) -> str:

@@ -231,7 +231,8 @@ class SlotKV(Cache):
     def begin_decode(self, lengths: Sequence[int | None], changed: bool, lo: int = 0) -> torch.Tensor:
         """The next forward appends one token to each live row of [lo, lo + len(lengths)); ``None`` marks a gap
         row (it attends to column 0 only and keeps its KV). ``changed`` must be set whenever the rows, their
-        generations or ``lo`` differ from the previous decode. Returns the 4D mask."""
+        generations or ``lo`` differ from the previous decode. Returns the 4D additive mask
+        ``[rows, 1, 1, columns]`` (0 where a row attends, -inf elsewhere)."""
         self.prefill_rows = None
         if changed:
             self.lo = lo
@@ -247,7 +248,10 @@ class SlotKV(Cache):
         self.max_length = max(self.lengths)
         self.write_cols = self.lengths_t[self.row_index] if self.gaps else self.lengths_t
         cols = self._cols[:self.max_length + 1]
-        return (cols[None, :] <= self.lengths_t[:, None])[:, None, None, :]
+        blocked = cols[None, :] > self.lengths_t[:, None]
+        # additive (0 / -inf), made once per step: SDPA would convert a boolean mask again in every layer
+        mask = torch.zeros(blocked.shape, dtype=self.shape.dtype, device=self.device)
+        return mask.masked_fill_(blocked, float("-inf"))[:, None, None, :]
 
     def positions(self) -> torch.Tensor:
         """Position ids of the appended tokens: each row's current length, ``[active, 1]``."""

@@ -15,7 +15,8 @@ from transformers.utils import logging as hf_logging
 from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer  # noqa: F401  (their home before tokenizer.py)
 from .tokenizer import load_tokenizer as _load_tokenizer
 
-# Named random shapes. "llama3-8b" is Llama-3-8B's geometry; "-Nl" variants keep the width and cut layers.
+# Named random shapes. "llama3-8b" is Llama-3-8B's geometry, "smollm2" SmolLM2-135M's; "-Nl" variants keep the width
+# and cut layers.
 RANDOM_CONFIGS: dict[str, dict] = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=272, initializer_range=0.25),
@@ -23,6 +24,8 @@ RANDOM_CONFIGS: dict[str, dict] = {
                   num_key_value_heads=4, vocab_size=8192),
     "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                       num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0),
+    "smollm2": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                    num_key_value_heads=3, vocab_size=49152, rope_theta=100000.0, tie_word_embeddings=True),
 }
 
 
@@ -64,8 +67,9 @@ def random_config(name: str, layers: int | None = None, **overrides) -> LlamaCon
         base, layers = cut.group(1), layers or int(cut.group(2))
     if base not in RANDOM_CONFIGS:
         raise ValueError(f"unknown random config {name!r}; known: {', '.join(RANDOM_CONFIGS)}")
-    kw = dict(RANDOM_CONFIGS[base], max_position_embeddings=8192, bos_token_id=256, eos_token_id=257,
-              pad_token_id=0, tie_word_embeddings=False)
+    kw = dict(max_position_embeddings=8192, bos_token_id=256, eos_token_id=257, pad_token_id=0,
+              tie_word_embeddings=False)
+    kw.update(RANDOM_CONFIGS[base])
     if layers:
         kw["num_hidden_layers"] = layers
     kw.update(overrides)

@@ -1,27 +1,48 @@
 """Profile the transformers engine and write the latency YAML the simulator loads (core/sim/latency_model.py).
 
-    python -m timely_llm_ros.engine.profiler --out profile.yaml [--model PATH | --random-config small]
+    python -m timely_llm_ros.engine.profiler --out profile.yaml [--model PATH|NAME | --random-config small]
+        [--check 12:384 16:768 ...]
 
-Measures, on this engine (StepResult.elapsed_s, medians of --reps):
+Measures, on this engine (StepResult.elapsed_s, or with ``--clock cpu`` the process's CPU time of each step; medians
+of --reps):
   prefill time of one prompt of n tokens, fitted as a*n^2 + b*n + c;
   decode step time of B generations holding kv_total tokens of context in all, fitted as
   base + per_seq*B + per_kv_token*kv_total (one linear model over all batch sizes);
   host->device KV reload bandwidth.
 Both fits are least squares (numpy) on relative error with non-negative coefficients; the MAPE of each is printed and stored under ``fit``.
+``--check B:CTX`` measures decode steps at points outside the fit and prints the fitted model's error there. The
+YAML starts with comment lines saying how it was made (command, threads, machine).
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import platform
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
 import yaml
 
+from ..paths import share_dir
 from . import benchkit as bk
 from .loader import LoadedModel
 from .transformers_engine import TransformersEngine
+
+
+CLOCKS = {"wall": "StepResult.elapsed_s, wall time",
+          "cpu": "the process's CPU time during each step (CPU engines on a shared machine)"}
+
+
+def cpu_name() -> str:
+    """The processor's model name (Linux), else the architecture."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.machine()
 
 
 def mape(measured: np.ndarray, predicted: np.ndarray) -> float:
@@ -42,7 +63,17 @@ def nonneg_lstsq(design: np.ndarray, target: np.ndarray) -> np.ndarray:
         keep.remove(int(np.argmin(coef)))
 
 
-def profile_prefill(loaded: LoadedModel, lengths: list[int], reps: int) -> list[tuple[int, float]]:
+def step_seconds(engine: TransformersEngine, ids: list[str], clock: str) -> float:
+    """One step's seconds: its wall time (StepResult.elapsed_s) or, clock "cpu", this process's CPU time during it,
+    which other jobs on a shared CPU inflate far less (a CPU engine's step is its process's compute)."""
+    if clock == "wall":
+        return engine.step(ids).elapsed_s
+    start = time.process_time()
+    engine.step(ids)
+    return time.process_time() - start
+
+
+def profile_prefill(loaded: LoadedModel, lengths: list[int], reps: int, clock: str = "wall") -> list[tuple[int, float]]:
     """(n, median seconds) of a lone prefill of n tokens."""
     engine = TransformersEngine(loaded)
     points = []
@@ -50,14 +81,14 @@ def profile_prefill(loaded: LoadedModel, lengths: list[int], reps: int) -> list[
         times = []
         for rep in range(reps + 1):
             engine.add("p", bk.random_prompt(loaded, n, seed=rep), 1)
-            times.append(engine.step(["p"]).elapsed_s)
+            times.append(step_seconds(engine, ["p"], clock))
             engine.release("p")
         points.append((n, bk.median(times[1:])))
     return points
 
 
 def profile_decode(loaded: LoadedModel, batches: list[int], contexts: list[int],
-                   steps: int) -> list[tuple[int, int, float]]:
+                   steps: int, clock: str = "wall") -> list[tuple[int, int, float]]:
     """(B, kv_total, median seconds) of a decode step of B generations of a given context each."""
     points = []
     for ctx in contexts:
@@ -70,7 +101,7 @@ def profile_decode(loaded: LoadedModel, batches: list[int], contexts: list[int],
             chosen = ids[:batch]
             for _ in range(3):                            # arrange the rows, warm up
                 engine.step(chosen)
-            times = [engine.step(chosen).elapsed_s for _ in range(steps)]
+            times = [step_seconds(engine, chosen, clock) for _ in range(steps)]
             kv_total = sum(engine._gens[g].kv_len for g in chosen)
             points.append((batch, kv_total, bk.median(times)))
     return points
@@ -112,15 +143,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--contexts", type=int, nargs="+", default=[64, 256, 512, 1024])
     parser.add_argument("--decode-steps", type=int, default=10)
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="what a step's time is: " +
+                        "; ".join(f"{k}: {v}" for k, v in CLOCKS.items()))
+    parser.add_argument("--check", nargs="*", default=[], metavar="B:CTX",
+                        help="decode points outside the fit to check the fitted model against (batch:context)")
     args = parser.parse_args(argv)
     loaded = bk.load_from_args(args)
-    desc = bk.describe(loaded)
+    desc = bk.describe(loaded).replace(f"{share_dir()}/", "")     # model folders relative to the checkout
     print(desc)
     limit = int(getattr(loaded.model.config, "max_position_embeddings", 10**9)) - 64
     lengths = [n for n in args.prefill_lengths if n <= limit]
     contexts = [c for c in args.contexts if c <= limit]
 
-    pre_points = profile_prefill(loaded, lengths, args.reps)
+    pre_points = profile_prefill(loaded, lengths, args.reps, args.clock)
     prefill, pre_err = fit_prefill(pre_points)
     print("prefill   n  measured    fitted")
     for n, t in pre_points:
@@ -128,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"prefill fit a*n^2+b*n+c: a={prefill['a']:.3e} b={prefill['b']:.3e} c={prefill['c']:.3e}  "
           f"MAPE {pre_err:.1%}")
 
-    dec_points = profile_decode(loaded, args.batches, contexts, args.decode_steps)
+    dec_points = profile_decode(loaded, args.batches, contexts, args.decode_steps, args.clock)
     decode, dec_err = fit_decode(dec_points)
     print("decode    B  kv_total  measured    fitted")
     for b, kv, t in dec_points:
@@ -136,6 +171,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {b:>8} {kv:>9} {bk.ms(t)} {bk.ms(fitted)}")
     print(f"decode fit base+per_seq*B+per_kv_token*KV: base={decode['base']:.3e} per_seq={decode['per_seq']:.3e} "
           f"per_kv_token={decode['per_kv_token']:.3e}  MAPE {dec_err:.1%}")
+
+    checks = []
+    if args.check:
+        points = [tuple(int(x) for x in c.split(":")) for c in args.check]
+        print("check (not in the fit)  B   ctx  kv_total  measured    fitted   error")
+        for b, ctx in points:
+            (_, kv, t), = profile_decode(loaded, [b], [ctx], args.decode_steps, args.clock)
+            fitted = decode["base"] + decode["per_seq"] * b + decode["per_kv_token"] * kv
+            checks.append(f"batch {b} x {ctx} tokens: measured {t * 1e3:.1f} ms, fitted {fitted * 1e3:.1f} ms "
+                          f"({(fitted - t) / t:+.1%})")
+            print(f"  {b:>25} {ctx:>5} {kv:>9} {bk.ms(t)} {bk.ms(fitted)} {(fitted - t) / t:+7.1%}")
 
     bandwidth = reload_bandwidth(loaded)
     engine = TransformersEngine(loaded)
@@ -152,6 +198,11 @@ def main(argv: list[str] | None = None) -> None:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
+        command = " ".join(sys.argv[1:] if argv is None else argv)
+        f.write(f"# made by: python -m timely_llm_ros.engine.profiler {command}\n# on: {cpu_name()}; {desc}\n"
+                f"# measured on the transformers engine ({CLOCKS[args.clock]}, medians); fits below, "
+                "points under fit\n")
+        f.writelines(f"# decode check outside the fit: {line}\n" for line in checks)
         yaml.safe_dump(profile, f, sort_keys=False)
     print(f"wrote {args.out}")
 

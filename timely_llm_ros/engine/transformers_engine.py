@@ -35,8 +35,10 @@ from .detokenize import TextStream
 from .grammar import GrammarCompiler, RowMasks, advance
 from .kv_cache import KVShape, SlotKV
 from .loader import LoadedModel
+from .packed_linear import pack_linears
 from .prefix_cache import PrefixCache
 from .sampling import SamplingParams, choose_tokens, generator_for
+from .slot_attention import SlotAttention
 
 # address space the CPU slot store reserves (rows x token columns, the columns capped by the model's context);
 # only written pages become memory: 256 x 512 columns of the embedded planner is 1 GiB of address space
@@ -86,6 +88,8 @@ class TransformersEngine(GenerationTable, Engine):
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.device, self.dtype, self.source = loaded.device, loaded.dtype, loaded.source
+        pack_linears(self.model)                     # CPU fp32: weights in oneDNN's layout (packed_linear.py)
+        self._attention = SlotAttention(self.model)  # the step's forwards attend without repeating KV heads
         self.kv_shape = KVShape.of(self.model.config, self.dtype)
         self.sampling = sampling or SamplingParams()
         self.headroom_tokens = headroom_tokens
@@ -221,7 +225,7 @@ class TransformersEngine(GenerationTable, Engine):
         start = time.perf_counter()
         gens = self._runnable(gen_ids)
         result = StepResult(tokens={})
-        with torch.inference_mode():
+        with torch.inference_mode(), self._attention:
             decoding = [g for g in gens if g.prefilled]
             new = [g for g in gens if not g.prefilled]
             before = sum(g.kv_len for g in new)
