@@ -7,8 +7,6 @@ rows [lo, lo + B) of the store, then prefills new generations one by one straigh
 Rows are independent (left-aligned, each appends at its own column), so the batch changing costs only
 copies of the rows that leave or join, never a re-pack of the whole batch, and the window slides to
 where the fewest rows must move (a generation leaving at either edge moves nothing).
-With ``decode_gaps`` the decode instead runs over the rows the batch occupies, leavers left in place as
-gap rows (no copies, a wasted decode row each); off by default, see ``_arrange``.
 Invariant: a prefilled generation's KV holds prompt + output[:-1]; output[-1] is the next input.
 Interrupts: a forward pre-hook on every decoder layer asks ``interrupt_check`` (set by the driver) during a step;
 when it says so the forward stops there (``StepInterrupted``). A cut-short decode leaves every length as it was (the
@@ -110,7 +108,6 @@ class TransformersEngine(GenerationTable, Engine):
         self._last_active: list[_Generation | None] = []
         self._lo = 0                                    # first store row of the last decode's window
         self._suspend_counter = itertools.count(1)
-        self.park_rows = True      # leavers stay in spare store rows (False: cloned out; ablation)
         # the decode window [lo, lo + B) goes wherever the fewest rows must move, so a generation leaving at either
         # edge of it moves nothing (False: the window is always [0, B); ablation)
         self.slide_window = True
@@ -125,13 +122,6 @@ class TransformersEngine(GenerationTable, Engine):
         # allocates a larger buffer and copies the whole store: 17-100 ms on an idle CPU, 175-210 ms under a
         # ROS burst's load (benchmarks/kv_store_growth.py)
         self.reserve_store = True
-        # decode over the rows the batch occupies, gaps included, instead of compacting them into a window: no row
-        # copies, but every gap row costs decode compute. Off: on the embedded planner (CPU) a gap row adds
-        # ~0.5 ms to a step while a row move costs ~0.2 ms (benchmarks/segmentation_overhead.py)
-        self.decode_gaps = False
-        self.gap_rent_steps = 2    # rows are compacted once a gap outlives this many decode steps (ski rental)
-        self.gap_row_steps = 0     # gap rows decoded so far (load-independent cost of decode_gaps)
-        self._gap_age: dict[int, int] = {}   # decode steps each gap row of the range has been a gap
         # interrupts: every decoder layer first asks interrupt_check while a step runs (_gate)
         self.interrupt_check: Callable[[], bool] | None = None
         self.interrupted_steps = 0
@@ -398,22 +388,17 @@ class TransformersEngine(GenerationTable, Engine):
     def _decode(self, gens: list[_Generation], result: StepResult) -> None:
         changed, order = self._arrange(gens)
         store = self._store
-        mask = store.begin_decode([None if g is None else g.kv_len for g in order], changed, self._lo)
-        ids = torch.tensor([[0 if g is None else g.output[-1]] for g in order], dtype=torch.long, device=self.device)
+        mask = store.begin_decode([g.kv_len for g in order], changed, self._lo)
+        ids = torch.tensor([[g.output[-1]] for g in order], dtype=torch.long, device=self.device)
         positions = store.positions()
-        if any(g is not None and g.pos_offset for g in order):   # evicted prompt KV: original positions kept
-            positions = positions + torch.tensor([[0 if g is None else g.pos_offset] for g in order],
-                                                 dtype=torch.long, device=self.device)
+        if any(g.pos_offset for g in order):       # evicted prompt KV: original positions kept
+            positions = positions + torch.tensor([[g.pos_offset] for g in order], dtype=torch.long,
+                                                 device=self.device)
         out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
                          past_key_values=store, use_cache=True)
         store.end_decode()
-        logits = out.logits[:, -1]
-        live = order
-        if store.gaps:
-            logits, live = logits[store.row_index], [g for g in order if g is not None]
-            self.gap_row_steps += store.gaps
-        tokens = self._choose_tokens(logits, live)
-        for gen, token in zip(live, tokens):
+        tokens = self._choose_tokens(out.logits[:, -1], order)
+        for gen, token in zip(order, tokens):
             gen.kv_len += 1
             self._emit(gen, token, result)
 
@@ -477,65 +462,29 @@ class TransformersEngine(GenerationTable, Engine):
         return keep
 
     # ----- slot store -----
-    def _arrange(self, gens: list[_Generation]) -> tuple[bool, list[_Generation | None]]:
-        """Place these generations in store rows for one decode; returns whether the decode rows changed since
-        the previous decode, and the generation of each row of the decode range (None: a gap row).
-
-        With ``decode_gaps`` nobody moves: a generation that left stays in its row, and the decode runs
-        over rows [0, R) that cover every wanted row, parked or empty rows inside being gaps (a dummy token each,
-        no KV write). A generation without a row (cloned out or offloaded) is written into the lowest free row,
-        which fills gaps first. Gaps cost decode rows, so once a row has been a gap for more than
-        ``gap_rent_steps`` decodes the rows are compacted as below (ski rental: a move reads and writes a row's
-        KV, a gap step reads it once in attention, so two gap steps cost about one move where attention's memory
-        traffic dominates; where per-row compute dominates, as on CPU, gaps cost more and stay off).
-        Without ``decode_gaps`` (default) the rows are compacted at every membership change (``_compact``).
-        """
+    def _arrange(self, gens: list[_Generation]) -> tuple[bool, list[_Generation]]:
+        """Make a window of rows [lo, lo + B) hold exactly these generations (in row order, returned); also whether
+        the window's rows changed since the previous decode. When a window already holds them nothing moves."""
         batch = len(gens)
         if self._store is not None and max(g.kv_len for g in gens) < self._store.capacity:
             rows = [g.row for g in gens]
             if None not in rows and max(rows) - min(rows) == batch - 1 and (self.slide_window or min(rows) == 0):
-                lo = min(rows)                      # a window of rows already holds exactly these: nothing to place
+                lo = min(rows)
                 order = self._slots[lo:lo + batch]
                 changed = order != self._last_active or lo != self._lo
-                self._last_active, self._lo, self._gap_age = order, lo, {}
+                self._last_active, self._lo = order, lo
                 return changed, order
-        if self.park_rows and self.decode_gaps:
-            order, moved = self._place_in_gaps(gens)
-            self._gap_age = {r: self._gap_age.get(r, 0) + 1 for r, g in enumerate(order) if g is None}
-            if max(self._gap_age.values(), default=0) <= self.gap_rent_steps:
-                changed = moved or order != self._last_active or self._lo != 0
-                self._last_active, self._lo = order, 0     # gap rows: the decode range starts at row 0
-                return changed, order
-        self._gap_age = {}
         return self._compact(gens)
 
-    def _place_in_gaps(self, gens: list[_Generation]) -> tuple[list[_Generation | None], bool]:
-        """Give rowless generations the lowest free rows; the decode range is [0, highest wanted row]."""
-        store = self._store_for(rows=0, capacity=max(g.kv_len for g in gens) + 1, gens=gens)
-        moved = False
-        for gen in gens:
-            if gen.row is None:
-                store.write_row(self._claim_slot(gen), gen.kv)
-                gen.kv, moved = None, True
-        wanted = set(gens)
-        top = max(g.row for g in gens) + 1
-        return [g if g in wanted else None for g in self._slots[:top]], moved
-
-    def _compact(self, gens: list[_Generation]) -> tuple[bool, list[_Generation | None]]:
-        """Make a window of rows [lo, lo + B) hold exactly these generations, copying only rows that leave or join.
-
-        A generation leaving the batch stays resident ("parked") in a store row outside the window: it is moved
-        only if it sat inside the new window, then to the free row nearest the window (so that a rejoin may only
-        widen it), and rejoins with one row move or none. With ``slide_window`` the window goes where the fewest
-        rows must move (``_window``), so a generation leaving at either edge of the last window moves nothing;
-        without it the window is [0, B). Moving between rows of the store is ~3-5x cheaper than cloning the row
-        into a fresh tensor (no allocation, no page faults). With ``park_rows`` off (ablation) leaving rows are
-        cloned out as before.
-        """
+    def _compact(self, gens: list[_Generation]) -> tuple[bool, list[_Generation]]:
+        """Place the window and copy only rows that leave or join it: a parked generation inside the new window
+        moves to the free row nearest the window (so that a rejoin may only widen it); a wanted one outside moves
+        in; one without a row (cloned out, offloaded, its prompt KV evicted) is written in. A parked generation is
+        cloned out only when no free row exists. With ``slide_window`` the window goes where the fewest rows must
+        move (``_window``), so a generation leaving at either edge of the last window moves nothing; without it the
+        window is [0, B). Moving between rows of the store is ~3-5x cheaper than cloning the row into a fresh tensor
+        (no allocation, no page faults)."""
         batch, wanted = len(gens), set(gens)
-        if not self.park_rows:
-            for gen in [g for g in self._slots if g is not None and g not in wanted]:
-                self._evict(gen, to_host=False)
         parked = sum(1 for g in self._slots if g is not None and g not in wanted)
         self._store_for(rows=batch + parked, capacity=max(g.kv_len for g in gens) + 1, gens=gens)
         store, slots = self._store, self._slots
