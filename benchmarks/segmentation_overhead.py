@@ -9,7 +9,7 @@ engine's text stream) and the new text fed to the skill set's incremental segmen
 StatementSegmenter), as the scheduler's _absorb does. When a segment becomes executable the generation is
 suspended, sits out ``--pause`` steps (its robot executes) and is resumed; a finished generation is released.
 Two row modes of the engine, reps interleaved: parked rows in a decode window that slides to where the fewest
-rows must move (default), and the same with the window fixed at rows [0, B) (``engine.slide_window = False``).
+rows must move (default), and the same with the window fixed at rows [0, B) (``engine.rows.slide_window = False``).
 Generation time = the engine's step times (row copies included). The overhead shown counts the row copies (timed
 inside the steps). Load-independent counts: row copies and KV tokens copied. mean [min-max] over --reps.
 Times are this thread's CPU time with --threads 1 on CPU (other jobs on a shared box not counted), wall
@@ -63,7 +63,8 @@ def run_once(engine: TransformersEngine, traces: list[int], pause: int) -> dict[
                    forced_ids=plan_ids(engine, tr.plan))
         tracks[gid] = {"seg": skills.segmenter(), "text": engine.text_stream(), "ids": [], "segments": 0}
     arrange_s = [0.0]
-    inner = engine._arrange
+    rows = engine.rows
+    inner = rows.arrange
 
     def timed_arrange(gens):                      # the row copies a membership change costs
         bk.sync(dev)
@@ -73,10 +74,10 @@ def run_once(engine: TransformersEngine, traces: list[int], pause: int) -> dict[
         arrange_s[0] += clock() - t0
         return changed
 
-    engine._arrange = timed_arrange
+    rows.arrange = timed_arrange
     copied = [0, 0]                               # row copies, KV tokens copied (load-independent)
     copy_s = [0.0]                                # time in the copies themselves
-    store_cls, evict = SlotKV, engine._evict
+    store_cls, clone_out = SlotKV, rows.clone_out
 
     def counting(name, tokens):
         inner_fn = getattr(store_cls, name)
@@ -94,14 +95,14 @@ def run_once(engine: TransformersEngine, traces: list[int], pause: int) -> dict[
         saved[name], wrapped = counting(name, tokens)
         setattr(store_cls, name, wrapped)
 
-    def counted_evict(gen, to_host):
+    def counted_clone_out(gen, to_host, pin):
         copied[0] += 1
         copied[1] += gen.kv_len
         t0 = clock()
-        evict(gen, to_host)
+        clone_out(gen, to_host, pin)
         copy_s[0] += clock() - t0
 
-    engine._evict = counted_evict
+    rows.clone_out = counted_clone_out
     running, paused, done = list(tracks), {}, set()
     gen_s = stop_s = susp_s = 0.0
     steps = 0
@@ -140,7 +141,7 @@ def run_once(engine: TransformersEngine, traces: list[int], pause: int) -> dict[
                 susp_s += clock() - t0
                 running.remove(gid)
                 paused[gid] = pause
-    del engine._arrange, engine._evict
+    del rows.arrange, rows.clone_out
     for name, fn in saved.items():
         setattr(store_cls, name, fn)
     segments = sum(t["segments"] for t in tracks.values())
@@ -202,12 +203,12 @@ def main() -> None:
     engines = {}
     for store, keep in stores.items():
         engines[store] = TransformersEngine(loaded)
-        engines[store].keep_idle_store = keep
+        engines[store].rows.keep_when_idle = keep
     runs: dict[tuple[str, str], list[dict[str, float]]] = {(st, v): [] for st in stores for v in VARIANTS}
     for rep in range(args.reps + 1):              # interleaved, first rep is warm-up
         for store, engine in engines.items():
             for name, slide in VARIANTS.items():
-                engine.slide_window = slide
+                engine.rows.slide_window = slide
                 r = run_once(engine, args.traces, args.pause)
                 if rep:
                     runs[store, name].append(r)

@@ -70,7 +70,7 @@ def test_a_leaver_stays_parked_in_the_store_and_rejoins_token_exact(tiny):
     outs = {}
     for slide in (True, False):
         engine = make(tiny)
-        engine.slide_window = slide
+        engine.rows.slide_window = slide
         for i, p in enumerate(ids):
             engine.add(f"g{i}", p, 24)
         engine.step([f"g{i}" for i in range(4)])
@@ -80,7 +80,7 @@ def test_a_leaver_stays_parked_in_the_store_and_rejoins_token_exact(tiny):
             engine.suspend(leaver)
             others = [f"g{i}" for i in range(4) if f"g{i}" != leaver]
             engine.step(others)
-            gen, lo = engine._gens[leaver], engine._lo
+            gen, lo = engine._gens[leaver], engine.rows.lo
             if slide:                          # not copied: the window of the 3 others moved away from it
                 assert gen.kv is None and gen.row == row and not lo <= row < lo + 3
             else:                              # parked in a store row outside the window [0, 3)
@@ -97,22 +97,22 @@ def test_a_leaver_stays_parked_in_the_store_and_rejoins_token_exact(tiny):
 @pytest.mark.parametrize("slide", [True, False])
 def test_a_leaver_at_the_edge_of_the_window_moves_no_kv_when_the_window_slides(tiny, slide):
     engine = make(tiny)
-    engine.slide_window = slide
+    engine.rows.slide_window = slide
     ids = {f"g{i}": prompt(20 + i, 8 + 3 * i) for i in range(4)}
     for gid, p in ids.items():
         engine.add(gid, p, 20)
     engine.step(list(ids))
     engine.step(list(ids))
-    assert engine._lo == 0 and all(g is not None for g in engine._slots[:4])
-    bottom = engine._slots[0].gen_id
+    assert engine.rows.lo == 0 and all(g is not None for g in engine.rows.slots[:4])
+    bottom = engine.rows.slots[0].gen_id
     others = [g for g in ids if g != bottom]
-    before = engine._store.moves
+    before = engine.rows.store.moves
     engine.suspend(bottom)
     engine.step(others)
     # sliding: the window becomes rows [1, 4) and nothing moves; fixed at [0, 3): the leaver moves out and the
     # generation in row 3 moves down into row 0
-    assert engine._store.moves - before == (0 if slide else 2)
-    assert engine._lo == (1 if slide else 0)
+    assert engine.rows.store.moves - before == (0 if slide else 2)
+    assert engine.rows.lo == (1 if slide else 0)
     engine.resume(bottom)
     while not all(engine._gens[g].finished for g in ids):
         engine.step([g for g in ids if not engine._gens[g].finished])
@@ -128,7 +128,7 @@ def test_random_churn_of_a_multi_row_batch_is_token_exact(tiny, slide):
     rng = random.Random(11)
     specs = {f"g{i}": (prompt(40 + i, rng.randrange(3, 40)), rng.randrange(10, 45)) for i in range(7)}
     engine = make(tiny)
-    engine.slide_window = slide
+    engine.rows.slide_window = slide
     arrivals = {gid: 3 * i for i, gid in enumerate(specs)}
     out_of_batch: dict[str, int] = {}
     done: set[str] = set()
@@ -452,11 +452,11 @@ def test_chunked_prefill_stays_within_the_step_budget_mixes_with_decodes_and_is_
 def test_an_idle_engine_keeps_its_store_only_when_asked(tiny):
     for keep in (False, True):
         engine = make(tiny)
-        engine.keep_idle_store = keep
+        engine.rows.keep_when_idle = keep
         engine.add("a", prompt(70, 12), 8)
         run_to_end(engine, "a")
         engine.release("a")
-        assert (engine._store is not None) == keep
+        assert (engine.rows.store is not None) == keep
         engine.add("b", prompt(71, 15), 20)             # the kept store (rows of a released plan) serves anew
         assert run_to_end(engine, "b") == solo_greedy(tiny, prompt(71, 15), 20)
 
@@ -466,23 +466,23 @@ def test_the_cpu_store_grows_inside_its_reservation_without_a_copy_and_stays_tok
     columns by widening a view of the same memory (the buffer's data pointer stays), and every output still equals
     its solo greedy one. With the reservation off (ablation) the same joins reallocate the buffer."""
     reserved, copying = make(tiny), make(tiny)
-    copying.reserve_store = False
+    copying.rows.reserve = False
     for engine in (reserved, copying):
         engine.add("g0", prompt(80, 10), 12)
         engine.step(["g0"])
-    first = reserved._store
-    ptrs = {e: e._store.buffer.data_ptr() for e in (reserved, copying)}
+    first = reserved.rows.store
+    ptrs = {e: e.rows.store.buffer.data_ptr() for e in (reserved, copying)}
     rows, cols = first.rows, first.capacity
-    assert first.reservation[0] >= 256 and copying._store.reservation == (copying._store.rows, copying._store.capacity)
+    assert first.reservation[0] >= 256 and copying.rows.store.reservation == (copying.rows.store.rows, copying.rows.store.capacity)
     ids = {f"g{i}": prompt(80 + i, 8 + 2 * i) for i in range(1, 13)}      # longer prompts: the columns grow too
     for engine in (reserved, copying):
         for g, p in ids.items():
             engine.add(g, p, 12)
         engine.step(list(ids))
-    store = reserved._store
+    store = reserved.rows.store
     assert store is first and store.rows > rows and store.capacity > cols
     assert store.buffer.data_ptr() == ptrs[reserved] and store.reservation == first.reservation
-    assert copying._store.rows == store.rows and copying._store.buffer.data_ptr() != ptrs[copying]
+    assert copying.rows.store.rows == store.rows and copying.rows.store.buffer.data_ptr() != ptrs[copying]
     for g, p in ids.items():
         assert run_to_end(reserved, g) == solo_greedy(tiny, p, 12), g
 
@@ -512,19 +512,19 @@ def test_a_reserved_store_is_made_at_its_size_kept_when_idle_and_never_grown_bel
     for engine in (grown, reserved):
         engine.add("g0", prompt(80, 10), 12)
         engine.step(["g0"])
-    first = reserved._store
-    assert first.rows >= 16 and first.capacity >= 120 and grown._store.rows == 8
+    first = reserved.rows.store
+    assert first.rows >= 16 and first.capacity >= 120 and grown.rows.store.rows == 8
     ids = {f"g{i}": prompt(80 + i, 8 + i) for i in range(1, 13)}
     for engine in (grown, reserved):
         for g, p in ids.items():
             engine.add(g, p, 12)
         engine.step(list(ids))
-    assert reserved._store.buffer is first.buffer and grown._store.rows == 16   # only the default one grew
+    assert reserved.rows.store.buffer is first.buffer and grown.rows.store.rows == 16   # only the default one grew
     for g, p in ids.items():
         assert run_to_end(reserved, g) == solo_greedy(tiny, p, 12), g
     for g in ["g0", *ids]:
         reserved.release(g)
-    assert reserved._store is first
+    assert reserved.rows.store is first
 
 
 class LayerTrip:
