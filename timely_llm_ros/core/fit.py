@@ -4,8 +4,8 @@ The server measures its engine at configure (engine/hardware_fit.py: each robot 
 after its cached system prompt, decode steps at batch 1 and at a few batch sizes at that context) and derives here,
 in place of constants tuned for the embedded planner or the 4090 profile:
 
-    t_1(type)        batch-1 decode step at the type's context (median)
-    P(type)          the step that prefills a request after the cached prompt and yields its first token (median)
+    t_1(type)        batch-1 decode step at the type's context (the fastest measured)
+    P(type)          the step that prefills a request after the cached prompt and yields its first token (fastest)
     n_seg, n_first   segment and first-segment lengths of the type's worked example plans, in the model's tokens
     first(type)      = P + (n_first - 1) * t_1              one first segment on an idle engine
     G(type)          = sum over examples (P + (plan tokens - 1) * t_1) / their segments
@@ -26,6 +26,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
+from .sim.latency_model import LatencyModel
 from .skills.skill_set import SkillSet
 from .token_limits import segment_texts
 from .tuf import TimeUtility
@@ -61,8 +62,8 @@ class TypeTiming:
 
     prompt_tokens: int                 # the measured request's whole prompt
     suffix_tokens: int                 # of which prefilled (after the cached system prompt)
-    prefill_s: float                   # the step that prefilled the suffix and yielded the first token (median)
-    decode_s: float                    # a batch-1 decode step at that context (median)
+    prefill_s: float                   # the step that prefilled the suffix and yielded the first token
+    decode_s: float                    # a batch-1 decode step at that context
     plans: tuple[PlanShape, ...] = ()  # its worked examples' segments (none: the skill set's max_segment_tokens)
     max_segment_tokens: int = 1        # the fallback segment length without examples
 
@@ -111,6 +112,24 @@ class HardwareFit:
         lines.append(f"  decode steps {steps}: decode_seq_ratio {self.decode_seq_ratio:.3f}; token_time_s "
                      f"{self.token_time_s * 1e3:.1f} ms, prefill_token_s {self.prefill_token_s * 1e3:.2f} ms")
         return lines
+
+
+def profile_measurements(latency: LatencyModel, prompts: Mapping[str, tuple[int, int]],
+                         plans: Mapping[str, Sequence[PlanShape]], max_segment_tokens: Mapping[str, int],
+                         batch: int) -> Measurements:
+    """What measuring an engine that follows ``latency`` would give (the simulator's policies get the fit of their
+    latency model as the server's get the fit of its engine): per robot type, ``prompts`` (prompt tokens, of which a
+    prefix cache supplies) and its worked examples' ``plans``; the batch at the longest prompt."""
+    types = {}
+    for name, (tokens, cached) in prompts.items():
+        suffix = max(tokens - min(cached, tokens - 1), 1)
+        types[name] = TypeTiming(prompt_tokens=tokens, suffix_tokens=suffix,
+                                 prefill_s=latency.step_s([(suffix, tokens)], 0, 0),
+                                 decode_s=latency.decode_s(1, tokens + 1), plans=tuple(plans.get(name, ())),
+                                 max_segment_tokens=max_segment_tokens.get(name, 1))
+    ctx = max(tokens for tokens, _ in prompts.values()) + 1
+    return Measurements(types=types, batch_decode_s={b: latency.decode_s(b, b * ctx) for b in {1, batch}},
+                        engine="latency model")
 
 
 def seq_ratio(batch_decode_s: Mapping[int, float]) -> float:
