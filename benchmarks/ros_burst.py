@@ -286,6 +286,10 @@ def ros_utilities(rows: list[dict], workload: Workload) -> dict[str, float]:
         got = [float(r["utility"]) for r in rows if r["urgency"] == cls and r["status"] != "no result"]
         out[cls] = sum(got) / n if n else float("nan")
         out[f"{cls}_served"] = sum(r["status"].startswith("ok") for r in rows if r["urgency"] == cls) / max(n, 1)
+        done = [r for r in rows if r["urgency"] == cls and r["status"] == "ok"]
+        out[f"{cls}_eq3"] = sum(float(r["segment_utility"]) for r in done) / n if n else float("nan")
+        out[f"{cls}_midplan_wait_s"] = (mean(float(r["waiting_time"]) - float(r["response_time"]) for r in done)
+                                        if done else float("nan"))
     out["no_result"] = sum(t.urgency in ("urgent", "normal") for t in workload.tasks) - sum(
         r["status"] != "no result" for r in rows)
     return out
@@ -325,6 +329,9 @@ def sim_utilities(outcomes, workload: Workload) -> dict[str, float]:
         out[cls] = sum(o.utility for o in outcomes if o.req.urgency == cls) / n if n else float("nan")
         out[f"{cls}_served"] = sum(o.state.value == "done" and int(o.error_code) == 0 for o in outcomes
                                    if o.req.urgency == cls) / max(n, 1)
+        done = [o for o in outcomes if o.req.urgency == cls and o.ok]
+        out[f"{cls}_eq3"] = sum(o.total_utility for o in done) / n if n else float("nan")
+        out[f"{cls}_midplan_wait_s"] = mean(o.waiting_time - o.response_time for o in done) if done else float("nan")
     out["no_result"] = len(workload.tasks) - len(outcomes)
     return out
 
