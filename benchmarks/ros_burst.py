@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""The urgent-burst shape through the real ROS server on the embedded planner, next to the simulator.
+"""The urgent-burst shape through the real ROS server on a real model, next to the simulator.
 
-    python benchmarks/ros_burst.py [--seeds 1,2,3,4,5] [--policies timely,edf-admit,edf,vllm-stream,fcfs]
-        [--scale auto|K] [--load 1.0] [--time-scale 0.2] [--max-batch 16] [--server-param NAME:=VALUE ...]
+    python benchmarks/ros_burst.py [--model embedded|smollm2] [--seeds 1,2,3,4,5]
+        [--policies timely,edf-admit,edf,vllm-stream,fcfs] [--scale auto|K] [--load 1.0] [--time-scale 0.2]
+        [--max-batch 16] [--class-scale 2.0] [--profile YAML] [--server-param NAME:=VALUE ...]
         [--out out/ros_burst] [--resummarize] [--sim-sweep 1,2,3,4,5,6,8,12 [--sim-loads 1:0,1.5:1]]
 
 Real processes over DDS on loopback, per seed: one server node (one torch thread, `max_batch`, every agent
@@ -20,6 +21,16 @@ demand of at least --load zero crossings on the embedded planner's profile. The 
 figure is printed); matching that here would take about 12x the requests (some 550 robots, each a ROS node with
 an action server), more than a 2-core box hosts beside the server, so the default asks for the least overload, 1.0.
 
+--model (default the embedded planner; burst_models.py): the server loads that model entry (a chat model on its
+chat prompt, under its grammar when its entry says so), each trace's plan for the simulator is the one it writes
+alone, the simulator counts its tokens and caches each robot type's system prompt as the server does, and every
+policy on either side gets the hardware fit of its engine (the server's, measured at configure; the simulator's,
+of the profile: core/fit.py). The urgency classes are the configured ones, except that a class one first segment
+cannot meet on the profile (SmolLM2 here: the urgent class's 0.2 s ERT) is scaled to --class-scale x that time
+(core/fit.py scale_classes); the server loads the same classes from a file, so both sides score the same TUFs, and
+--scale auto reads their urgent zero crossing. Its profile: --profile, default config/latency/<model>-cpu.yaml
+(engine/profiler.py), build/latency/embedded_planner.yaml for the embedded planner.
+
 The same workloads go through the discrete-event simulator twice:
   sim-embedded: a latency profile of the embedded planner measured on this machine (engine/profiler.py, written to
       build/latency/embedded_planner.yaml when missing), each trace's plan as the model writes it alone (greedy),
@@ -30,7 +41,8 @@ The same workloads go through the discrete-event simulator twice:
       how much slower each forward was than the profile says (a ratio of sums) and the loop's own time per step;
       the profile under that load (LatencyModel.under_load) replays the seed. Calibrated by the run's own
       engine steps, never by any policy's utility; --sim-sweep with --sim-loads prints how the order moves with it;
-  sim-4090: the README's burst preset (burst(seed) on the Llama-3-8B/RTX 4090 profile, compare_policies options).
+  sim-4090: the README's burst preset (burst(seed) on the Llama-3-8B/RTX 4090 profile, compare_policies options);
+      embedded planner only (a chat model's runs use other classes).
 Urgent- and normal-class utility (mean over the class's requests; dropped = 0) as mean [min-max] over seeds, each
 source's ordering and Kendall's tau against the ROS one. Outputs in --out: runs.csv (seed, policy, source),
 summary.md, per ROS run the client's outcome CSV and the server's log, per seed the server's step trace.
@@ -54,6 +66,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import engine_workload as ew  # noqa: E402
+from burst_models import ServedModel, write_classes  # noqa: E402
 from report import cpu_seconds, parse_seeds, write_csv  # noqa: E402
 
 from timely_llm_ros.core.workload import Workload, save_workload  # noqa: E402
@@ -61,7 +74,7 @@ from tools.stress.procs import Child  # noqa: E402
 
 DEFAULT_POLICIES = "timely,edf-admit,edf,vllm-stream,fcfs"
 PROFILE = REPO / "build" / "latency" / "embedded_planner.yaml"
-SOURCES = ("ros", "sim-embedded", "sim-as-run", "sim-4090")
+SOURCES = ("ros", "sim-embedded", "sim-smollm2", "sim-as-run", "sim-4090")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -75,7 +88,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--time-scale", type=float, default=0.2,
                    help="multiplies robot execution times (executors and simulator; 0.2 as in the replay demo)")
     p.add_argument("--max-batch", type=int, default=16)
-    p.add_argument("--profile", default=str(PROFILE), help="latency YAML of the embedded planner (made if missing)")
+    p.add_argument("--model", default="embedded", help="model entry the server loads (config/models.yaml)")
+    p.add_argument("--profile", default="", help="latency YAML of the model (default: see above; the embedded "
+                                                 "planner's is made if missing)")
+    p.add_argument("--class-scale", type=float, default=2.0,
+                   help="an urgency class a first segment cannot meet on the profile gets ERT = this x that time")
     p.add_argument("--result-timeout", type=float, default=40.0,
                    help="the client's result_timeout_s: a goal without a result this long after the last goal is sent "
                         "counts 'no result' (0 utility)")
@@ -104,13 +121,15 @@ def burst_workload(seed: int, scale: float = 1.0) -> Workload:
                                            "--urgent", urgent]))
 
 
-def urgent_demand_s(workload: Workload, latency, max_batch: int, plan_tokens, prompt_tokens) -> float:
+def urgent_demand_s(workload: Workload, latency, max_batch: int, plan_tokens, prompt_tokens,
+                    cached_tokens=None) -> float:
     """Engine seconds the latency model gives the workload's urgent requests alone: one step prefilling every
-    urgent prompt (the suffix after the cached prefix), then their plans decoded in batches of max_batch (each
-    batch as long as its longest plan, over its prompts and half its plans of context)."""
+    urgent prompt (the suffix after the cached prefix: cached_tokens(task), default the profile's), then their plans
+    decoded in batches of max_batch (each batch as long as its longest plan, over its prompts and half its plans
+    of context)."""
     urgent = [t for t in workload.tasks if t.urgency == "urgent"]
-    cached = latency.cached_prefix_tokens
-    seconds = latency.step_s([(prompt_tokens(t) - min(cached, prompt_tokens(t) - 1), prompt_tokens(t))
+    cached = cached_tokens or (lambda t: latency.cached_prefix_tokens)
+    seconds = latency.step_s([(prompt_tokens(t) - min(cached(t), prompt_tokens(t) - 1), prompt_tokens(t))
                               for t in urgent], 0, 0)
     for i in range(0, len(urgent), max_batch):
         batch = urgent[i:i + max_batch]
@@ -119,10 +138,11 @@ def urgent_demand_s(workload: Workload, latency, max_batch: int, plan_tokens, pr
     return seconds
 
 
-def urgent_horizon_s() -> float:
-    """When an urgent request's first segment stops earning utility (the urgent TUF's zero crossing)."""
+def urgent_horizon_s(classes=None) -> float:
+    """When an urgent request's first segment stops earning utility (the urgent TUF's zero crossing; default the
+    paper's class)."""
     from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
-    return DEFAULT_URGENCY_CLASSES["urgent"].zero_crossing()
+    return (classes or DEFAULT_URGENCY_CLASSES)["urgent"].zero_crossing()
 
 
 def preset_load(seeds: list[int], max_batch: int) -> float:
@@ -136,19 +156,23 @@ def preset_load(seeds: list[int], max_batch: int) -> float:
                                 lambda t: t.prompt_tokens) for seed in seeds) / urgent_horizon_s()
 
 
-def embedded_load(seeds: list[int], scale: float, latency, plans: dict[int, dict], max_batch: int) -> float:
-    """The scaled burst's urgent demand on the embedded planner's profile, in zero crossings (mean over seeds)."""
+def embedded_load(seeds: list[int], scale: float, latency, plans: dict[int, dict], max_batch: int,
+                  classes=None) -> float:
+    """The scaled burst's urgent demand on the served model's profile, in zero crossings of the urgent class (mean
+    over seeds)."""
     return mean(urgent_demand_s(burst_workload(seed, scale), latency, max_batch,
-                                lambda t: plans[t.trace_id]["tokens"], lambda t: plans[t.trace_id]["prompt_tokens"])
-                for seed in seeds) / urgent_horizon_s()
+                                lambda t: plans[t.trace_id]["tokens"], lambda t: plans[t.trace_id]["prompt_tokens"],
+                                lambda t: plans[t.trace_id].get("cached_tokens", latency.cached_prefix_tokens))
+                for seed in seeds) / urgent_horizon_s(classes)
 
 
-def choose_scale(args, seeds: list[int], latency, plans: dict[int, dict]) -> float:
-    """--scale as given, or the smallest multiple of 0.5 (up to 16) whose bursts reach --load zero crossings."""
+def choose_scale(args, seeds: list[int], latency, plans: dict[int, dict], classes=None) -> float:
+    """--scale as given, or the smallest of 0.25, 0.5, 0.75 and the multiples of 0.5 up to 16 whose bursts reach
+    --load zero crossings."""
     if args.scale != "auto":
         return float(args.scale)
-    for k in [1 + 0.5 * i for i in range(31)]:
-        if embedded_load(seeds, k, latency, plans, args.max_batch) >= args.load:
+    for k in [0.25, 0.5, 0.75] + [1 + 0.5 * i for i in range(31)]:
+        if embedded_load(seeds, k, latency, plans, args.max_batch, classes) >= args.load:
             return k
     raise SystemExit(f"no scale up to 16 gives an urgent load of {args.load}: lower --load or pass --scale")
 
@@ -262,17 +286,33 @@ def ros_utilities(rows: list[dict], workload: Workload) -> dict[str, float]:
         got = [float(r["utility"]) for r in rows if r["urgency"] == cls and r["status"] != "no result"]
         out[cls] = sum(got) / n if n else float("nan")
         out[f"{cls}_served"] = sum(r["status"].startswith("ok") for r in rows if r["urgency"] == cls) / max(n, 1)
+        done = [r for r in rows if r["urgency"] == cls and r["status"] == "ok"]
+        out[f"{cls}_eq3"] = sum(float(r["segment_utility"]) for r in done) / n if n else float("nan")
+        out[f"{cls}_midplan_wait_s"] = (mean(float(r["waiting_time"]) - float(r["response_time"]) for r in done)
+                                        if done else float("nan"))
     out["no_result"] = sum(t.urgency in ("urgent", "normal") for t in workload.tasks) - sum(
         r["status"] != "no result" for r in rows)
     return out
 
 
 # ------------------------------------------------------------------------------------------------- simulator
-def ensure_profile(path: Path) -> Path:
+def profile_path(args) -> Path:
+    """--profile, or the model's default (see the module docstring)."""
+    if args.profile:
+        return Path(args.profile)
+    return PROFILE if args.model == "embedded" else REPO / "config" / "latency" / f"{args.model}-cpu.yaml"
+
+
+def ensure_profile(path: Path, model: str = "embedded") -> Path:
     """The embedded planner's latency profile, made when missing or older than its `layers` key (without it the
-    simulator would model no interrupts)."""
+    simulator would model no interrupts); another model's must exist."""
     import yaml
 
+    if model != "embedded":
+        if not path.exists():
+            raise SystemExit(f"no latency profile {path}: make one (python -m timely_llm_ros.engine.profiler --model "
+                             f"<its folder> --threads 1 --out {path}) or pass --profile")
+        return path
     if not path.exists() or "layers" not in (yaml.safe_load(path.read_text(encoding="utf-8")) or {}):
         print(f"profiling the embedded planner into {path} (one torch thread)", flush=True)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -282,13 +322,6 @@ def ensure_profile(path: Path) -> Path:
     return path
 
 
-def model_plans(workload: Workload) -> dict[int, dict]:
-    """Each trace's plan as the embedded planner writes it alone (second, warm pass), with its prompt length."""
-    from timely_llm_ros.core.skills import load_skill_sets
-    loaded = ew.load_model(ew.parse_args([]))
-    return ew.probe_plans(loaded, load_skill_sets(), workload, forced=False)
-
-
 def sim_utilities(outcomes, workload: Workload) -> dict[str, float]:
     out: dict[str, float] = {}
     for cls in ("urgent", "normal"):
@@ -296,23 +329,24 @@ def sim_utilities(outcomes, workload: Workload) -> dict[str, float]:
         out[cls] = sum(o.utility for o in outcomes if o.req.urgency == cls) / n if n else float("nan")
         out[f"{cls}_served"] = sum(o.state.value == "done" and int(o.error_code) == 0 for o in outcomes
                                    if o.req.urgency == cls) / max(n, 1)
+        done = [o for o in outcomes if o.req.urgency == cls and o.ok]
+        out[f"{cls}_eq3"] = sum(o.total_utility for o in done) / n if n else float("nan")
+        out[f"{cls}_midplan_wait_s"] = mean(o.waiting_time - o.response_time for o in done) if done else float("nan")
     out["no_result"] = len(workload.tasks) - len(outcomes)
     return out
 
 
-def sim_embedded(policy: str, seed: int, workload: Workload, plans: dict[int, dict], latency, args):
+def sim_model(policy: str, seed: int, workload: Workload, served: ServedModel, latency, args, classes):
+    """The workload on the served model's profile: its plans, its token counts, its cached prefixes, the policy
+    options the server gives (the fit, online G)."""
     from timely_llm_ros.core.policies import make_policy
     from timely_llm_ros.core.policies.timely import options_from_skill_sets
-    from timely_llm_ros.core.sim.simulator import Simulator
-    from timely_llm_ros.core.skills import load_skill_sets
 
-    skill_sets = load_skill_sets()
-    w = replace(workload, tasks=[replace(t, plan=plans[t.trace_id]["plan"],
-                                         prompt_tokens=plans[t.trace_id]["prompt_tokens"]) for t in workload.tasks])
-    options = {**options_from_skill_sets(skill_sets), "network_delay_s": ew.NETWORK_DELAY_S, "online_gen_time": True}
+    w = served.with_plans(workload)
+    options = {**options_from_skill_sets(served.skill_sets), **served.fit(latency, args.max_batch).policy_options(),
+               "network_delay_s": ew.NETWORK_DELAY_S, "online_gen_time": True}
     pol = make_policy(policy, max_batch=args.max_batch, options=options)
-    result = Simulator(pol, latency, skill_sets=skill_sets, seed=seed, time_scale=args.time_scale,
-                       network_delay_s=ew.NETWORK_DELAY_S).run(w)
+    result = served.simulator(pol, latency, seed, args.time_scale, classes).run(w)
     return sim_utilities(result.outcomes, w)
 
 
@@ -339,9 +373,10 @@ def run_factors(trace: Path, latency, since: float) -> tuple[object, dict[str, o
 
 
 # ----------------------------------------------------------------------------------------------- comparison
-def sim_as_run(trace: Path, since: float, seed: int, scale: float, policies: list[str], w: Workload, plans,
-               latency, args) -> list[dict]:
-    """sim-embedded on the machine the seed's ROS replays measured (see the module docstring): one row per policy."""
+def sim_as_run(trace: Path, since: float, seed: int, scale: float, policies: list[str], w: Workload,
+               served: ServedModel, latency, args, classes) -> list[dict]:
+    """The model's simulation on the machine the seed's ROS replays measured (see the module docstring): one row per
+    policy."""
     pooled, per_policy = run_factors(trace, latency, since)
     machine = latency.under_load(pooled.slowdown, pooled.step_overhead_s)
     print(f"  step trace: {pooled.steps} engine steps, forward x{pooled.slowdown:.2f} the profile, "
@@ -351,7 +386,7 @@ def sim_as_run(trace: Path, since: float, seed: int, scale: float, policies: lis
     rows = []
     for policy in policies:
         own = per_policy.get(policy)
-        m = sim_embedded(policy, seed, w, plans, machine, args)
+        m = sim_model(policy, seed, w, served, machine, args, classes)
         rows.append({"seed": seed, "scale": scale, "policy": policy, "source": "sim-as-run", **m, "exit_codes": "",
                      "trace_since": since,
                      "slowdown": round(pooled.slowdown, 4), "overhead_ms": round(pooled.step_overhead_s * 1e3, 4),
@@ -394,19 +429,20 @@ def urgent_of(rows: list[dict], source: str, seed: int) -> dict[str, float]:
 def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
     lines = []
     sources = [s for s in SOURCES if any(r["source"] == s for r in rows)]
+    sim = next(s for s in sources if s.startswith("sim-"))     # the model's own simulation
     means = {src: {p: mean(r["urgent"] for r in rows if r["source"] == src and r["policy"] == p) for p in policies}
              for src in sources}
     scales = sorted({float(r.get("scale") or 1.0) for r in rows if r["source"] == "ros"})
     lines.append(f"Burst counts x{', x'.join(f'{k:g}' for k in scales)} (sim-4090: the preset, x1). "
                  f"Urgent-class utility (max 2) and normal (max 1), mean [min, max] over seeds "
                  f"{','.join(map(str, seeds))}:\n")
-    lines.append("| policy | " + " | ".join(f"{s} urgent" for s in sources) + " | ros normal | sim-embedded normal |"
+    lines.append("| policy | " + " | ".join(f"{s} urgent" for s in sources) + f" | ros normal | {sim} normal |"
                  " ros urgent served |")
     lines.append("|---|" + "---|" * (len(sources) + 3))
     for p in policies:
         get = lambda src, k: [r[k] for r in rows if r["source"] == src and r["policy"] == p]  # noqa: E731
         cells = [span(get(s, "urgent")) for s in sources]
-        cells += [span(get("ros", "normal")), span(get("sim-embedded", "normal")), span(get("ros", "urgent_served"))]
+        cells += [span(get("ros", "normal")), span(get(sim, "normal")), span(get("ros", "urgent_served"))]
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
     lines.append("")
     for src in sources:
@@ -431,13 +467,14 @@ def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sim_sweep(scales: list[float], policies: list[str], seeds: list[int], base, plans, args, out: Path) -> int:
-    """How sim-embedded's order depends on the scale and on the machine's load (--sim-loads): the sensitivity of
+def sim_sweep(scales: list[float], policies: list[str], seeds: list[int], base, served: ServedModel, classes, args,
+              out: Path) -> int:
+    """How the model's simulated order depends on the scale and on the machine's load (--sim-loads): the sensitivity of
     the ROS comparison to --scale and to sim-as-run's measured factors."""
     from compare_policies import BOUND_POLICIES   # the class-alone bound's policies, as in the simulator tables
 
     loads = [tuple(float(x) for x in pair.split(":")) for pair in args.sim_loads.split(",") if pair]
-    lines = [f"sim-embedded urgent utility (max 2), mean over seeds {','.join(map(str, seeds))}; bound: the best of "
+    lines = [f"sim-{args.model} urgent utility (max 2), mean over seeds {','.join(map(str, seeds))}; bound: the best of "
              f"{', '.join(BOUND_POLICIES)} serving the urgent requests alone; load: urgent demand in urgent-TUF zero "
              "crossings; machine: the profile's forward times x slowdown + a loop overhead per step\n",
              "| scale | load | machine | " + " | ".join(policies) + " | bound | order |",
@@ -449,11 +486,12 @@ def sim_sweep(scales: list[float], policies: list[str], seeds: list[int], base, 
         for seed in seeds:
             w = burst_workload(seed, k)
             for p in policies:
-                got[p].append(sim_embedded(p, seed, w, plans, latency, args)["urgent"])
+                got[p].append(sim_model(p, seed, w, served, latency, args, classes)["urgent"])
             alone = replace(w, tasks=[t for t in w.tasks if t.urgency == "urgent"])
-            bound.append(max(sim_embedded(p, seed, alone, plans, latency, args)["urgent"] for p in BOUND_POLICIES))
+            bound.append(max(sim_model(p, seed, alone, served, latency, args, classes)["urgent"]
+                             for p in BOUND_POLICIES))
         means = {p: mean(v) for p, v in got.items()}
-        load = embedded_load(seeds, k, base, plans, args.max_batch)
+        load = embedded_load(seeds, k, base, served.plans, args.max_batch, classes)
         lines.append(f"| x{k:g} | {load:.2f} | x{slowdown:g} + {overhead_ms:g} ms | "
                      + " | ".join(f"{means[p]:.2f}" for p in policies)
                      + f" | {mean(bound):.2f} | {order_text(means)} |")
@@ -469,15 +507,13 @@ def resummarize(out: Path, policies: list[str], seeds: list[int], args) -> int:
     rows = list(csv.DictReader((out / "runs.csv").open()))
     as_run = [r for r in rows if r["source"] == "sim-as-run" and r.get("trace_since")]
     if as_run:
-        from timely_llm_ros.core.sim.latency_model import load_latency_model
-        latency = load_latency_model(ensure_profile(Path(args.profile)))
+        latency, served, classes, _ = prepare(args, burst_workload(int(as_run[0]["seed"])))
         scale = float(as_run[0].get("scale") or 1.0)
-        plans = model_plans(burst_workload(int(as_run[0]["seed"])))
         firsts = {r["seed"]: r for r in reversed(as_run)}          # one row per seed (its first)
         redone = [row for seed, r in sorted(firsts.items(), key=lambda kv: int(kv[0]))
                   for row in sim_as_run(out / f"steps_s{seed}.csv", float(r["trace_since"]), int(seed), scale,
                                         [x["policy"] for x in as_run if x["seed"] == seed],
-                                        burst_workload(int(seed), scale), plans, latency, args)]
+                                        burst_workload(int(seed), scale), served, latency, args, classes)]
         rows = [r for r in rows if r["source"] != "sim-as-run"] + redone
     for r in rows:
         r["seed"] = int(r["seed"])
@@ -495,6 +531,31 @@ def resummarize(out: Path, policies: list[str], seeds: list[int], args) -> int:
     (out / "summary.md").write_text(md)
     print(md)
     return 0
+
+
+def sim_source(model: str) -> str:
+    """The label of the model's own simulation in the tables."""
+    return f"sim-{model}"
+
+
+def prepare(args, workload: Workload):
+    """(the model's latency profile, the served model with its plans, the urgency classes of the run, whether any
+    class was scaled to the profile)."""
+    from timely_llm_ros.core.sim.latency_model import load_latency_model
+    from timely_llm_ros.core.urgency import load_urgency_classes
+
+    path = ensure_profile(profile_path(args), args.model)
+    latency = load_latency_model(path)
+    print(f"{args.model} profile {path}: prefill c={latency.prefill_c * 1e3:.1f} ms, decode base="
+          f"{latency.decode_base * 1e3:.1f} ms", flush=True)
+    served = ServedModel.load(args.model, workload)
+    for tid, p in sorted(served.plans.items()):
+        print(f"  trace {tid}: prompt {p['prompt_tokens']} tok ({p['cached_tokens']} cached), plan {p['tokens']} tok, "
+              f"{'parses' if p['valid'] else 'DOES NOT PARSE'}: {p['plan'][:60]}", flush=True)
+    classes, lines = served.classes(latency, args.max_batch, load_urgency_classes(), args.class_scale)
+    for line in lines:
+        print(f"  {line}", flush=True)
+    return latency, served, classes, bool(lines)
 
 
 def main(argv=None) -> int:
@@ -515,20 +576,20 @@ def main(argv=None) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     if "ROS_DOMAIN_ID" not in os.environ:
         print("note: ROS_DOMAIN_ID is not set (domain 0)", flush=True)
-    from timely_llm_ros.core.sim.latency_model import load_latency_model
-    latency = load_latency_model(ensure_profile(Path(args.profile)))
-    print(f"embedded-planner profile {args.profile}: prefill c={latency.prefill_c * 1e3:.1f} ms, "
-          f"decode base={latency.decode_base * 1e3:.1f} ms", flush=True)
-    plans = model_plans(burst_workload(seeds[0]))
-    for tid, p in sorted(plans.items()):
-        print(f"  trace {tid}: prompt {p['prompt_tokens']} tok, plan {p['tokens']} tok, "
-              f"{'parses' if p['valid'] else 'DOES NOT PARSE'}: {p['plan'][:60]}", flush=True)
+    latency, served, classes, scaled = prepare(args, burst_workload(seeds[0]))
     if args.sim_sweep:
-        return sim_sweep([float(k) for k in args.sim_sweep.split(",")], policies, seeds, latency, plans, args, out)
-    scale = choose_scale(args, seeds, latency, plans)
-    print(f"burst counts x{scale:g}: urgent demand {embedded_load(seeds, scale, latency, plans, args.max_batch):.2f} "
-          f"urgent-TUF zero crossings on this profile (x1: {embedded_load(seeds, 1.0, latency, plans, args.max_batch):.2f}"
-          f"; the 4090 preset: {preset_load(seeds, args.max_batch):.2f})", flush=True)
+        return sim_sweep([float(k) for k in args.sim_sweep.split(",")], policies, seeds, latency, served, classes,
+                         args, out)
+    plans = served.plans
+    scale = choose_scale(args, seeds, latency, plans, classes)
+    print(f"burst counts x{scale:g}: urgent demand "
+          f"{embedded_load(seeds, scale, latency, plans, args.max_batch, classes):.2f} urgent-TUF zero crossings on "
+          f"this profile (x1: {embedded_load(seeds, 1.0, latency, plans, args.max_batch, classes):.2f}; the 4090 "
+          f"preset: {preset_load(seeds, args.max_batch):.2f})", flush=True)
+    if args.model != "embedded":
+        args.server_param.append(f"model:={args.model}")
+    if scaled:       # the server scores the same classes as the simulator
+        args.server_param.append(f"urgency_classes_file:={write_classes(classes, out / 'urgency_classes.yaml')}")
     workloads = {seed: burst_workload(seed, scale) for seed in seeds}
     rows: list[dict] = []
     t_start = time.monotonic()
@@ -553,8 +614,9 @@ def main(argv=None) -> int:
                     session.set_policy(policy)
                     ros_rows, code, cpu = session.replay(path, out / f"outcomes_{policy}_s{seed}.csv")
                     entries = [("ros", {**ros_utilities(ros_rows, w), "server_cpu_s": round(cpu, 2)}),
-                               ("sim-embedded", sim_embedded(policy, seed, w, plans, latency, args)),
-                               ("sim-4090", sim_4090(policy, seed, args))]
+                               (sim_source(args.model), sim_model(policy, seed, w, served, latency, args, classes))]
+                    if args.model == "embedded":
+                        entries.append(("sim-4090", sim_4090(policy, seed, args)))
                     for src, m in entries:
                         seed_rows.append({"seed": seed, "scale": scale, "policy": policy, "source": src, **m,
                                           "exit_codes": f"client={code}" if src == "ros" else ""})
@@ -565,7 +627,7 @@ def main(argv=None) -> int:
             finally:
                 codes = session.close()
             print(f"  server exit {codes['server']}, executor host exit {codes['executors']}", flush=True)
-            seed_rows += sim_as_run(trace, since, seed, scale, order, w, plans, latency, args)
+            seed_rows += sim_as_run(trace, since, seed, scale, order, w, served, latency, args, classes)
             for r in seed_rows:
                 if r["source"] == "ros":
                     r["exit_codes"] += f",server={codes['server']},executors={codes['executors']}"

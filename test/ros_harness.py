@@ -36,8 +36,10 @@ class NodeProcess:
     """A node started as its own process; its output is collected for assertions and failure messages."""
 
     def __init__(self, module: str, ros_args: list[str], ready: str, group: int | None = None) -> None:
-        """group: None = the test's process group; 0 = lead a new group; a pid = join that group."""
-        cmd = [sys.executable, "-m", module, "--ros-args", *ros_args]
+        """module: a module to run with -m, or a script's path (``*.py``); group: None = the test's process group;
+        0 = lead a new group; a pid = join that group."""
+        run = [module] if module.endswith(".py") else ["-m", module]
+        cmd = [sys.executable, *run, "--ros-args", *ros_args]
         setpgid = None if group is None else (lambda: os.setpgid(0, group))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ros_env(),
                                      cwd=REPO, preexec_fn=setpgid)

@@ -1,4 +1,5 @@
-"""fleet_workload waits for the server's first contact with its robots' executors before its first goal."""
+"""fleet_workload waits for the server's first contact with its robots' executors before its first goal, and exits
+non-zero, saying why, when it executed no plan."""
 from __future__ import annotations
 
 import re
@@ -40,6 +41,25 @@ def test_first_goals_wait_until_the_server_has_met_their_executors():
         waited = float(re.search(r"every executor of this fleet \(waited ([\d.]+) s\)", workload.output()).group(1))
         assert waited >= 1.0, workload.output()
         assert "dropped" not in workload.output() and "TIMEOUT" not in workload.output(), workload.output()
+    finally:
+        for n in reversed(nodes):
+            n.stop()
+
+
+def test_a_run_that_executes_no_plan_exits_1_and_says_how_its_goals_ended():
+    """A demo whose every goal ends without a plan executed (issue 30: SmolLM2 on the embedded planner's urgency
+    classes, all DROPPED) must not look like a success: here the robot's executor never runs."""
+    nodes = []
+    try:
+        nodes.append(start_server("executor_discovery_timeout_s:=1.0"))
+        workload = NodeProcess("timely_llm_ros.ros.workload_node",
+                               ["-r", "__node:=fleet_workload", "-p", "agents:=['ghost_1:drone']",
+                                "-p", "requests_per_agent:=2", "-p", "stagger_s:=0.0"], "no ready line")
+        nodes.append(workload)
+        assert workload.proc.wait(120) == 1, workload.output()
+        workload.wait_for("no plan was executed: 2 goals: 2 EXECUTOR_UNAVAILABLE (first: no executor at "
+                          "/ghost_1/execute_segment", 5.0)
+        assert "0/2 plans executed" in workload.output()
     finally:
         for n in reversed(nodes):
             n.stop()

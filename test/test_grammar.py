@@ -132,6 +132,20 @@ def test_the_grammar_rejects_plans_the_parser_rejects(compiler):
     assert checked >= 100
 
 
+def test_the_grammar_refuses_a_plan_that_reads_a_variable_no_earlier_statement_surely_set(compiler):
+    """These parse, but the interpreter would end them EXECUTION_FAILED (SmolLM2 wrote the first one on the demo): a
+    variable is read before any assignment, or after one inside a block that may not have run."""
+    drone = SKILLS["drone"]
+    refused = ["g('child');?_1>60{g('child');}", "mf(_1);", "?iv('cat')==True{_1=od('cat');}mf(_1);",
+               "_1=od('cup');mf(_2);", "_2=od('cup');mf(_2);", "2{_1=od('cup');}g(_1);"]
+    fine = ["_1=od('child');?_1<60{mb(60);}", "_1=od('cup');_2=od('mug');?_1>_2{g('cup');}",
+            "_1=od('cup');?_1>10{_1=od('mug');}mf(_1);", "_1=p('what is here?');l(_1);"]
+    for text in refused + fine:
+        assert not parse(text, drone.skills, drone.statement_forms).problems, text
+    assert not any(accepts(compiler, "drone", text) for text in refused)
+    assert all(accepts(compiler, "drone", text) for text in fine)
+
+
 @settings(max_examples=60, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), robot=st.sampled_from(ROBOTS))

@@ -228,10 +228,10 @@ def test_timebill_kill_and_skip_next():
     lat = paper_presets.TIMEBILL_DEV
     tasks = paper_presets.timebill_tasks(1, 1.0, n=12, rate=2.0)
     same_agent = [paper_presets.dataclasses.replace(t, agent_id="drone_0") for t in tasks]
-    out = {}
+    out = {}   # one named robot: Skip-Next skips that robot's next job, so its jobs must share it
     for overrun in ("kill", "skip-next"):
         pol = make_policy("timebill", 4, {"overrun": overrun, "ete": paper_presets.TIMEBILL_ETE, "fixed_alpha": 0.0})
-        out[overrun] = Simulator(pol, lat, seed=1).run(same_agent).outcomes
+        out[overrun] = Simulator(pol, lat, seed=1, robots="named").run(same_agent).outcomes
     kill = [o for o in out["kill"] if "TimeBill Kill" in o.message]
     skip = [o for o in out["skip-next"] if "Skip-Next" in o.message]
     assert kill and all(o.state == RequestState.DROPPED for o in kill)

@@ -1,8 +1,10 @@
 """Robots say what they are (ExecutorStatus) and the server acts on it, over DDS with real processes: a team's own
-robot type from skills_dir end to end, a goal for the wrong robot type, a skill the robot lacks, /diagnostics for a
-missing expected executor, and a skill set without an execution-time profile at configure."""
+robot type from skills_dir (the example rover of docs/robots.md, planned end to end in test_rover_example.py), a goal
+for the wrong robot type, a skill the robot lacks, /diagnostics for a missing expected executor, and a skill set
+without an execution-time profile at configure."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -14,8 +16,6 @@ rclpy = pytest.importorskip("rclpy")
 from action_msgs.msg import GoalStatus  # noqa: E402
 
 from timely_llm_ros.action import ExecuteSegment, Plan  # noqa: E402
-from timely_llm_ros.core.request import SkillCall  # noqa: E402
-from timely_llm_ros.core.robot_types import load_robot_types  # noqa: E402
 
 from ros_harness import REPO, plan_client, ros_env, start_executor, start_server  # noqa: E402
 from test_ros_server import _SilentExecutor  # noqa: E402
@@ -25,47 +25,7 @@ DRONE_TASK = dict(agent_id="drone_1", robot_type="drone", task="look for the cat
                   context="cat, chair, table, lamp", urgency_class="normal")
 ROVER_TASK = dict(DRONE_TASK, agent_id="rover_1", robot_type="rover")
 LENIENT = dict(urgency_class="", ert=10.0, alpha=-0.1, beta=1.0)   # discovering a new executor may take seconds
-_ROVER_SKILLS = ("mf", "mb", "ml", "mr", "mu", "md", "tc", "tu", "d", "iv", "ox", "oy", "ow", "oh", "od", "p", "l",
-                 "tp", "rp", "g", "s", "sa")
-# A team's ground rover: MiniSpec plans with the drone's vocabulary, its vertical moves raising and lowering a camera
-# mast, slower than the drone. The embedded planner knows drone and arm tasks only, so the rover's prompt asks it for
-# a drone plan (a team brings a model that knows its robot; this test is about the plumbing: the type, its skill
-# set, its profile, its executor).
-ROVER = """name: rover
-exec_profile: rover
-max_segment_tokens: 10
-prompt_template: "<drone>\\nscene: {context}\\ntask: {task}\\nplan:"
-skills:
-  - {short: mf, long: move_forward, args: [int], kind: action}
-  - {short: mb, long: move_backward, args: [int], kind: action}
-  - {short: ml, long: move_left, args: [int], kind: action}
-  - {short: mr, long: move_right, args: [int], kind: action}
-  - {short: mu, long: mast_up, args: [int], kind: action}
-  - {short: md, long: mast_down, args: [int], kind: action}
-  - {short: tc, long: turn_cw, args: [int], kind: action}
-  - {short: tu, long: turn_ccw, args: [int], kind: action}
-  - {short: d, long: delay, args: [int], kind: action}
-  - {short: iv, long: is_visible, args: [str], kind: query, returns: bool}
-  - {short: ox, long: object_x, args: [str], kind: query, returns: float}
-  - {short: oy, long: object_y, args: [str], kind: query, returns: float}
-  - {short: ow, long: object_width, args: [str], kind: query, returns: float}
-  - {short: oh, long: object_height, args: [str], kind: query, returns: float}
-  - {short: od, long: object_distance, args: [str], kind: query, returns: float}
-  - {short: p, long: probe, args: [str], kind: query, returns: str}
-  - {short: l, long: log, args: [str], kind: action}
-  - {short: tp, long: take_picture, args: [], kind: action}
-  - {short: rp, long: re_plan, args: [], kind: action}
-  - {short: g, long: goto, args: [str], kind: action}
-  - {short: s, long: scan, args: [str], kind: action}
-  - {short: sa, long: scan_abstract, args: [str], kind: action}
-"""
-ROVER_PROFILE = "profile: rover\nskills:\n" + "".join(
-    f"  {name}: {{model: poly, coeffs: [2.5, 0.01]}}\n" if name in ("mf", "mb", "ml", "mr") else
-    f"  {name}: {{model: poly, coeffs: [1.2, 0.02]}}\n" if name in ("tc", "tu", "mu", "md") else
-    f"  {name}: {{model: poly, coeffs: [0.0, 1.0]}}\n" if name == "d" else
-    f"  {name}: {{model: fixed, value: 4.0}}\n" if name == "g" else
-    f"  {name}: {{model: steps, per_step: 2.0, min_steps: 1, max_steps: 8}}\n" if name in ("s", "sa") else
-    f"  {name}: {{model: fixed, value: 0.01}}\n" for name in _ROVER_SKILLS)
+ROVER_DIR = REPO / "examples" / "rover"    # the worked example of docs/robots.md (test_rover_example.py runs it)
 
 
 def _skills_dir(root, skills: dict[str, str], profiles: dict[str, str]):
@@ -77,16 +37,19 @@ def _skills_dir(root, skills: dict[str, str], profiles: dict[str, str]):
 
 
 def test_a_skill_set_without_a_profile_entry_stops_configure_with_a_message_naming_it(tmp_path):
-    """Runs before the module's server starts (its /plan would meet this one's)."""
-    folder = _skills_dir(tmp_path, {"rover": ROVER}, {"rover": ROVER_PROFILE.replace("  tp: {model: fixed, value: "
-                                                                                     "0.01}\n", "")})
+    """The example rover's folder with the profile's photo entry left out. Runs before the module's server starts
+    (its /plan would meet this one's)."""
+    shutil.copytree(ROVER_DIR / "skills", tmp_path / "skills")
+    profile = (ROVER_DIR / "exec_time" / "rover.yaml").read_text()
+    _skills_dir(tmp_path, {}, {"rover": "".join(line for line in profile.splitlines(keepends=True)
+                                                if not line.startswith("  photo:"))})
     proc = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.server_node", "--ros-args", "-p",
-                           f"skills_dir:={folder}"], cwd=REPO, env=ros_env(), capture_output=True, text=True,
+                           f"skills_dir:={tmp_path}"], cwd=REPO, env=ros_env(), capture_output=True, text=True,
                           timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
-    assert "configure failed" in out and "skill set 'rover': skill(s) tp have no entry in execution-time profile " \
-        "'rover'; add them to exec_time/rover.yaml" in out, out[-3000:]
+    assert "configure failed" in out and "skill set 'rover': skill(s) photo have no entry in execution-time " \
+        "profile 'rover'; add them to exec_time/rover.yaml" in out, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
 
 
@@ -113,18 +76,18 @@ def test_an_unconfigured_server_says_error_on_diagnostics():
 
 
 @pytest.fixture(scope="module")
-def robots(tmp_path_factory):
-    folder = _skills_dir(tmp_path_factory.mktemp("team"), {"rover": ROVER}, {"rover": ROVER_PROFILE})
+def robots():
+    """The embedded planner's server with the example rover's folder (a robot type it cannot plan for well: these
+    tests are about the checks around planning), two rovers on the simulated executor and a drone."""
     nodes = []
+    team = (f"skills_dir:={ROVER_DIR}",)
     try:
-        nodes.append(start_server(f"skills_dir:={folder}", "executor_discovery_timeout_s:=8.0",
-                                  "executor_ack_timeout_s:=8.0", "expected_agents:=[rover_1,rover_2,drone_1]"))
-        nodes.append(start_executor("rover_1", "rover", 0.05, params=(f"skills_dir:={folder}",)))
+        nodes.append(start_server(*team, "executor_discovery_timeout_s:=8.0", "executor_ack_timeout_s:=8.0",
+                                  "expected_agents:=[rover_1,rover_2,drone_1]"))
+        nodes.append(start_executor("rover_1", "rover", 0.05, params=team))
         nodes.append(start_executor("drone_1", "drone", 0.05))
         with plan_client() as client:
-            client.skills_dir = folder
-            client.start_rover_2 = lambda: nodes.append(start_executor("rover_2", "rover", 0.05,
-                                                                       params=(f"skills_dir:={folder}",)))
+            client.start_rover_2 = lambda: nodes.append(start_executor("rover_2", "rover", 0.05, params=team))
             yield client
     finally:
         for n in reversed(nodes):
@@ -161,37 +124,6 @@ def test_diagnostics_are_error_naming_a_missing_expected_executor_and_ok_once_it
     assert ok is not None, [d.status[0].message for d in diags[-3:]]
     values = {kv.key: kv.value for kv in ok.values}
     assert values["robots_missing"] == "-" and int(values["robots_alive"]) >= 3, values
-
-
-def test_a_teams_robot_type_from_skills_dir_is_planned_with_its_profile_and_run_by_its_executor(robots):
-    """The rover's plan is segmented with its skill set and estimated with its profile; its executor (the simulated
-    one, with the same skills_dir) runs it and says so on its ExecutorStatus: busy with the plan, then idle."""
-    from timely_llm_ros.msg import ExecutorStatus
-    from timely_llm_ros.ros.executor_status import status_qos
-
-    client = robots
-    statuses = []
-    assert client.node.create_subscription(ExecutorStatus, "/rover_1/executor_status", statuses.append, status_qos())
-    end = time.monotonic() + 10
-    while time.monotonic() < end and not statuses:    # matched: the latched status came
-        time.sleep(0.05)
-    run = client.send(**dict(ROVER_TASK, **LENIENT))
-    status, result = run.result(60)
-    assert status == GoalStatus.STATUS_SUCCEEDED, (result.error_code, result.error_message)
-    end = time.monotonic() + 5
-    while time.monotonic() < end and not (statuses and statuses[-1].state == "idle"):
-        time.sleep(0.05)
-    assert statuses[-1].robot_type == "rover" and set(statuses[-1].skills) == set(_ROVER_SKILLS)
-    busy = [(m.request_id, m.segment_index) for m in statuses if m.state == "busy"]
-    assert (result.request_id, 0) in busy and statuses[-1].state == "idle", [(m.state, m.request_id) for m in statuses]
-    profile = load_robot_types(client.skills_dir).exec_models["rover"]
-    for seg in result.segments:
-        calls = [SkillCall(s.name, tuple(float(a) if a.replace(".", "", 1).isdigit() else a for a in s.args))
-                 for s in seg.skills]
-        assert seg.estimated_exec_time == pytest.approx(profile.min_time(calls)), seg   # the team's profile
-    assert all(s.executed for s in result.segments)
-    ran = {s.name for seg in result.segments for s in seg.executed_skills}
-    assert ran and ran <= set(_ROVER_SKILLS)
 
 
 def test_a_goal_for_another_robot_type_ends_wrong_robot_type_before_any_token(robots):

@@ -26,6 +26,19 @@ def test_4090_profile_matches_table_1():
     assert LatencyModel.from_dict(LAT.to_dict()) == LAT
 
 
+def test_a_prefix_cached_for_one_generation_is_not_prefilled_and_the_others_keep_the_profiles():
+    """A chat model's robot types cache system prompts of different lengths: set_prompt_tokens(..., cached) overrides
+    the profile's cached_prefix_tokens for that generation only."""
+    engine = SimEngine(LAT, VirtualClock())
+    engine.set_prompt_tokens("drone", 820, cached=790)
+    engine.set_prompt_tokens("arm", 2884)
+    for gen in ("drone", "arm"):
+        engine.add(gen, engine.encode("prompt"), max_new_tokens=4)
+    assert engine.prefill_left("drone") == 30
+    assert engine.prefill_left("arm") == 2884 - LAT.cached_prefix_tokens
+    assert engine.step(["drone"]).elapsed_s == pytest.approx(LAT.prefill_s(30, 820) + LAT.prefill_c)
+
+
 def test_tokenizer_round_trips_and_counts():
     tok = PieceTokenizer()
     text = " s('cat');?iv('cat')==True{g('cat')}"

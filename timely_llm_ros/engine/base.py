@@ -175,16 +175,16 @@ class EngineWrapper(Engine):
     def reload_s(self, gen_id: str) -> float:
         return self.wrapped.reload_s(gen_id)
 
-    def set_prompt_tokens(self, gen_id: str, n: int) -> None:
-        self._forward_prompt_tokens((self.wrapped,), gen_id, n)
+    def set_prompt_tokens(self, gen_id: str, n: int, cached: int | None = None) -> None:
+        self._forward_prompt_tokens((self.wrapped,), gen_id, n, cached)
 
     @staticmethod
-    def _forward_prompt_tokens(engines: Sequence[Engine], gen_id: str, n: int) -> None:
+    def _forward_prompt_tokens(engines: Sequence[Engine], gen_id: str, n: int, cached: int | None = None) -> None:
         """Simulated engines take a prompt-length override (set_prompt_tokens); real ones have none."""
         for e in engines:
             f = getattr(e, "set_prompt_tokens", None)
             if callable(f):
-                f(gen_id, n)
+                f(gen_id, n, cached)
 
 
 def weak_method(method: Callable[..., Any]) -> Callable[..., Any]:

@@ -37,9 +37,9 @@ class RoutedEngine(EngineWrapper):
         self._ready_at = 0.0
         self.secondary_ids: set[str] = set()
 
-    def set_prompt_tokens(self, gen_id: str, n: int) -> None:
+    def set_prompt_tokens(self, gen_id: str, n: int, cached: int | None = None) -> None:
         """Forwarded to both (only the chosen one keeps it)."""
-        self._forward_prompt_tokens((self.primary, self.secondary), gen_id, n)
+        self._forward_prompt_tokens((self.primary, self.secondary), gen_id, n, cached)
 
     def prepare_grammar(self, grammar: str) -> None:
         for eng in (self.primary, self.secondary):

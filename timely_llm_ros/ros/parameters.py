@@ -54,6 +54,8 @@ class ServerParams:
     warn_drop_rate: float = 0.2
     warn_failure_rate: float = 0.2
     starvation_drops: int = 3
+    hardware_fit: bool = True
+    scale_unmet_classes: float = 0.0
 
 
 _DESCRIPTIONS = {
@@ -140,6 +142,16 @@ _DESCRIPTIONS = {
     "starvation_drops": ("an urgency class counts as starving (logged once, WARN on /diagnostics) when at least "
                          "this many of its requests were dropped in the window, and at least half of its requests "
                          "that ended there", (1, 1_000_000)),
+    "hardware_fit": ("measure the loaded model on this machine at configure (a few seconds: each robot type's "
+                     "request prefill after its cached prompt, decode steps at batch 1 and max_batch) and give the "
+                     "policies G, token_time_s, prefill_token_s, decode_seq_ratio and segment lengths derived from "
+                     "it (core/fit.py), and check the urgency classes against it; false: the configured constants, "
+                     "no check", None),
+    "scale_unmet_classes": ("k > 0: an urgency class whose ERT one first segment cannot meet on this engine (the "
+                            "hardware fit) is stretched in time so that its ERT becomes k x that segment's time "
+                            "(alpha divided by the same factor; logged as a warning); goals with their own "
+                            "ert/alpha/beta are never changed; 0 = keep the classes as configured and warn",
+                            (0.0, 1000.0)),
 }
 
 

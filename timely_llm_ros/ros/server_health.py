@@ -1,7 +1,8 @@
 """The server's health on /diagnostics (levels from core/health.py) and its log of starving urgency classes.
 
 One DiagnosticStatus, "timely_server: scheduler": ERROR while no engine is loaded or an expected robot's executor
-is missing, WARN on a drop or failure rate over the window, a starving class or a long backlog, OK otherwise; its
+is missing, WARN on a drop or failure rate over the window, a starving class, a long backlog or an urgency class the
+loaded engine cannot meet (the hardware fit at configure), OK otherwise; its
 key-values are what an operator reads: robots alive, busy and missing, per-class counts over the window, the
 scheduler's counters, memory.
 """
@@ -47,6 +48,12 @@ class ServerHealth:
         self._node = node
         self.window = OutcomeWindow(limits)
         self._pub = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._standing: tuple[list[str], dict[str, str]] = ([], {})
+
+    def set_standing(self, warnings: list[str], values: dict[str, str]) -> None:
+        """What configure found that holds while the engine is loaded (the hardware fit's urgency-class check):
+        every warning keeps the status at least WARN, the values are shown with the others."""
+        self._standing = (list(warnings), dict(values))
 
     def ended(self, urgency_class: str, state: RequestState) -> None:
         """A goal ended (any thread)."""
@@ -59,8 +66,11 @@ class ServerHealth:
         counts = self.window.counts(now)
         backlog = state.queued + state.suspended
         health = assess(True, robots["missing"], counts, self.window.starving(counts), self.window.limits)
-        if backlog > 4 * max_batch:
-            health.reasons.append(f"{backlog} generations waiting (max_batch {max_batch})")
+        standing, fitted = self._standing
+        warnings = standing + ([f"{backlog} generations waiting (max_batch {max_batch})"]
+                               if backlog > 4 * max_batch else [])
+        if warnings:
+            health.reasons += warnings
             health.level = health.level if health.level == ERROR else WARN
             health.message = "; ".join(health.reasons)
         window = f"{self.window.limits.window_s:g} s"
@@ -74,7 +84,7 @@ class ServerHealth:
                   "kv_host_bytes": int(state.kv_host_bytes), "requests_total": state.requests_total,
                   "requests_done": state.requests_done, "requests_dropped": state.requests_dropped,
                   "requests_failed": state.requests_failed, "engine_steps": state.engine_steps,
-                  "interrupted_steps": state.interrupted_steps, "preemptions": state.preemptions, **extra}
+                  "interrupted_steps": state.interrupted_steps, "preemptions": state.preemptions, **fitted, **extra}
         self._send(health.level, health.message, state.engine, values)
 
     def publish_unloaded(self, why: str) -> None:

@@ -78,6 +78,7 @@ class PlanServerNode(LifecycleNode):
         self._clients_group = MutuallyExclusiveCallbackGroup()   # the executors' ActionClients: one callback at a time
         self.skill_sets: dict = {}
         self.urgency_classes: dict = {}
+        self.fit = None                  # core.fit.HardwareFit measured at configure (parameter hardware_fit)
         self.limits = GoalLimits()
         self._active = False
         self._closing = False
@@ -187,6 +188,26 @@ class PlanServerNode(LifecycleNode):
             for prompt in setup.warm_up_prompts():
                 warm_up(engine, prompt)
             self.urgency_classes = load_urgency_classes(p.urgency_classes_file or None)
+            self.fit, fit_warnings, fit_values = None, [], {}
+            if p.hardware_fit:    # the step times of this model on this machine, and the classes checked against them
+                from ..engine.hardware_fit import fit_engine
+                self.fit, check = fit_engine(engine, self.skill_sets, setup.prompts, self.urgency_classes,
+                                             p.network_delay_s, p.max_batch, p.scale_unmet_classes)
+                for line in self.fit.describe():
+                    log.info(line)
+                for line in check.scaled:
+                    log.warning(f"{line} (scale_unmet_classes={p.scale_unmet_classes:g}; goals with their own "
+                                "ert/alpha/beta are not changed)")
+                for line in check.warnings:
+                    log.warning(line)
+                if not check.unmet:
+                    log.info(f"every urgency class can be met on this engine ({', '.join(self.urgency_classes)})")
+                self.urgency_classes = check.classes
+                fit_warnings, fit_values = check.warnings, check.diagnostic_values(self.fit)
+            else:
+                log.info("hardware_fit is false: the policies use the configured step-time constants and the urgency "
+                         "classes are not checked against this engine")
+            self.health.set_standing(fit_warnings, fit_values)
             policy = make_policy(p.policy, max_batch=p.max_batch, options=self.policy_options())
             from ..engine.evicting import with_policy_eviction
             engine = with_policy_eviction(engine, policy)   # TimeBill: real prompt-KV eviction in the engine
@@ -341,9 +362,10 @@ class PlanServerNode(LifecycleNode):
 
     def policy_options(self) -> dict:
         """Options every policy gets (those a policy does not use are ignored): segment sizes from the skill
-        sets, the network delay, and G measured online on this engine instead of a profile made elsewhere."""
+        sets, the hardware fit's step times (parameter hardware_fit), the network delay, and G measured online."""
         from ..core.policies.timely import options_from_skill_sets
-        return {**options_from_skill_sets(self.skill_sets), "network_delay_s": self.params.network_delay_s,
+        fitted = self.fit.policy_options() if self.fit is not None else {}
+        return {**options_from_skill_sets(self.skill_sets), **fitted, "network_delay_s": self.params.network_delay_s,
                 "online_gen_time": True}
 
     def _report_discovery(self) -> None:

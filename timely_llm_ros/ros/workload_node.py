@@ -12,7 +12,8 @@ no longer lists any robot it drives among the executors it has yet to meet: a fi
 that first contact on its own clock, and an urgent one may be dropped for it. ros2 launch and timely_bringup
 get the same order this way.
 Both modes print a table of every request at the end and exit 0 if every request got a result
-(whatever its error code), 1 otherwise. On SIGINT/SIGTERM no new goal is sent; goals in flight get
+(whatever its error code) and, unless stopped, at least one plan was executed, 1 otherwise (a run that executed no
+plan says how its goals ended). On SIGINT/SIGTERM no new goal is sent; goals in flight get
 `shutdown_grace_s` to end (a server stopped at the same time answers them SERVER_SHUTDOWN), then the
 rest are cancelled, and the table is printed as usual.
 """
@@ -236,7 +237,8 @@ class FleetWorkloadNode(Node):
         return self.report(self.rows)
 
     def report(self, rows: list[OutcomeRow]) -> int:
-        """Print the outcome table (and CSV); 0 if every request got a result."""
+        """Print the outcome table (and CSV); 0 if every request got a result and, unless the run was stopped, at
+        least one plan was executed (when any goal was sent)."""
         rows = sorted(rows, key=lambda r: r.sent_at)
         print(format_table(rows), flush=True)
         if self.results_csv:
@@ -245,6 +247,10 @@ class FleetWorkloadNode(Node):
                 w.writeheader()
                 for r in rows:
                     w.writerow(r.__dict__)
+        stopped = self.stop.is_set()   # a run stopped early ends its goals SERVER_SHUTDOWN or cancelled: no failure
+        if rows and not stopped and not any(r.status == "ok" for r in rows):
+            self.get_logger().error(f"no plan was executed: {no_plan_summary(rows)}")
+            return 1
         return 0 if all(r.status != "no result" for r in rows) else 1
 
     def _agent_loop(self, agent: AgentSpec, delay: float) -> None:
@@ -390,6 +396,22 @@ class ReplayRun:
                 row.status, row.message = "no result", f"reading the result failed: {exc!r}"
         finally:
             self._pending.release()
+
+
+def no_plan_summary(rows: list[OutcomeRow]) -> str:
+    """How the goals of a run that executed no plan ended, e.g. "10 goals: 7 DROPPED, 3 GENERATION_FAILED (first:
+    ...)", with a hint for the common causes."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    ended = ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    first = next((r.message for r in rows if r.message), "")
+    hint = ""
+    if "DROPPED" in counts:
+        hint = ("; DROPPED: the urgency classes cannot be met on this model and machine (see the server's configure "
+                "log and /diagnostics; its parameter scale_unmet_classes fits them to the engine)")
+    goals = f"{len(rows)} goal{'s' if len(rows) != 1 else ''}"
+    return f"{goals}: {ended}" + (f" (first: {first})" if first else "") + hint
 
 
 def _code_name(code: int) -> str:

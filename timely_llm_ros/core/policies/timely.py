@@ -47,7 +47,10 @@ to step_prefill_s) or a long decode step in flight. The cut-short forward is los
 
 Options: segment_gen_time_s {robot_type: s}, online_gen_time (G tracks measured segments), max_segment_tokens
 {robot_type: n}, network_delay_s, token_time_s (batch-1 decode step assumed before one is measured), decode_seq_ratio
-(r: a decode step of B sequences takes t_1 * (1 + r (B - 1))), prefill_token_s (assumed before one is measured),
+(r: a decode step of B sequences takes t_1 * (1 + r (B - 1))), prefill_token_s and prefill_step_s (used always
+when given, unless fixed_prefill is false: then assumed until a prefill is measured; the server's hardware fit,
+core/fit.py, gives these, G and expected_segment_tokens / expected_first_segment_tokens {robot_type: n}, the
+segment lengths assumed before any is seen),
 adaptive (latency-guided admission on top of max_batch; False = fixed cap only), prefill_aware (False: the paper's
 decode-only WCET), preempt, admit_when_late, step_prefill_s (prefill work a step may carry, at least one prompt or
 chunk: 0.1 s = half the urgent class's 0.2 s ERT, so an arrival that waits one whole step keeps half its ERT),
@@ -139,8 +142,14 @@ class TimelyPolicy(Policy):
         self.uses_feedback = feedback == "closed"
         if self.admission not in ("utility", "deadline"):
             raise ValueError(f"timely: admission must be 'utility' or 'deadline', got {self.admission!r}")
-        self._fixed_prefill = "prefill_token_s" in o
+        # given prefill figures are used always (a latency model's), unless fixed_prefill is false: then they are
+        # what admission assumes until the scheduler has measured a prefill (the server's hardware fit)
+        self._fixed_prefill = bool(o.get("fixed_prefill", "prefill_token_s" in o))
         self.prefill_step_s = float(o.get("prefill_step_s", 0.0141 if self._fixed_prefill else 0.0))
+        # segment lengths assumed before any is seen, per robot type (the hardware fit: its worked examples')
+        self.expected_segment_tokens = {str(k): int(v) for k, v in (o.get("expected_segment_tokens") or {}).items()}
+        self.expected_first_segment_tokens = {str(k): int(v) for k, v in
+                                              (o.get("expected_first_segment_tokens") or {}).items()}
         self._seg_tokens: dict[str, deque] = {}
         self._first_tokens: dict[str, deque] = {}
         # the utility test weighs predicted utilities: expected segment lengths; the deadline test is a WCET bound
@@ -202,8 +211,12 @@ class TimelyPolicy(Policy):
         recent = self._seg_tokens.get(rt)
         if self.segment_estimate == "max":
             return min(cap, max(recent)) if recent else cap
-        g = self._configured_gen_time.get(rt, self._configured_gen_time.get("*", 0.1))
-        mean = sum(recent) / len(recent) if recent else g / self.token_time_s
+        if recent:
+            mean = sum(recent) / len(recent)
+        elif rt in self.expected_segment_tokens:
+            mean = self.expected_segment_tokens[rt]
+        else:
+            mean = self._configured_gen_time.get(rt, self._configured_gen_time.get("*", 0.1)) / self.token_time_s
         return max(1, min(cap, math.ceil(mean)))
 
     def observe_segment_tokens(self, robot_type: str, tokens: int, first: bool = False, urgency: str = "") -> None:
@@ -215,13 +228,15 @@ class TimelyPolicy(Policy):
     def first_segment_tokens(self, gen: Generation) -> int:
         """Expected token count of gen's first segment (the crowd plan's estimate): the mean of the last 32 first
         segments of its robot type and urgency class (a plan's first step depends on both: an urgent first reaction is
-        short, a routine plan's opening step longer, and later segments differ again);
-        segment_tokens before any is seen. Never above the configured maximum."""
-        recent = self._first_tokens.get((gen.req.robot_type, gen.req.urgency))
-        if not recent:
+        short, a routine plan's opening step longer, and later segments differ again); before any is seen option
+        expected_first_segment_tokens of its robot type, else segment_tokens. Never above the configured maximum."""
+        rt = gen.req.robot_type
+        recent = self._first_tokens.get((rt, gen.req.urgency))
+        if not recent and rt not in self.expected_first_segment_tokens:
             return self.segment_tokens(gen)
-        cap = self.max_segment_tokens.get(gen.req.robot_type, self.max_segment_tokens.get("*", 20))
-        return max(1, min(cap, math.ceil(sum(recent) / len(recent))))
+        mean = sum(recent) / len(recent) if recent else self.expected_first_segment_tokens[rt]
+        cap = self.max_segment_tokens.get(rt, self.max_segment_tokens.get("*", 20))
+        return max(1, min(cap, math.ceil(mean)))
 
     def _segment_length(self, gen: Generation) -> int:
         """Tokens the plans assume for gen's current segment: a first segment's own mean, else any segment's."""

@@ -18,6 +18,7 @@ class _SimGen:
     forced: list[int] | None
     output: list[int] = field(default_factory=list)
     prefill_done: int = 0          # prompt tokens in KV (cached prefix included) while the prefill is chunked
+    cached: int | None = None      # its prompt's tokens a prefix cache supplies (None: the latency model's figure)
     prefilled: bool = False
     suspended: bool = False
     offloaded: bool = False
@@ -32,7 +33,9 @@ class SimEngine(Engine):
     """Simulated engine: tokens come from forced plans (trace replay); step() advances the shared clock.
 
     prompt_tokens pads every encoded prompt to at least that many tokens (LRTrace prompts are long in-context
-    prompts); set_prompt_tokens(gen_id, n) overrides the count of one generation before add().
+    prompts); set_prompt_tokens(gen_id, n, cached) overrides the count of one generation before add(), and with
+    ``cached`` how many of them a prefix cache supplies (a model whose robot types have system prompts of different
+    lengths; default the latency model's cached_prefix_tokens).
     Suspended generations keep their KV on the device until the KV budget is exceeded; then the least
     recently suspended move to host memory, and resuming them costs a modelled reload in the next step.
     step_token_budget (chunked prefill): a step decodes every prefilled generation (one token each) and spends
@@ -60,6 +63,7 @@ class SimEngine(Engine):
         self._gens: dict[str, _SimGen] = {}
         self._suspended: OrderedDict[str, None] = OrderedDict()  # LRU order of suspension
         self._prompt_override: dict[str, int] = {}
+        self._cached_override: dict[str, int] = {}
         self._prompt_seen: dict[str, int] = {}
         self._pending_reload_s = 0.0
         self.steps = 0
@@ -79,9 +83,11 @@ class SimEngine(Engine):
     def text_stream(self) -> PieceStream:
         return self.tokenizer.stream()
 
-    def set_prompt_tokens(self, gen_id: str, n: int) -> None:
-        """Model gen_id's prompt as n tokens long, whatever add() receives."""
+    def set_prompt_tokens(self, gen_id: str, n: int, cached: int | None = None) -> None:
+        """Model gen_id's prompt as n tokens long, whatever add() receives (``cached`` of them from a prefix cache)."""
         self._prompt_override[gen_id] = int(n)
+        if cached is not None:
+            self._cached_override[gen_id] = int(cached)
 
     # lifecycle
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
@@ -90,7 +96,8 @@ class SimEngine(Engine):
             raise EngineError(f"generation {gen_id!r} already added")
         n = self._prompt_override.pop(gen_id, self._prompt_seen.get(gen_id, len(prompt_ids)))
         self._prompt_seen[gen_id] = n      # a request that comes back (a replan) has as long a prompt
-        self._gens[gen_id] = _SimGen(n, max_new_tokens, list(forced_ids) if forced_ids is not None else None)
+        self._gens[gen_id] = _SimGen(n, max_new_tokens, list(forced_ids) if forced_ids is not None else None,
+                                     cached=self._cached_override.get(gen_id))
 
     def step(self, gen_ids: Sequence[str]) -> StepResult:
         gens = [(gid, self._get(gid)) for gid in gen_ids]
@@ -112,7 +119,7 @@ class SimEngine(Engine):
             if g.prefilled:
                 continue
             if not g.prefill_done:
-                g.prefill_done = min(self.latency.cached_prefix_tokens, max(g.prompt_tokens - 1, 0))
+                g.prefill_done = self._cached(g)
             n = g.prompt_tokens - g.prefill_done if room is None else min(room, g.prompt_tokens - g.prefill_done)
             if n <= 0:
                 continue
@@ -165,8 +172,12 @@ class SimEngine(Engine):
         g = self._get(gen_id)
         if g.prefilled:
             return 0
-        done = g.prefill_done or min(self.latency.cached_prefix_tokens, max(g.prompt_tokens - 1, 0))
-        return g.prompt_tokens - done
+        return g.prompt_tokens - (g.prefill_done or self._cached(g))
+
+    def _cached(self, g: _SimGen) -> int:
+        """Prompt tokens of g the prefix cache supplies (at most all but the last)."""
+        cached = self.latency.cached_prefix_tokens if g.cached is None else g.cached
+        return min(cached, max(g.prompt_tokens - 1, 0))
 
     def reload_s(self, gen_id: str) -> float:
         g = self._get(gen_id)

@@ -116,6 +116,8 @@ class Simulator:
     next task — the paper's setting, where each task goes to a free agent of a pool sized so that one is free (the
     workload's agent ids only decided which tasks found none and were skipped); "named": the workload's agent ids
     are the robots, so a task whose agent still runs an earlier plan waits for it (one plan per robot).
+    cached_prefix_tokens: per robot type, the prompt tokens a prefix cache supplies on a modelled engine (a chat
+    model's system prompt differs in length by robot type); types left out get the latency model's figure.
     """
 
     def __init__(self, policy: Policy, latency: LatencyModel | None, skill_sets: Mapping[str, SkillSet] | None = None,
@@ -126,7 +128,8 @@ class Simulator:
                  network_delay_s: float | None = None, step_token_budget: int | None = None,
                  exec_noise: ExecNoise | None = None, scheduler_config: SchedulerConfig | None = None,
                  prompts: PromptEncoder | None = None,
-                 plan_rule: Callable[[str], str] = lambda agent: "queue", robots: str = "per_task") -> None:
+                 plan_rule: Callable[[str], str] = lambda agent: "queue", robots: str = "per_task",
+                 cached_prefix_tokens: Mapping[str, int] | None = None) -> None:
         if robots not in ("per_task", "named"):
             raise ValueError(f"robots must be 'per_task' or 'named', got {robots!r}")
         if engine is None and latency is None:
@@ -158,6 +161,7 @@ class Simulator:
                                        plan_rule, prompts=prompts)
         self.plan_rule = plan_rule
         self.robots = robots
+        self.cached_prefix_tokens = dict(cached_prefix_tokens or {})
         self._followers: dict[str, list[WorkloadTask]] = {}   # closed loop: tasks waiting for a task's end
         self._events: list[tuple[float, int, int, tuple]] = []
         self._seq = itertools.count()
@@ -249,7 +253,7 @@ class Simulator:
     def _submit(self, task: WorkloadTask, t: float | None = None) -> None:
         set_prompt_tokens = getattr(self.engine, "set_prompt_tokens", None)
         if callable(set_prompt_tokens):  # modelled engine: LRTrace prompts are long in-context prompts
-            set_prompt_tokens(task.task_id, task.prompt_tokens)
+            set_prompt_tokens(task.task_id, task.prompt_tokens, self.cached_prefix_tokens.get(task.robot_type))
         self._robot_type[task.task_id] = task.robot_type
         robot = task.agent_id
         if self.robots == "per_task":      # a chain's next task keeps its robot; any other task gets its own

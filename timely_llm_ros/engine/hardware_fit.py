@@ -1,0 +1,124 @@
+"""Measure the loaded engine at configure for the hardware fit (core/fit.py derives from what this measures).
+
+Through the Engine interface only (any engine: transformers, vLLM, in a child process), on real prompts: for each
+robot type, requests of its worked examples (scene and task) through the model's prompt format, after its system
+prompt is cached (the server's warm-up runs first), each forced to emit its example plan's tokens so that every
+step is a real forward of a realistic length; a request's first step is its prefill (its first token included),
+the first request's next ones batch-1 decode steps. Then the requests measured decode together at the server's
+max_batch (their prompts are cached whole by then, so adding them again costs about a token each).
+
+The fastest of each kind of step counts (StepResult.elapsed_s, wall clock): what the engine does when it has the
+machine, which is what "can this class be met at all" asks; other work on a shared machine at configure (a fleet
+starting beside the server) only adds, and the scheduler measures the steps it runs from then on. Each kind is
+sampled at least 3 times and more while cheap (up to 12 within 0.15 s), so a fast engine, whose margins are read
+from a few milliseconds, is sampled most. About a second per robot type on SmolLM2 on one CPU thread, 0.1-0.2 s in
+all on the embedded planner.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping, Sequence
+
+from ..core.fit import ClassCheck, HardwareFit, Measurements, TypeTiming, check_classes, derive, plan_shapes
+from ..core.prompting import PromptEncoder
+from ..core.skills.skill_set import SkillSet
+from ..core.tuf import TimeUtility
+from .base import Engine
+
+BATCHES = (4,)           # decode batch sizes measured beside batch 1 (the server: its max_batch, at most 8)
+LEAST, MOST = 3, 12      # samples of each kind of step: at least LEAST, more while they take under BUDGET_S in all
+BUDGET_S = 0.15          # (a fast engine is sampled more: its margins are read from fewer milliseconds)
+_ID = "__hardware_fit__"
+
+
+def _forced(engine: Engine, plan: str, tokens: int) -> list[int]:
+    """The plan's tokens repeated to at least ``tokens`` (what a step computes does not depend on their values)."""
+    ids = engine.encode(plan) or [0]
+    return (ids * (tokens // len(ids) + 1))[:tokens]
+
+
+def _sampled(step: Callable[[int], float], most: int = MOST) -> list[float]:
+    """Seconds of ``step(i)`` for i = 0, 1, ...: at least LEAST (or ``most`` if fewer), at most ``most``, and no
+    more once they took BUDGET_S in all."""
+    times: list[float] = []
+    while len(times) < most and (len(times) < LEAST or sum(times) < BUDGET_S):
+        times.append(step(len(times)))
+    return times
+
+
+def _measure_type(engine: Engine, skill_set: SkillSet,
+                  prompts: PromptEncoder) -> tuple[TypeTiming, list[tuple[list[int], str]]]:
+    """One robot type's timing; also the requests it prefilled, with a plan text to force (for the batch sizes)."""
+    examples = [(ex.task, ex.scene, ex.plan) for ex in skill_set.examples] or [("report what you see", "", "ok")]
+    requests = [(prompts(skill_set, task, scene), plan) for task, scene, plan in examples]
+    shared = prompts.shared_tokens(skill_set)
+    prefills: list[tuple[float, int, int]] = []   # (seconds, tokens prefilled, prompt tokens) per request
+    decodes: list[float] = []
+
+    def prefill(i: int) -> float:   # distinct requests: a prompt measured is cached whole
+        ids, plan = requests[i]
+        gen = f"{_ID}{skill_set.name}_{i}"
+        steps = MOST + 2 if i == 0 else 1
+        engine.add(gen, ids, steps, forced_ids=_forced(engine, plan, steps))
+        try:
+            left = engine.prefill_left(gen)
+            prefills.append((engine.step([gen]).elapsed_s, left if left is not None else max(len(ids) - shared, 1),
+                             len(ids)))
+            if i == 0:      # batch-1 decode steps at its context (the first one after a prefill settles its row)
+                engine.step([gen])
+                decodes.extend(_sampled(lambda _: engine.step([gen]).elapsed_s))
+        finally:
+            engine.release(gen)
+        return prefills[-1][0]
+
+    measured = len(_sampled(prefill, most=len(requests)))
+    seconds, suffix, prompt_tokens = min(prefills)
+    timing = TypeTiming(prompt_tokens=prompt_tokens, suffix_tokens=suffix, prefill_s=seconds, decode_s=min(decodes),
+                        plans=tuple(plan_shapes(skill_set, engine.encode)),
+                        max_segment_tokens=skill_set.max_segment_tokens)
+    return timing, requests[:measured]
+
+
+def measure(engine: Engine, skill_sets: Mapping[str, SkillSet], prompts: PromptEncoder,
+            batches: Sequence[int] = BATCHES) -> Measurements:
+    """Measure every robot type, then decode steps at ``batches`` over the requests measured, longest first (the
+    robot types' system prompts must be cached already: the server's warm-up). Distinct requests, as a fleet's are:
+    on the transformers engine a batch of prompts of different lengths decodes more slowly than copies of one."""
+    t0 = time.monotonic()
+    types: dict[str, TypeTiming] = {}
+    requests: list[tuple[list[int], str]] = []
+    for name, skill_set in skill_sets.items():
+        types[name], measured = _measure_type(engine, skill_set, prompts)
+        requests += measured
+    requests.sort(key=lambda r: -len(r[0]))
+    longest = max(types, key=lambda n: types[n].prompt_tokens)
+    batch_decode = {1: types[longest].decode_s}
+    gens = [f"{_ID}batch_{i}" for i in range(max(batches, default=1))]
+    tokens = (MOST + 1) * len(batches) + 2
+    for i, gen in enumerate(gens):   # each prompt was measured, so is cached whole: adding it costs about a token
+        prompt, plan = requests[i % len(requests)]
+        engine.add(gen, prompt, tokens, forced_ids=_forced(engine, plan, tokens))
+    try:
+        engine.step(gens)
+        for b in sorted(batches):
+            chosen = gens[:b]
+            for gen in gens[b:]:
+                engine.suspend(gen)
+            engine.step(chosen)    # settles the rows
+            batch_decode[b] = min(_sampled(lambda _: engine.step(chosen).elapsed_s))
+            for gen in gens[b:]:
+                engine.resume(gen)
+    finally:
+        for gen in gens:
+            engine.release(gen)
+    return Measurements(types=types, batch_decode_s=batch_decode, seconds=time.monotonic() - t0,
+                        engine=type(engine).__name__)
+
+
+def fit_engine(engine: Engine, skill_sets: Mapping[str, SkillSet], prompts: PromptEncoder,
+               classes: Mapping[str, TimeUtility], network_delay_s: float, max_batch: int,
+               scale_factor: float = 0.0) -> tuple[HardwareFit, ClassCheck]:
+    """Measure the engine (batch sizes up to max_batch, at most 8), derive the fit, check the urgency classes."""
+    batches = (min(max_batch, 8),) if max_batch > 1 else ()
+    fit = derive(measure(engine, skill_sets, prompts, batches))
+    return fit, check_classes(classes, fit, network_delay_s, scale_factor)

@@ -1,0 +1,82 @@
+"""The plans a model writes for a robot type's tasks, as the server would have it write them (its prompts, its limits,
+its grammar when the model entry decodes under one): a markdown table, to check a skill set's descriptions and
+worked examples before robots run them (docs/robots.md).
+
+    PYTHONPATH=. .venv/bin/python tools/robot_plans.py rover examples/rover/tasks.yaml --skills-dir examples/rover
+
+The tasks file is a YAML list of {scene, task}. ROS-free: the scheduler runs dry (no robot), one task at a time.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from timely_llm_ros.core.models import model_spec  # noqa: E402
+from timely_llm_ros.core.policies import make_policy  # noqa: E402
+from timely_llm_ros.core.request import PlanRequest  # noqa: E402
+from timely_llm_ros.core.robot_types import load_robot_types  # noqa: E402
+from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, SegmentReady  # noqa: E402
+from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
+
+
+def plan_tasks(robot_type: str, tasks: list[dict], skills_dir: str, model: str) -> list[tuple[str, str]]:
+    """(plan text, outcome code name) per task, greedy, under the robot type's grammar when the entry says so."""
+    from timely_llm_ros.engine.factory import make_engine
+    from timely_llm_ros.engine.model_setup import model_setup, setup_engine_options
+    from timely_llm_ros.engine.models import weights_folder
+
+    spec = model_spec(model)
+    types = load_robot_types(skills_dir or None)
+    if robot_type not in types.skill_sets:
+        raise SystemExit(f"no skill set {robot_type!r}; known: {', '.join(sorted(types.skill_sets))}")
+    engine = make_engine("transformers", str(weights_folder(spec)), dtype=spec.dtype, **setup_engine_options(spec))
+    setup = model_setup(spec, engine, {robot_type: types.skill_sets[robot_type]})
+    skill_set = setup.skill_sets[robot_type]
+    scheduler = PlanScheduler(engine, make_policy("fcfs", max_batch=1), setup.skill_sets, types.exec_models,
+                              time.monotonic, prompts=setup.prompts)
+    out = []
+    for i, entry in enumerate(tasks):
+        req = PlanRequest(req_id=f"t{i}", agent_id=f"{robot_type}_1", robot_type=robot_type, task=str(entry["task"]),
+                          context=str(entry.get("scene", "")), tuf=DEFAULT_URGENCY_CLASSES["normal"],
+                          arrival=time.monotonic(), urgency="normal", max_new_tokens=skill_set.max_plan_tokens,
+                          constrained=spec.grammar and skill_set.mode == "statements")
+        events, outcome = scheduler.submit(req), None
+        while outcome is None:
+            for ev in events:
+                if isinstance(ev, SegmentReady):     # dry: each segment counts as run at once
+                    now = time.monotonic()
+                    scheduler.on_execution_started(ev.req_id, ev.segment.index, now)
+                    events.extend(scheduler.on_execution_finished(ev.req_id, ev.segment.index, now))
+                elif isinstance(ev, RequestFinished):
+                    outcome = ev.outcome
+            events = scheduler.step() if outcome is None else []
+        out.append((outcome.plan_text.strip(), outcome.error_code.name))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("robot_type")
+    parser.add_argument("tasks", help="YAML list of {scene, task}")
+    parser.add_argument("--skills-dir", default="", help="a team's folder with skills/*.yaml and exec_time/*.yaml")
+    parser.add_argument("--model", default="smollm2", help="an entry of config/models.yaml (default smollm2)")
+    args = parser.parse_args(argv)
+    with open(args.tasks, encoding="utf-8") as f:
+        tasks = yaml.safe_load(f) or []
+    plans = plan_tasks(args.robot_type, tasks, args.skills_dir, args.model)
+    print("| scene | task | plan | outcome |\n|---|---|---|---|")
+    for entry, (plan, code) in zip(tasks, plans):
+        cells = [str(entry.get("scene", "")), str(entry["task"]), f"`{plan}`" if plan else "-", code]
+        print("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
