@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -74,7 +74,8 @@ class TransformersEngine(GenerationTable, Engine):
         self._gens: dict[str, GenerationState] = {}
         self._released: set[str] = set()
         self._suspend_counter = itertools.count(1)
-        self.interrupt_check = None                    # set by the driver; asked between decoder layers in a step
+        # set by the driver; asked between decoder layers while a step runs
+        self.interrupt_check: Callable[[], bool] | None = None
         self.interrupted_steps = 0
         self._gate = LayerGate(self.model)
         self.interruptible = self._gate.available
