@@ -148,6 +148,10 @@ def main(args: argparse.Namespace) -> int:
                         wall[name].append(got["tokens"] / got["wall"])
                         cpu[name].append(got["tokens"] / got["cpu"])
             outputs = {n: w.ask(do="end_case")["outputs"] for n, w in workers.items()}
+            if not all(cpu.values()):
+                print(f"batch {batch:2d} prompt ~{length:4d}: every generation ended within the warm-up round (stop "
+                      f"tokens); nothing measured", flush=True)
+                continue
             line = f"batch {batch:2d} prompt ~{length:4d}: tokens/s (CPU) " + "  ".join(
                 f"{n} {statistics.mean(cpu[n]):6.1f}" for n in names)
             for a, b in (("new", "old"), ("new", "vllm"), ("old", "vllm")):
