@@ -69,6 +69,11 @@ CONFIGURATIONS = {c.name: c for c in (
     Configuration("embedded", "embedded"),
     Configuration("smollm2", "smollm2", grammar=False),
     Configuration("smollm2-grammar", "smollm2", grammar=True),
+    # prompt variants of smollm2-grammar (choose on the dev split): the worked examples inside the system text
+    # instead of as chat turns; no worked examples; only each robot type's first one
+    Configuration("smollm2-grammar-examples-in-system", "smollm2", grammar=True, prompt={"prompt_examples": "system"}),
+    Configuration("smollm2-grammar-no-examples", "smollm2", grammar=True, prompt={"examples": ()}),
+    Configuration("smollm2-grammar-one-example", "smollm2", grammar=True, prompt={"examples": 1}),
 )}
 
 
@@ -135,6 +140,8 @@ def configured_skill_sets(config: Configuration) -> dict[str, SkillSet]:
             raise SystemExit(f"configuration {config.name!r}: prompt options {unknown} are not skill-set fields")
         out[name] = copy.copy(skill_set)
         for key, value in config.prompt.items():
+            if key == "examples" and isinstance(value, int):      # the first N of this robot type's examples
+                value = skill_set.examples[:value]
             setattr(out[name], key, value)
     return out
 
