@@ -47,7 +47,7 @@ class ModelTokens:
         return self._tok.decode([i for i in ids if i != self.eos_id])
 
     def stream(self):
-        from timely_llm_ros.engine.detokenize import PrefixDiffStream
+        from timely_llm_ros.core.engine import PrefixDiffStream
 
         table = getattr(self._tok, "byte_table", None)
         return table.stream() if table is not None else PrefixDiffStream(self.decode)

@@ -562,7 +562,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     seeds = parse_seeds(args.seeds)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    from timely_llm_ros.core.policies import POLICIES, builtin  # noqa: F401  (registers the shipped policies)
+    from timely_llm_ros.core.policies import POLICIES
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:   # before any process starts: the server would only fail to configure, seed after seed
         print(f"unknown policy {', '.join(map(repr, unknown))}; the server knows: {', '.join(sorted(POLICIES))}",

@@ -21,7 +21,7 @@ from ..core.models import ModelSpec
 from ..core.prompting import ChatPrompts, PromptEncoder, RawPrompts
 from ..core.skills.skill_set import SkillSet
 from ..core.token_limits import EffectiveLimits, Encode, effective_limits, with_limits
-from .base import Engine
+from ..core.engine import Engine
 
 
 @functools.lru_cache(maxsize=1)

@@ -35,7 +35,7 @@ from timely_llm_ros.msg import SchedulerState
 from ..core.capabilities import check_robot_type, missing_skills, unknown_skill_error
 from ..core.errors import ErrorCode, RequestError
 from ..core.health import HealthLimits
-from ..core.policies import make_policy
+from ..core.composition import PolicyChoice, build_policy, build_scheduler
 from ..core.request import RequestState
 from ..core.runtime import SchedulerThread
 from ..core.scheduler import (PlanScheduler, RequestFinished, SchedulerConfig, SegmentGenerated, SegmentReady,
@@ -69,6 +69,7 @@ class PlanServerNode(LifecycleNode):
         self.stop_flag = None            # set by spin_node: SIGINT/SIGTERM
         self.exit_code = 0
         self.scheduler: PlanScheduler | None = None
+        self.engine = None               # the engine as loaded (the scheduler drives it as its policy does)
         self.model_spec = None           # config/models.yaml entry loaded at configure (core.models.ModelSpec)
         self.grammar = False             # requests decode under their skill-set grammar (parameter grammar)
         self.loop: SchedulerThread | None = None
@@ -208,18 +209,17 @@ class PlanServerNode(LifecycleNode):
                 log.info("hardware_fit is false: the policies use the configured step-time constants and the urgency "
                          "classes are not checked against this engine")
             self.health.set_standing(fit_warnings, fit_values)
-            policy = make_policy(p.policy, max_batch=p.max_batch, options=self.policy_options())
-            from ..engine.evicting import with_policy_eviction
-            engine = with_policy_eviction(engine, policy)   # TimeBill: real prompt-KV eviction in the engine
-            self.scheduler = PlanScheduler(engine, policy, self.skill_sets, robot_types.exec_models, time.monotonic,
-                                           SchedulerConfig(network_delay_s=p.network_delay_s,
-                                                           max_prompt_tokens=p.max_prompt_tokens,
-                                                           max_waiting=p.max_queued,
-                                                           replan_on_failure=p.replan_on_failure,
-                                                           keep_outcomes=_KEEP_OUTCOMES,
-                                                           ack_timeout_s=p.executor_ack_timeout_s,
-                                                           exec_timeout_s=p.executor_timeout_s),
-                                           plan_rule=self.plan_rule, prompts=setup.prompts)
+            policy = build_policy(self.policy_choice(), self.skill_sets, self.fitted_options())
+            self.engine = engine            # as loaded: a live policy change drives it as configure did
+            self.scheduler = build_scheduler(engine, policy, self.skill_sets, robot_types.exec_models, time.monotonic,
+                                             SchedulerConfig(network_delay_s=p.network_delay_s,
+                                                             max_prompt_tokens=p.max_prompt_tokens,
+                                                             max_waiting=p.max_queued,
+                                                             replan_on_failure=p.replan_on_failure,
+                                                             keep_outcomes=_KEEP_OUTCOMES,
+                                                             ack_timeout_s=p.executor_ack_timeout_s,
+                                                             exec_timeout_s=p.executor_timeout_s),
+                                             plan_rule=self.plan_rule, prompts=setup.prompts)
             if self.grammar:      # compiled now, not when the first goal of each robot type arrives (~0.3-1 s)
                 t_grammar = time.monotonic()
                 self.scheduler.prepare_grammars()
@@ -319,7 +319,7 @@ class PlanServerNode(LifecycleNode):
             host.close(destroy_entities)
         if self.scheduler is not None:
             self.scheduler.engine.close()
-            self.scheduler = None
+            self.scheduler = self.engine = None
             gc.unfreeze()   # what configure froze may be garbage now; a new configure freezes again
         self._unloaded_timer.reset()
 
@@ -360,13 +360,16 @@ class PlanServerNode(LifecycleNode):
         """Free ROS entities that destroy_node does not destroy (after the executor stopped)."""
         self._action.destroy()
 
-    def policy_options(self) -> dict:
-        """Options every policy gets (those a policy does not use are ignored): segment sizes from the skill
-        sets, the hardware fit's step times (parameter hardware_fit), the network delay, and G measured online."""
-        from ..core.policies.timely import options_from_skill_sets
-        fitted = self.fit.policy_options() if self.fit is not None else {}
-        return {**options_from_skill_sets(self.skill_sets), **fitted, "network_delay_s": self.params.network_delay_s,
-                "online_gen_time": True}
+    def policy_choice(self) -> PolicyChoice:
+        """The configured policy; every policy is offered the skill sets' segment sizes, the hardware fit's step
+        times (fitted_options), the network delay and G measured online (core/composition.py)."""
+        from ..engine.sentence_encoder import LazyUrgencyClassifier
+        return PolicyChoice(self.params.policy, self.params.max_batch, network_delay_s=self.params.network_delay_s,
+                            online_gen_time=True, provided={"classifier": LazyUrgencyClassifier()})
+
+    def fitted_options(self) -> dict:
+        """The hardware fit's step times for the policies (parameter hardware_fit; empty without it)."""
+        return self.fit.policy_options() if self.fit is not None else {}
 
     def _report_discovery(self) -> None:
         """Shake hands with each expected robot's executor once it is matched (in the background, on the discovery
