@@ -12,7 +12,7 @@ from timely_llm_ros.core.models import model_spec
 from timely_llm_ros.core.request import PlanRequest
 from timely_llm_ros.core.skills import load_skill_sets
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
-from timely_llm_ros.stack import EngineChoice, StackOptions, build_stack, load_engine
+from timely_llm_ros.stack import EngineChoice, FitChoice, StackOptions, build_stack, load_engine
 
 TASKS = ["search under the chair for a candle", "help me find the wallet", "is there a backpack below the bench?"]
 CONTEXT = "room: kitchen; objects: " + ", ".join(f"{c} {o}" for c in ("red", "blue", "old", "small")
@@ -75,3 +75,16 @@ def test_a_bad_policy_name_or_option_fails_before_the_model_loads(engine_and_opt
     with pytest.raises(ValueError, match="step_prefil_s"):
         build_stack(StackOptions(model=options.model, policy=PolicyChoice("timely", options={"step_prefil_s": 0.1})),
                     load_skill_sets(), load_exec_models())
+
+
+def test_the_hardware_fit_measured_at_composition_sets_every_timely_step_time(engine_and_options):
+    engine, options = engine_and_options
+    options = StackOptions(model=options.model, engine=options.engine, policy=PolicyChoice("timely", max_batch=2),
+                           fit=FitChoice(enabled=True), warm_up=False)
+    stack = build_stack(options, load_skill_sets(), load_exec_models(), engine=engine)
+    fitted = stack.fit.policy_options()
+    assert stack.policy.token_time_s == fitted["token_time_s"]
+    assert stack.policy.gen_time_s["drone"] == fitted["segment_gen_time_s"]["drone"]
+    assert any("hardware fit" in line for _, line in stack.report())
+    switched = stack.switch_policy("edf-admit")                # a live change keeps the fit's figures
+    assert switched.policy.token_time_s == fitted["token_time_s"]

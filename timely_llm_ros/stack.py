@@ -76,6 +76,23 @@ class Stack:
     fit: HardwareFit | None = None
     class_check: ClassCheck | None = None
 
+    def report(self) -> list[tuple[str, str]]:
+        """(level, line) for the configure log: the model setup, the hardware fit and the urgency classes against
+        it (level "info" or "warning")."""
+        lines = [("info", line) for line in self.setup.describe(self.options.engine.kind)]
+        if self.fit is None or self.class_check is None:
+            return lines + [("info", "hardware fit off: the policies use the configured step-time constants and the "
+                                     "urgency classes are not checked against this engine")]
+        lines += [("info", line) for line in self.fit.describe()]
+        scale = self.options.fit.scale_unmet_classes
+        lines += [("warning", f"{line} (scale_unmet_classes={scale:g}; goals with their own ert/alpha/beta are not "
+                              "changed)") for line in self.class_check.scaled]
+        lines += [("warning", line) for line in self.class_check.warnings]
+        if not self.class_check.unmet:
+            lines.append(("info", f"every urgency class can be met on this engine "
+                                  f"({', '.join(self.options.urgency_classes)})"))
+        return lines
+
     def fitted_options(self) -> dict[str, Any]:
         return self.fit.policy_options() if self.fit is not None else {}
 
