@@ -81,8 +81,8 @@ class Stack:
         it (level "info" or "warning")."""
         lines = [("info", line) for line in self.setup.describe(self.options.engine.kind)]
         if self.fit is None or self.class_check is None:
-            return lines + [("info", "hardware fit off: the policies use the configured step-time constants and the "
-                                     "urgency classes are not checked against this engine")]
+            return lines + [("info", "hardware_fit is false: the policies use the configured step-time constants and "
+                                     "the urgency classes are not checked against this engine")]
         lines += [("info", line) for line in self.fit.describe()]
         scale = self.options.fit.scale_unmet_classes
         lines += [("warning", f"{line} (scale_unmet_classes={scale:g}; goals with their own ert/alpha/beta are not "
