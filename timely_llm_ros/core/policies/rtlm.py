@@ -10,9 +10,9 @@ similar lengths, offload of very long requests to a second engine instance.
 d is arrival + time_budget_s when the request has a budget, else the zero crossing of its TUF (when the plan
 stops earning anything). Consolidation: the top C_f waiting tasks by p are sorted by u and cut where u jumps by
 more than lambda = 1.5x (option lam); the group holding the highest-p task joins the batch (running tasks stay:
-RT-LM does not preempt). Offload: a task with u > tau is flagged for the second engine instance (engine/routed.py routes it;
-its own batch slots, max_batch_secondary). With offload=False (both instances would be the same CPU), long tasks
-stay on the one engine and simply rank low through u_n.
+RT-LM does not preempt). Offload: a task with u > tau is flagged for the second engine instance (engine/routed.py
+routes it; its own batch slots, max_batch_secondary). With offload=False (both instances would be the same CPU),
+long tasks stay on the one engine and simply rank low through u_n.
 """
 from __future__ import annotations
 

@@ -44,12 +44,6 @@ decoder layer, on engines that check between layers (transformers, the simulator
 token acts between steps; this acts inside one, so an urgent arrival no longer waits for a normal prefill step (up
 to step_prefill_s) or a long decode step in flight. The cut-short forward is lost work for its members.
 
-Options: segment_gen_time_s {robot_type: s}, online_gen_time (G tracks measured segments), max_segment_tokens
-{robot_type: n}, network_delay_s, token_time_s (batch-1 decode step assumed before one is measured), decode_seq_ratio
-(r: a decode step of B sequences takes t_1 * (1 + r (B - 1))), prefill_token_s and prefill_step_s (used always
-when given, unless fixed_prefill is false: then assumed until a prefill is measured; the server's hardware fit,
-core/fit.py, gives these, G and expected_segment_tokens / expected_first_segment_tokens {robot_type: n}, the
-
 Options: TimelyOptions (core/policies/timely_options.py). Eq. 4, its estimators and the drop rule:
 core/policies/timely_priority.py. The ablations: core/policies/timely_ablations.py.
 """
