@@ -23,7 +23,7 @@ from ..core.fit import ClassCheck, HardwareFit, Measurements, TypeTiming, check_
 from ..core.prompting import PromptEncoder
 from ..core.skills.skill_set import SkillSet
 from ..core.tuf import TimeUtility
-from .base import Engine
+from ..core.engine import Engine
 
 BATCHES = (4,)           # decode batch sizes measured beside batch 1 (the server: its max_batch, at most 8)
 LEAST, MOST = 3, 12      # samples of each kind of step: at least LEAST, more while they take under BUDGET_S in all

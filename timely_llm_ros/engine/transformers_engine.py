@@ -30,8 +30,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from .base import Engine, EngineError, GenerationTable, MemoryStats, StepResult
-from .detokenize import TextStream
+from ..core.engine import Engine, EngineError, MemoryStats, StepResult, TextStream
+from .generation_table import GenerationTable
 from .grammar import GrammarCompiler, RowMasks, advance
 from .kv_cache import KVShape, SlotKV
 from .loader import LoadedModel

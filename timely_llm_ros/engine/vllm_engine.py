@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .base import Engine, EngineError, GenerationTable, MemoryStats, StepResult
+from ..core.engine import Engine, EngineError, MemoryStats, StepResult
+from .generation_table import GenerationTable
 
 
 def configure_environment(cache_root: str | Path | None = None) -> None:
