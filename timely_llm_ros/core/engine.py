@@ -74,6 +74,7 @@ class Engine(ABC):
     """A step-controlled LLM engine with suspend/resume that keeps KV and token ids."""
 
     eos_token_id: int | None = None
+    replays_forced_ids: bool = True   # add(..., forced_ids=...) is honoured (False: the engine refuses it)
     max_context: int | None = None   # prompt + output tokens the model can attend over (None = unbounded)
     step_token_budget: int | None = None  # chunked prefill: tokens (decodes + prefill chunks) per step; None = off
     fused_steps: bool = False  # prefills and decodes of a step run in one forward (vLLM); False: the decode pass

@@ -74,6 +74,7 @@ class _Gen:
 class VllmEngine(GenerationTable, Engine):
     """The Engine interface over vLLM's step-level engine API."""
 
+    replays_forced_ids = False     # vLLM samples its own tokens: add() refuses forced_ids
     fused_steps = True   # vLLM runs a step's prefills and decodes as one batch of tokens
 
     def __init__(self, model_path: str, options: VllmOptions | None = None, temperature: float = 0.0,
