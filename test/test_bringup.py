@@ -118,8 +118,8 @@ def test_demo_fleet_gives_server_and_one_executor_per_robot(tmp_path):
     assert children[0].name == "timely_server" and "__node:=timely_server" in children[0].argv
     executors = children[1:]
     assert [_value_after(c.argv, "-r", "__ns:=") for c in executors] == [
-        ["__ns:=/drone_1"], ["__ns:=/drone_2"], ["__ns:=/drone_3"], ["__ns:=/drone_4"], ["__ns:=/arm_1"]]
-    assert [_value_after(c.argv, "-p") for c in executors] == [["robot_type:=drone"]] * 4 + [["robot_type:=arm"]]
+        ["__ns:=/arm_1"], ["__ns:=/arm_2"], ["__ns:=/drone_1"], ["__ns:=/drone_2"], ["__ns:=/drone_3"]]
+    assert [_value_after(c.argv, "-p") for c in executors] == [["robot_type:=arm"]] * 2 + [["robot_type:=drone"]] * 3
     for child in children:
         assert child.argv.count("--ros-args") == 1
         assert _value_after(child.argv, "--params-file") == [str(tmp_path / "p.yaml")]
