@@ -153,7 +153,7 @@ def plot_timeline(tracks: dict[str, RequestTrack], steps: Sequence[StepRecord], 
     fig, (zoom, whole) = plt.subplots(2, 1, figsize=(12, 8.5), gridspec_kw={"height_ratios": [1.1, 1]})
     if contention is not None:
         wait = max(contention.first_segment - contention.arrival, 0.02)
-        window = (contention.arrival - 1.5 * wait - t0, contention.first_segment + 2.0 * wait - t0)
+        window = (max(contention.arrival - 1.5 * wait - t0, 0.0), contention.first_segment + 2.0 * wait - t0)
     else:
         window = (0.0, min(end - t0, 2.0))
 
