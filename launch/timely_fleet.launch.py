@@ -41,9 +41,9 @@ def _fleet_nodes(context):
     fleet = load_fleet(LaunchConfiguration("fleet_file").perform(context))
     params_file = LaunchConfiguration("params_file").perform(context) or (
         str(fleet.params_file) if fleet.params_file else "")
-    if not params_file or fleet.modified:
-        raise RuntimeError("the fleet description must name its nodes' params file (bringup.params_file) and hold "
-                           "no parameter sections itself; or pass params_file:=...")
+    if not params_file:
+        raise RuntimeError("the fleet description must name its nodes' params file (bringup.params_file); "
+                           "or pass params_file:=...")
     log_level = LaunchConfiguration("log_level").perform(context)
     autostart = _is_true(LaunchConfiguration("autostart").perform(context))
     model = LaunchConfiguration("model").perform(context).strip()

@@ -96,11 +96,12 @@ def standins(tmp_path, monkeypatch):
 
 
 def _small_fleet(tmp_path: Path, **bringup_settings) -> Path:
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"/**/timely_server": {"ros__parameters": {"policy": "fcfs"}}}))
     data = {
-        "bringup": {"server": True, "workload": True, "stop_grace_s": 2.0, "server_ready_timeout_s": 10.0,
+        "bringup": {"params_file": "params.yaml", "server": True, "workload": True, "stop_grace_s": 2.0,
+                    "server_ready_timeout_s": 10.0,
                     "executors": [{"agent": "drone_1", "robot_type": "drone"},
                                   {"agent": "arm_1", "robot_type": "arm"}], **bringup_settings},
-        "timely_server": {"ros__parameters": {"policy": "fcfs"}},
     }
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -200,7 +201,9 @@ def test_invalid_fleets_are_rejected_with_a_reason(executors, complaint):
         parse_fleet({"bringup": {"executors": executors}})
     with pytest.raises(ValueError, match="bringup"):
         parse_fleet({"timely_server": {"ros__parameters": {}}})
-    assert parse_fleet({"timely_server": {}}, require_bringup=False).server
+    # node parameters belong in the params file the description names, which rcl reads as it is
+    with pytest.raises(ValueError, match=r"holds only 'bringup:'.*\(timely_server\).*params_file"):
+        parse_fleet({"bringup": {}, "timely_server": {"ros__parameters": {}}})
 
 
 def test_workload_exit_code_propagates_and_others_are_stopped_with_sigint(tmp_path, standins, monkeypatch, capsys):
@@ -271,12 +274,14 @@ class _Lines:
 def test_no_workload_runs_until_stopped(tmp_path):
     """The real nodes (no stand-in: nothing here needs a scripted fault): without a workload the fleet runs until
     a stop is requested; then SIGINT alone ends every node within the grace period (no SIGTERM, no traceback)."""
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(
+        {"/**/timely_server": {"ros__parameters": {"num_threads": 1, "max_batch": 2}}}))
     fleet = parse_fleet({
-        "bringup": {"server": True, "workload": False, "stop_grace_s": 15.0, "server_ready_timeout_s": 120.0,
+        "bringup": {"params_file": "params.yaml", "server": True, "workload": False, "stop_grace_s": 15.0,
+                    "server_ready_timeout_s": 120.0,
                     "executors": [{"agent": "drone_1", "robot_type": "drone"},
                                   {"agent": "arm_1", "robot_type": "arm"}]},
-        "/**/timely_server": {"ros__parameters": {"num_threads": 1, "max_batch": 2}},
-    })
+    }, base_dir=tmp_path)
     out = _Lines("fleet up")
     supervisor = bringup.Supervisor(build_children(fleet, write_node_params(fleet, tmp_path), with_workload=False),
                                     stop_grace_s=15.0, out=out)

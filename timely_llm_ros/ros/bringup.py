@@ -34,7 +34,7 @@ class Supervisor:
     """Starts the children in order, waits for readiness, and stops them all when the run ends."""
 
     def __init__(self, children: list[ChildSpec], stop_grace_s: float = 5.0, out: TextIO | None = None,
-                 env: dict[str, str] | None = None, use_graph: bool = True) -> None:
+                 env: dict[str, str] | None = None) -> None:
         self.specs = children
         self.stop_grace_s = stop_grace_s
         self.out = out if out is not None else sys.stdout
@@ -42,7 +42,6 @@ class Supervisor:
         self.env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
         self.env["PYTHONUNBUFFERED"] = "1"
         self.env.setdefault("RCUTILS_LOGGING_BUFFERED_STREAM", "0")
-        self.use_graph = use_graph
         self.running: list[RunningChild] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -61,11 +60,11 @@ class Supervisor:
 
     def run(self) -> int:
         """Run the fleet; returns the workload's exit code, the failing child's code, or 130 when stopped."""
-        probe = GraphProbe() if self.use_graph and any(s.action_type for s in self.specs) else None
+        probe = GraphProbe() if any(s.action_type for s in self.specs) else None
         try:
             env = stopping_with_this_process(self.env)
             for spec in self.specs:
-                child = RunningChild(spec, env, self.out, self._lock, driven=spec.lifecycle and self.use_graph)
+                child = RunningChild(spec, env, self.out, self._lock, driven=spec.lifecycle)
                 self.running.append(child)
                 self.say(f"started {spec.name} (pid {child.proc.pid})")
                 if child.driven:

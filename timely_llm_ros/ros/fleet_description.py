@@ -5,9 +5,8 @@ one executor per robot, the workload, and the bringup's own timeouts) and naming
 (``params_file``, relative to the description), which the nodes get as it is with ``--params-file``; rcl never
 reads the description. timely_bringup and launch/timely_fleet.launch.py read the same file.
 
-Only when parameters are overridden (``--set``) or a description carries parameter sections of its own are they
-merged into a params file: on Linux an in-memory file (memfd) the nodes inherit and read as ``/dev/fd/N``, so
-nothing is on disk even after a ``kill -9`` of the bringup; elsewhere a temporary folder, removed on exit.
+Only when parameters are overridden (``--set``) are they merged into a params file: on Linux an in-memory file
+(memfd) the nodes inherit and read as ``/dev/fd/N``, so nothing is on disk even after a ``kill -9`` of the bringup; elsewhere a temporary folder, removed on exit.
 """
 from __future__ import annotations
 
@@ -49,23 +48,23 @@ class FleetConfig:
     stop_grace_s: float = 5.0
     node_params: dict[str, Any] = field(default_factory=dict)
     params_file: Path | None = None    # the nodes' params file, handed over unchanged unless `modified`
-    modified: bool = False             # node_params differ from params_file (overrides, inline sections)
+    modified: bool = False             # node_params differ from params_file (--set overrides)
 
 
-def parse_fleet(data: dict[str, Any], require_bringup: bool = True, base_dir: Path | None = None) -> FleetConfig:
-    """Validate a loaded fleet YAML; raises ValueError saying what is wrong.
+def parse_fleet(data: dict[str, Any], base_dir: Path | None = None) -> FleetConfig:
+    """Validate a loaded fleet description; raises ValueError saying what is wrong.
 
-    ``bringup.params_file`` (relative to ``base_dir``) names the nodes' params file. Without
-    ``require_bringup`` a plain parameter file (no ``bringup:`` section) is accepted as a fleet that
-    starts only the server.
+    ``bringup.params_file`` (relative to ``base_dir``) names the nodes' params file.
     """
     if not isinstance(data, dict):
         raise ValueError("fleet YAML must be a mapping with a 'bringup:' section")
     section = data.get("bringup")
-    if section is None and not require_bringup:
-        section = {"server": True, "workload": False}
     if not isinstance(section, dict):
         raise ValueError("fleet YAML has no 'bringup:' mapping (server, workload, executors)")
+    others = [str(k) for k in data if k != "bringup"]
+    if others:
+        raise ValueError(f"a fleet description holds only 'bringup:'; the node parameters ({', '.join(others)}) "
+                         "go in the params file it names (bringup.params_file)")
     executors: list[ExecutorSpec] = []
     for i, entry in enumerate(section.get("executors") or []):
         if not isinstance(entry, dict) or "agent" not in entry or "robot_type" not in entry:
@@ -78,14 +77,8 @@ def parse_fleet(data: dict[str, Any], require_bringup: bool = True, base_dir: Pa
         if any(e.agent == agent for e in executors):
             raise ValueError(f"bringup.executors: agent {agent!r} listed twice")
         executors.append(ExecutorSpec(agent, robot_type))
-    inline = {k: v for k, v in data.items() if k != "bringup"}
-    config = FleetConfig(
-        server=bool(section.get("server", True)),
-        workload=bool(section.get("workload", True)),
-        executors=executors,
-        node_params=dict(inline),
-        modified=bool(inline) and "bringup" in data,
-    )
+    config = FleetConfig(server=bool(section.get("server", True)), workload=bool(section.get("workload", True)),
+                         executors=executors)
     if section.get("params_file"):
         path = Path(str(section["params_file"]))
         if not path.is_absolute():
@@ -98,7 +91,7 @@ def parse_fleet(data: dict[str, Any], require_bringup: bool = True, base_dir: Pa
         if not isinstance(params, dict) or "bringup" in params:
             raise ValueError(f"bringup.params_file {config.params_file} must be a ROS params file "
                              "(<node>: ros__parameters: ...) without a 'bringup:' section")
-        config.node_params = {**params, **inline}
+        config.node_params = params
     for key in ("server_ready_timeout_s", "executor_ready_timeout_s", "stop_grace_s"):
         if key in section:
             value = float(section[key])
@@ -108,15 +101,12 @@ def parse_fleet(data: dict[str, Any], require_bringup: bool = True, base_dir: Pa
     return config
 
 
-def load_fleet(path: str | Path, require_bringup: bool = True) -> FleetConfig:
-    """Read and validate a fleet description (or, without require_bringup, a plain params file)."""
+def load_fleet(path: str | Path) -> FleetConfig:
+    """Read and validate a fleet description."""
     path = Path(path)
     with open(path, encoding="utf-8") as f:
         data = yaml.safe_load(f)
-    config = parse_fleet(data, require_bringup, base_dir=path.resolve().parent)
-    if isinstance(data, dict) and "bringup" not in data:  # a plain params file: hand it over as it is
-        config.params_file = path.resolve()
-    return config
+    return parse_fleet(data, base_dir=path.resolve().parent)
 
 
 def apply_overrides(config: FleetConfig, overrides: Sequence[str]) -> None:
