@@ -152,7 +152,7 @@ class FleetWorkloadNode(Node):
         self.rows: list[OutcomeRow] = []
         self._rows_lock = threading.Lock()
         names = [a.name for a in self.agents]
-        if self.contention_agent and self.contention_agent not in names:
+        if self.workload is None and self.contention_agent and self.contention_agent not in names:
             raise NodeStartError(f"parameter contention_agent: {self.contention_agent!r} is not one of the agents "
                                  f"({', '.join(names)})")
         # the agents whose first plan has its first segment (or has ended); the contention agent waits for the rest
@@ -281,6 +281,8 @@ class FleetWorkloadNode(Node):
             while not self._others_generating.wait(0.05):
                 if self.stopping():
                     return
+            self.get_logger().info(f"{agent.name}: the other robots' first plans have their first segments; sending "
+                                   "its first goal now, while their later segments generate")
         for task in agent.tasks:
             if self.stopping():
                 return
