@@ -62,12 +62,12 @@ def test_the_urgent_goal_arrives_while_the_arms_plan_generates(run):
     assert arm.segments[0][0] < urgent.sent < arm.segments[-1][0]
     assert tracks["drone_1#1"].segments[0][0] < urgent.sent
     # the robots ran what was generated, by their executors' own status matched by request id (a status is latched
-    # with depth 1, so a segment that takes no time, such as a return, may never show as busy)
+    # with depth 1, so a segment shorter than the status's delivery, such as a return, may never show as busy)
     for track in tracks.values():
         assert track.result == "ok"
         ran = {i for _, _, i in track.executed}
         assert 0 in ran and ran <= {i for _, i in track.segments}, (track.label, track.executed, track.segments)
-        assert all(start >= track.segments[index][0] - 0.05 for start, _, index in track.executed)
+        assert all(start >= track.segments[index][0] - 0.25 for start, _, index in track.executed)
 
 
 def test_the_timeline_shows_who_was_suspended_while_the_urgent_request_waited(run):

@@ -82,15 +82,14 @@ def read_events(path: str | Path) -> dict[str, RequestTrack]:
             track.result, track.ended = value, t
     by_id = {t.request_id: t for t in tracks.values() if t.request_id}
     running: dict[str, tuple[float, str, int]] = {}   # agent -> (since, request id, segment) it runs now
-    for t, agent, request_id, value in robot_rows + [(float("inf"), a, "", "end") for a in {r[1] for r in robot_rows}]:
-        busy = value.startswith("busy:")
-        now = (request_id, int(value[5:])) if busy else None
+    for t, agent, request_id, value in robot_rows:      # a segment still running when the recording ended is left out
+        now = (request_id, int(value[5:])) if value.startswith("busy:") else None
         if agent in running and running[agent][1:] != now:
             since, rid, index = running.pop(agent)
-            if rid in by_id and t != float("inf"):
+            if rid in by_id:
                 by_id[rid].executed.append((since, t, index))
-        if busy and agent not in running:
-            running[agent] = (t, request_id, int(value[5:]))
+        if now is not None and agent not in running:
+            running[agent] = (t, *now)
     return tracks
 
 

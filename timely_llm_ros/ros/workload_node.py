@@ -240,6 +240,11 @@ class FleetWorkloadNode(Node):
                 log.error("no plan action server (relative to this node's namespace); start timely_server first")
                 return 1
         self.wait_for_executors()
+        if self.timeline is not None:
+            unheard = self.timeline.wait_for_robots(max(float(self.executors_wait_s), 1.0), self.stopping)
+            if unheard:
+                log.warning(f"no executor status from {', '.join(unheard)} yet: the timeline may miss their first "
+                            "segments")
         if self.workload is not None:
             return ReplayRun(self, self.workload).run()
         log.info(f"fleet of {len(self.agents)} agents, {sum(len(a.tasks) for a in self.agents)} requests")

@@ -14,6 +14,7 @@ import csv
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from rclpy.node import Node
 
@@ -31,6 +32,7 @@ class TimelineRecorder:
     def __init__(self, node: Node, agents: list[str]) -> None:
         self._lock = threading.Lock()
         self._rows: list[tuple] = []
+        self._unheard = set(agents)          # robots whose executor status has not reached this node yet
         self._subscriptions = [
             node.create_subscription(ExecutorStatus, f"{agent}/{STATUS_TOPIC}",
                                      lambda msg, agent=agent: self._on_status(agent, msg), status_qos())
@@ -40,7 +42,16 @@ class TimelineRecorder:
         with self._lock:
             self._rows.append((time.monotonic(), agent, request, request_id, kind, str(value)))
 
+    def wait_for_robots(self, timeout_s: float, stopping: Callable[[], bool]) -> list[str]:
+        """Wait until every robot's (latched) executor status has reached this node, so none of its segments goes
+        unseen for discovery; returns the robots still unheard after ``timeout_s``."""
+        end = time.monotonic() + timeout_s
+        while self._unheard and time.monotonic() < end and not stopping():
+            time.sleep(0.05)
+        return sorted(self._unheard)
+
     def _on_status(self, agent: str, msg: ExecutorStatus) -> None:
+        self._unheard.discard(agent)
         busy = msg.state == "busy" and msg.request_id
         self.record(agent, "", "robot", f"busy:{msg.segment_index}" if busy else msg.state,
                     msg.request_id if busy else "")
