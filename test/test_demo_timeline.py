@@ -1,5 +1,5 @@
 """The demo's timeline comes from a real run: a short fleet (one arm, two drones) whose urgent drone goal is held back
-until the others' first plans have their first segments, the server's step trace and the workload's events, and the
+until the others' first plans are generating, the server's step trace and the workload's events, and the
 picture drawn from them says who was suspended while the urgent request waited for its first segment."""
 from __future__ import annotations
 
@@ -58,9 +58,10 @@ def test_the_urgent_goal_arrives_while_the_arms_plan_generates(run):
     tracks = demo_timeline.read_events(run / "events.csv")
     urgent, arm = tracks["drone_2#1"], tracks["arm_1#1"]
     assert urgent.urgency == "urgent (held)"
-    # held until the others had their first segments, and sent while the arm's later segments were still to come
-    assert arm.segments[0][0] < urgent.sent < arm.segments[-1][0]
-    assert tracks["drone_1#1"].segments[0][0] < urgent.sent
+    # held until the others were generating (their Plan feedback), and sent before the arm's plan was complete
+    for other in (arm, tracks["drone_1#1"]):
+        assert any(s == "generating" and t < urgent.sent for t, s in other.states), other.states
+    assert urgent.sent < arm.segments[-1][0]
     # the robots ran what was generated, by their executors' own status matched by request id (a status is latched
     # with depth 1, so a segment shorter than the status's delivery, such as a return, may never show as busy)
     for track in tracks.values():

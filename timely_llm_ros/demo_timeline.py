@@ -188,7 +188,8 @@ def plot_timeline(tracks: dict[str, RequestTrack], steps: Sequence[StepRecord], 
     zoom.set_title("The moment of contention: " + _wrap(summary(contention, t0)), fontsize=9, loc="left")
     whole.axvspan(*window, color="#eeeeee", zorder=0)
     whole.set_title("The whole run (the shaded band is the moment above)", fontsize=9, loc="left")
-    whole.set_xlabel("seconds since the first goal was sent")
+    for ax in (zoom, whole):
+        ax.set_xlabel("seconds since the first goal was sent", fontsize=8)
     legend = [Patch(color=c, label=s) for s, c in STATE_COLORS.items()] + [
         Patch(color=EXECUTED_COLOR, label="segment executing on the robot"),
         Patch(color="#555555", label="engine step with a prefill"), Patch(color="#999999", label="decode step"),

@@ -2,8 +2,8 @@
 
 Closed loop (default, workload_file ""): each agent sends its tasks one after another, the next when the previous
 plan has been executed. contention_agent names an agent whose first goal is held back until every other agent's
-first plan has its first segment, so it arrives while their later segments generate (the demo's moment of
-contention). events_csv records what the run looked like from here (ros/workload_timeline.py) for the demo's
+first plan is generating (in the engine, by its Plan feedback), so it arrives while they generate (the demo's moment
+of contention). events_csv records what the run looked like from here (ros/workload_timeline.py) for the demo's
 timeline.
 Replay (workload_file = a workload YAML or an .mcap bag of Plan goals): ros/workload_replay.py.
 Before its first goal the node waits (executors_wait_s) until the server's latched state (server_state_topic)
@@ -118,8 +118,8 @@ class FleetWorkloadNode(Node):
                                                      "do not wait")).value
         self.contention_agent = self.declare_parameter(
             "contention_agent", "", d(description="closed loop: this agent's first goal waits until every other "
-                                                   "agent's first plan has its first segment, so it arrives while "
-                                                   "their later segments generate; empty = none")).value
+                                                   "agent's first plan is generating, so it arrives while they "
+                                                   "generate; empty = none")).value
         self.events_csv = self.declare_parameter(
             "events_csv", "", d(description="closed loop: write what the run looked like from here (goals sent, "
                                              "Plan feedback and results, each robot's executor status) to this "
@@ -155,8 +155,9 @@ class FleetWorkloadNode(Node):
         if self.workload is None and self.contention_agent and self.contention_agent not in names:
             raise NodeStartError(f"parameter contention_agent: {self.contention_agent!r} is not one of the agents "
                                  f"({', '.join(names)})")
-        # the agents whose first plan has its first segment (or has ended); the contention agent waits for the rest
-        self._first_segments: set[str] = set()
+        # the agents whose first plan is generating (or has a segment, or has ended); the contention agent waits for
+        # the rest
+        self._generating: set[str] = set()
         self._others_generating = threading.Event()
         self._sent_by_agent: dict[str, int] = {}
         self.timeline = TimelineRecorder(self, names) if self.events_csv and self.workload is None else None
@@ -282,23 +283,23 @@ class FleetWorkloadNode(Node):
             return
         held = agent.name == self.contention_agent
         if held:
-            self._first_segment_of(agent.name)   # an agent does not wait for itself
+            self._plan_generating(agent.name)   # an agent does not wait for itself
             while not self._others_generating.wait(0.05):
                 if self.stopping():
                     return
-            self.get_logger().info(f"{agent.name}: the other robots' first plans have their first segments; sending "
-                                   "its first goal now, while their later segments generate")
+            self.get_logger().info(f"{agent.name}: the other robots' first plans are generating; sending its first "
+                                   "goal now")
         for task in agent.tasks:
             if self.stopping():
                 return
             self._send(agent, task, held)
             held = False
 
-    def _first_segment_of(self, agent: str) -> None:
-        """Note that this agent's first plan has its first segment (or has ended)."""
+    def _plan_generating(self, agent: str) -> None:
+        """Note that this agent's first plan is generating (or has a segment, or has ended)."""
         with self._rows_lock:
-            self._first_segments.add(agent)
-            if len(self._first_segments) == len(self.agents):
+            self._generating.add(agent)
+            if len(self._generating) == len(self.agents):
                 self._others_generating.set()
 
     def _send(self, agent: AgentSpec, task: dict, held: bool = False) -> None:
@@ -328,7 +329,7 @@ class FleetWorkloadNode(Node):
                 row.fill(res, code_name(res.error_code))
                 if self.timeline is not None:
                     self.timeline.record(agent.name, label, "result", row.status, res.request_id)
-        self._first_segment_of(agent.name)   # ended: nothing more to wait for from this agent
+        self._plan_generating(agent.name)   # ended: nothing more to wait for from this agent
         with self._rows_lock:
             self.rows.append(row)
         log.info(f"{agent.name}: {row.status} '{row.task}' segments={row.segments} "
@@ -339,8 +340,9 @@ class FleetWorkloadNode(Node):
         if self.timeline is not None:
             self.timeline.record(agent.name, label, "segment" if fb.new_segment else "state",
                                  fb.segment.index if fb.new_segment else fb.state, fb.request_id)
+        if fb.new_segment or fb.state == "generating":
+            self._plan_generating(agent.name)
         if fb.new_segment:
-            self._first_segment_of(agent.name)
             self.get_logger().info(f"{agent.name}: segment {fb.segment.index} -> robot: {fb.segment.text.strip()!r}")
 
 
