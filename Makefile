@@ -10,7 +10,7 @@ export PYTHONUNBUFFERED := 1
 .PHONY: setup demo test test-fast bench model clean help
 
 help:
-	@echo "make demo   set up .venv, build the interfaces, run the demo fleet (4 drones + 1 arm)"
+	@echo "make demo   set up .venv, build the interfaces, run the demo fleet (2 arms + 3 drones), draw build/demo/timeline.png"
 	@echo "           make demo ENGINE=vllm runs the same fleet on the vLLM engine; MODEL=smollm2 on SmolLM2-135M"
 	@echo "make test   set up if needed, run the whole test suite"
 	@echo "make bench  run the benchmarks (simulated policies, engine micro-benchmarks)"
@@ -26,9 +26,20 @@ setup:
 	@$(PY) -m timely_llm_ros.engine.models prepare
 	@$(PY) -c "import timely_llm_ros.action, timely_llm_ros.core.scheduler; print('[setup] timely_llm_ros ready')"
 
+# The demo run writes the server's step trace and the workload's events into DEMO_OUT, and draws them as one picture
+# (timely_llm_ros/demo_timeline.py). `make demo-image` copies that picture to docs/images/ for the README.
+DEMO_OUT ?= build/demo
 demo: setup
+	@rm -f $(DEMO_OUT)/steps.csv $(DEMO_OUT)/events.csv $(DEMO_OUT)/timeline.png
 	$(VENV)/bin/timely_bringup --fleet config/fleet/demo.yaml $(if $(ENGINE),--set timely_server.engine=$(ENGINE)) \
-	  $(if $(MODEL),--set timely_server.model=$(MODEL))
+	  $(if $(MODEL),--set timely_server.model=$(MODEL)) --set timely_server.step_trace_csv=$(abspath $(DEMO_OUT))/steps.csv \
+	  --set fleet_workload.events_csv=$(abspath $(DEMO_OUT))/events.csv
+	$(PY) -m timely_llm_ros.demo_timeline $(DEMO_OUT)
+
+.PHONY: demo-image
+demo-image: demo
+	@mkdir -p docs/images && cp $(DEMO_OUT)/timeline.png docs/images/demo_timeline.png && \
+	  echo "docs/images/demo_timeline.png updated"
 
 test: setup
 	$(PY) -m pytest test -q -p no:cacheprovider

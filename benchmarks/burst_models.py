@@ -47,7 +47,7 @@ class ModelTokens:
         return self._tok.decode([i for i in ids if i != self.eos_id])
 
     def stream(self):
-        from timely_llm_ros.engine.detokenize import PrefixDiffStream
+        from timely_llm_ros.core.engine import PrefixDiffStream
 
         table = getattr(self._tok, "byte_table", None)
         return table.stream() if table is not None else PrefixDiffStream(self.decode)
@@ -77,7 +77,7 @@ class ServedModel:
         from timely_llm_ros.engine.factory import make_engine
         from timely_llm_ros.engine.model_setup import model_setup, setup_engine_options
         from timely_llm_ros.engine.models import weights_folder
-        from timely_llm_ros.ros.server_node import warm_up
+        from timely_llm_ros.stack import warm_up
 
         torch.set_num_threads(1)
         spec = model_spec(name)

@@ -29,9 +29,9 @@ from tqdm import tqdm  # noqa: E402
 
 from report import fmt, print_table, write_csv  # noqa: E402
 
+from timely_llm_ros.core.composition import PolicyChoice  # noqa: E402
+from timely_llm_ros.core.composition import build_policy as compose_policy  # noqa: E402
 from timely_llm_ros.core.metrics import by_urgency, summarize  # noqa: E402
-from timely_llm_ros.core.policies import make_policy  # noqa: E402
-from timely_llm_ros.core.policies.timely import options_from_skill_sets  # noqa: E402
 from timely_llm_ros.core.sim.simulator import Simulator  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.workload import Workload, generate, load_spec, save_workload  # noqa: E402
@@ -136,9 +136,9 @@ def probe_plans(loaded, skill_sets, workload: Workload, forced: bool) -> dict[in
 
 
 def build_policy(name: str, max_batch: int, skill_sets, token_time_s: float):
-    options = {**options_from_skill_sets(skill_sets), "network_delay_s": NETWORK_DELAY_S, "online_gen_time": True,
-               "token_time_s": token_time_s}
-    return make_policy(name, max_batch=max_batch, options=options)
+    """The policy as the server composes it (core/composition.py), with this token time standing in for the fit."""
+    choice = PolicyChoice(name, max_batch, network_delay_s=NETWORK_DELAY_S, online_gen_time=True)
+    return compose_policy(choice, skill_sets, {"token_time_s": token_time_s})
 
 
 def run(args) -> list[dict]:

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from timely_llm_ros.core.policies import make_policy
     from timely_llm_ros.core.skills import load_skill_sets
     from timely_llm_ros.engine.factory import make_engine
-    from timely_llm_ros.ros.server_node import warm_up
+    from timely_llm_ros.stack import warm_up
 
     engine = make_engine("transformers", None, device="cpu", num_threads=1)
     skill_sets = load_skill_sets()

@@ -104,6 +104,10 @@ def build_policy(spec: str, max_batch: int, options: dict | None = None):
     opts = {**variant, **(options or {})}
     if name == "timely":
         opts = {**options_from_skill_sets(load_skill_sets()), **opts}
+    if name == "semantic" and "classifier" not in opts:
+        from timely_llm_ros.engine.sentence_encoder import LazyUrgencyClassifier
+
+        opts["classifier"] = LazyUrgencyClassifier()
     return make_policy(name, max_batch=max_batch, options=opts)
 
 
@@ -230,9 +234,10 @@ def semantic_tasks(seed: int, burst: int) -> list[PaperTask]:
 def run_semantic(policies: list[str], seeds: list[int], latency: LatencyModel,
                  bursts: Iterable[int] = BURSTS) -> list[dict]:
     if "semantic" in policies:   # classify every text of the sweep in one batch (the classifier caches per text)
-        from timely_llm_ros.core.predictors.urgency import default_urgency_classifier, labelled_set
+        from timely_llm_ros.core.predictors.urgency import labelled_set
+        from timely_llm_ros.engine.sentence_encoder import urgency_classifier
 
-        default_urgency_classifier().levels(sorted({t for s in seeds for t, _ in labelled_set(seed=s)[1]}))
+        urgency_classifier().levels(sorted({t for s in seeds for t, _ in labelled_set(seed=s)[1]}))
     rows = []
     for pol in policies:
         per: dict[str, list[float]] = {}
@@ -275,7 +280,7 @@ def timebill_tasks(seed: int, budget: float, n: int = 40, rate: float = 0.5) -> 
 
 def run_timebill(policies: list[str], seeds: list[int], latency: LatencyModel,
                  budgets: Iterable[float] = BUDGETS) -> list[dict]:
-    from timely_llm_ros.engine.evicting import EvictingEngine
+    from timely_llm_ros.core.eviction import EvictingEngine
 
     rows = []
     for pol in policies:
@@ -341,8 +346,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     p.add_argument("--latency", default="llama3-8b-rtx4090", help="GPU profile for rtlm/semantic/timebill")
     p.add_argument("--out", default="out/paper_presets")
     args = p.parse_args(list(argv) if argv is not None else None)
-    from timely_llm_ros.core.policies.registry import POLICIES
-    from timely_llm_ros.core.policies import builtin  # noqa: F401
+    from timely_llm_ros.core.policies import POLICIES
     from timely_llm_ros.core.sim import load_latency_model
 
     policies = [s.strip() for s in args.policies.split(",") if s.strip()]

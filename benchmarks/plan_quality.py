@@ -39,11 +39,9 @@ from timely_llm_ros.core.exec_time import load_exec_models  # noqa: E402
 from timely_llm_ros.core.models import model_spec  # noqa: E402
 from timely_llm_ros.core.plan_checks import (CHECKS, PlanCheck, called_skills, check_plan, rates,  # noqa: E402
                                              string_arguments)
-from timely_llm_ros.core.policies import make_policy  # noqa: E402
-from timely_llm_ros.core.policies.timely import options_from_skill_sets  # noqa: E402
+from timely_llm_ros.core.composition import PolicyChoice  # noqa: E402
 from timely_llm_ros.core.request import RequestState  # noqa: E402
-from timely_llm_ros.core.scheduler import (PlanScheduler, RequestFinished, SchedulerConfig,  # noqa: E402
-                                           StateChanged)
+from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, StateChanged  # noqa: E402
 from timely_llm_ros.core.skills import SkillSet, load_skill_sets  # noqa: E402
 from timely_llm_ros.core.urgency import load_urgency_classes  # noqa: E402
 from timely_llm_ros.core.validation import GoalFields, validate_goal  # noqa: E402
@@ -69,6 +67,11 @@ CONFIGURATIONS = {c.name: c for c in (
     Configuration("embedded", "embedded"),
     Configuration("smollm2", "smollm2", grammar=False),
     Configuration("smollm2-grammar", "smollm2", grammar=True),
+    # prompt variants of smollm2-grammar (choose on the dev split): the worked examples inside the system text
+    # instead of as chat turns; no worked examples; only each robot type's first one
+    Configuration("smollm2-grammar-examples-in-system", "smollm2", grammar=True, prompt={"prompt_examples": "system"}),
+    Configuration("smollm2-grammar-no-examples", "smollm2", grammar=True, prompt={"examples": ()}),
+    Configuration("smollm2-grammar-one-example", "smollm2", grammar=True, prompt={"examples": 1}),
 )}
 
 
@@ -135,6 +138,8 @@ def configured_skill_sets(config: Configuration) -> dict[str, SkillSet]:
             raise SystemExit(f"configuration {config.name!r}: prompt options {unknown} are not skill-set fields")
         out[name] = copy.copy(skill_set)
         for key, value in config.prompt.items():
+            if key == "examples" and isinstance(value, int):      # the first N of this robot type's examples
+                value = skill_set.examples[:value]
             setattr(out[name], key, value)
     return out
 
@@ -158,14 +163,10 @@ def corpus_heldout_tasks(n: int) -> list[EvalTask]:
 
 
 def load_engine(config: Configuration, device: str, threads: int):
-    """The engine the server would build for the configuration's model entry."""
-    from timely_llm_ros.engine.factory import make_engine
-    from timely_llm_ros.engine.model_setup import setup_engine_options
-    from timely_llm_ros.engine.models import weights_folder
+    """The engine the server would build for the configuration's model entry (the composition root's)."""
+    from timely_llm_ros.stack import EngineChoice, load_engine as load
 
-    spec = model_spec(config.model)
-    return make_engine("transformers", str(weights_folder(spec)), device=device, dtype=spec.dtype,
-                       num_threads=threads or None, **setup_engine_options(spec))
+    return load(model_spec(config.model), EngineChoice("transformers", device=device, num_threads=threads or None))
 
 
 def goal_for(task: EvalTask, config: Configuration) -> GoalFields:
@@ -178,13 +179,11 @@ def goal_for(task: EvalTask, config: Configuration) -> GoalFields:
 def make_scheduler(engine, config: Configuration, skill_sets: Mapping[str, SkillSet], policy: str,
                    max_batch: int) -> PlanScheduler:
     """A PlanScheduler as the server configures it (its defaults; no network delay: nothing is sent): the model
-    entry's prompt format and its limits in the model's tokens (engine/model_setup.py, as on_configure)."""
-    from timely_llm_ros.engine.model_setup import model_setup
+    entry's prompt format and its limits in the model's tokens, composed by the composition root on this engine."""
+    from timely_llm_ros.stack import StackOptions, build_stack
 
-    setup = model_setup(model_spec(config.model), engine, skill_sets)
-    options = options_from_skill_sets(setup.skill_sets)
-    return PlanScheduler(engine, make_policy(policy, max_batch=max_batch, options=options), setup.skill_sets,
-                         load_exec_models(), time.monotonic, SchedulerConfig(), prompts=setup.prompts)
+    options = StackOptions(model=model_spec(config.model), policy=PolicyChoice(policy, max_batch), warm_up=False)
+    return build_stack(options, skill_sets, load_exec_models(), engine=engine).scheduler
 
 
 def run_pass(scheduler: PlanScheduler, config: Configuration, tasks: Sequence[EvalTask],

@@ -26,15 +26,15 @@ import torch  # noqa: E402
 from prompt_style import TASKS  # noqa: E402
 from timely_llm_ros.core.exec_time import load_exec_models  # noqa: E402
 from timely_llm_ros.core.models import model_spec  # noqa: E402
-from timely_llm_ros.core.policies import make_policy  # noqa: E402
+from timely_llm_ros.core.composition import PolicyChoice  # noqa: E402
 from timely_llm_ros.core.request import PlanRequest  # noqa: E402
 from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, SegmentReady  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
 from timely_llm_ros.engine.loader import load_pretrained  # noqa: E402
-from timely_llm_ros.engine.model_setup import model_setup  # noqa: E402
 from timely_llm_ros.engine.models import weights_folder  # noqa: E402
 from timely_llm_ros.engine.transformers_engine import TransformersEngine  # noqa: E402
+from timely_llm_ros.stack import StackOptions, build_stack  # noqa: E402
 
 
 def first_segment(sched: PlanScheduler, req: PlanRequest) -> tuple[float, str]:
@@ -68,15 +68,10 @@ def main() -> None:
     engines = {"cached": TransformersEngine(loaded, prefix_cache_mb=spec.prefix_cache_size_mb() or 256.0),
                "uncached": TransformersEngine(loaded)}
     scheds = {}
+    options = StackOptions(model=spec, policy=PolicyChoice("fcfs", max_batch=8))   # warmed up as at configure
     for name, engine in engines.items():
-        setup = model_setup(spec, engine, skill_sets)
-        for i, prompt in enumerate(setup.warm_up_prompts()):      # what the server does at configure
-            engine.add(f"warm{i}", prompt, 2)
-            while not engine.step([f"warm{i}"]).finished:
-                pass
-            engine.release(f"warm{i}")
-        scheds[name] = PlanScheduler(engine, make_policy("fcfs", max_batch=8), setup.skill_sets, load_exec_models(),
-                                     time.monotonic, prompts=setup.prompts)
+        stack = build_stack(options, skill_sets, load_exec_models(), engine=engine)
+        scheds[name], setup = stack.scheduler, stack.setup
     prompts = scheds["cached"].prompts
     shared = prompts.shared_tokens(setup.skill_sets[args.robot])
     tasks = [t for t in TASKS if t[0] == args.robot]

@@ -339,13 +339,11 @@ def sim_utilities(outcomes, workload: Workload) -> dict[str, float]:
 def sim_model(policy: str, seed: int, workload: Workload, served: ServedModel, latency, args, classes):
     """The workload on the served model's profile: its plans, its token counts, its cached prefixes, the policy
     options the server gives (the fit, online G)."""
-    from timely_llm_ros.core.policies import make_policy
-    from timely_llm_ros.core.policies.timely import options_from_skill_sets
+    from timely_llm_ros.core.composition import PolicyChoice, build_policy
 
     w = served.with_plans(workload)
-    options = {**options_from_skill_sets(served.skill_sets), **served.fit(latency, args.max_batch).policy_options(),
-               "network_delay_s": ew.NETWORK_DELAY_S, "online_gen_time": True}
-    pol = make_policy(policy, max_batch=args.max_batch, options=options)
+    choice = PolicyChoice(policy, args.max_batch, network_delay_s=ew.NETWORK_DELAY_S, online_gen_time=True)
+    pol = build_policy(choice, served.skill_sets, served.fit(latency, args.max_batch).policy_options())
     result = served.simulator(pol, latency, seed, args.time_scale, classes).run(w)
     return sim_utilities(result.outcomes, w)
 
@@ -562,7 +560,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     seeds = parse_seeds(args.seeds)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    from timely_llm_ros.core.policies import POLICIES, builtin  # noqa: F401  (registers the shipped policies)
+    from timely_llm_ros.core.policies import POLICIES
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:   # before any process starts: the server would only fail to configure, seed after seed
         print(f"unknown policy {', '.join(map(repr, unknown))}; the server knows: {', '.join(sorted(POLICIES))}",

@@ -27,7 +27,7 @@ import torch  # noqa: E402
 from report import parse_seeds  # noqa: E402
 
 from timely_llm_ros.core.predictors.ete import alpha_star, wcet_tokens  # noqa: E402
-from timely_llm_ros.engine.evicting import EvictingEngine  # noqa: E402
+from timely_llm_ros.core.eviction import EvictingEngine  # noqa: E402
 from timely_llm_ros.engine.loader import load_pretrained  # noqa: E402
 from timely_llm_ros.engine.transformers_engine import TransformersEngine  # noqa: E402
 from timely_llm_ros.model.corpus import BLOCKS, FILLER_OBJECTS  # noqa: E402

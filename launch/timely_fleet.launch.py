@@ -20,7 +20,7 @@ from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
 from launch_ros.parameter_descriptions import Parameter
 
-from timely_llm_ros.ros.bringup import load_fleet
+from timely_llm_ros.ros.fleet_description import load_fleet
 from timely_llm_ros.ros.launch_lifecycle import managed_server
 
 PACKAGE = "timely_llm_ros"
@@ -31,18 +31,23 @@ def _join_namespace(*parts: str) -> str:
     return "/" + "/".join(p.strip("/") for p in parts if p and p.strip("/"))
 
 
+def _is_true(value: str) -> bool:
+    return value.strip().lower() in ("true", "1", "yes")
+
+
 def _fleet_nodes(context):
     """Build the Node actions once the launch arguments are known."""
     namespace = LaunchConfiguration("namespace").perform(context)
     fleet = load_fleet(LaunchConfiguration("fleet_file").perform(context))
     params_file = LaunchConfiguration("params_file").perform(context) or (
         str(fleet.params_file) if fleet.params_file else "")
-    if not params_file or fleet.modified:
-        raise RuntimeError("the fleet description must name its nodes' params file (bringup.params_file) and hold "
-                           "no parameter sections itself; or pass params_file:=...")
+    if not params_file:
+        raise RuntimeError("the fleet description must name its nodes' params file (bringup.params_file); "
+                           "or pass params_file:=...")
     log_level = LaunchConfiguration("log_level").perform(context)
-    autostart = LaunchConfiguration("autostart").perform(context).lower() in ("true", "1", "yes")
+    autostart = _is_true(LaunchConfiguration("autostart").perform(context))
     model = LaunchConfiguration("model").perform(context).strip()
+    sim_time = Parameter("use_sim_time", _is_true(LaunchConfiguration("use_sim_time").perform(context)))
     common = {"output": "screen", "ros_arguments": ["--log-level", log_level]}
     # single parameters as Parameter (a -p rule after the params file), not a dict: launch_ros writes a dict to a
     # /tmp/launch_params_* file that it never deletes
@@ -52,7 +57,8 @@ def _fleet_nodes(context):
         server = LifecycleNode(
             package=PACKAGE, executable="timely_server", name="timely_server",
             namespace=_join_namespace(namespace),
-            parameters=[params_file, Parameter("autostart", False), *([Parameter("model", model)] if model else [])],
+            parameters=[params_file, sim_time, Parameter("autostart", False),
+                        *([Parameter("model", model)] if model else [])],
             **common,
         )
         actions += managed_server(server, autostart)
@@ -60,12 +66,12 @@ def _fleet_nodes(context):
         actions.append(Node(
             package=PACKAGE, executable="robot_executor", name="executor",
             namespace=_join_namespace(namespace, executor.agent),
-            parameters=[params_file, Parameter("robot_type", executor.robot_type)], **common,
+            parameters=[params_file, sim_time, Parameter("robot_type", executor.robot_type)], **common,
         ))
     if fleet.workload:
         workload = Node(
             package=PACKAGE, executable="fleet_workload", name="fleet_workload",
-            namespace=_join_namespace(namespace), parameters=[params_file], **common,
+            namespace=_join_namespace(namespace), parameters=[params_file, sim_time], **common,
         )
         # The workload exits when its run is done: end the whole launch then, like timely_bringup.
         run = [workload, RegisterEventHandler(OnProcessExit(
@@ -96,5 +102,8 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument("model", default_value="",
                               description="model entry of config/models.yaml the server loads (embedded, smollm2, "
                                           "...); empty = the params file's timely_server model"),
+        DeclareLaunchArgument("use_sim_time", default_value="false",
+                              description="every node's ROS clock follows /clock (message stamps, logs); the "
+                                          "scheduler keeps its monotonic clock"),
         OpaqueFunction(function=_fleet_nodes),
     ])

@@ -20,14 +20,20 @@ from timely_llm_ros.ros.launch_lifecycle import managed_server
 PACKAGE = "timely_llm_ros"
 
 
+def _is_true(value: str) -> bool:
+    return value.strip().lower() in ("true", "1", "yes")
+
+
 def _server_node(context):
     namespace = LaunchConfiguration("namespace").perform(context).strip("/")
-    autostart = LaunchConfiguration("autostart").perform(context).lower() in ("true", "1", "yes")
+    autostart = _is_true(LaunchConfiguration("autostart").perform(context))
+    sim_time = _is_true(LaunchConfiguration("use_sim_time").perform(context))
     model = LaunchConfiguration("model").perform(context).strip()
     # Parameter (a -p rule after the params file), not a dict: launch_ros leaves a dict in a /tmp/launch_params_* file
     node = LifecycleNode(
         package=PACKAGE, executable="timely_server", name="timely_server", namespace="/" + namespace,
-        parameters=[LaunchConfiguration("params_file").perform(context), Parameter("autostart", False),
+        parameters=[LaunchConfiguration("params_file").perform(context), Parameter("use_sim_time", sim_time),
+                    Parameter("autostart", False),
                     *([Parameter("model", model)] if model else [])],
         ros_arguments=["--log-level", LaunchConfiguration("log_level").perform(context)],
         output="screen",
@@ -49,5 +55,8 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument("model", default_value="",
                               description="model entry of config/models.yaml the server loads (embedded, smollm2, "
                                           "...); empty = the params file's timely_server model"),
+        DeclareLaunchArgument("use_sim_time", default_value="false",
+                              description="the node's ROS clock follows /clock (message stamps, logs); the "
+                                          "scheduler keeps its monotonic clock"),
         OpaqueFunction(function=_server_node),
     ])

@@ -61,7 +61,8 @@ def test_a_command_line_rcl_rejects_ends_the_node_with_what_to_write(argv, names
 @pytest.mark.parametrize("param,says", [
     ("agents:=[drone_1]", "parameter agents: agent entry 'drone_1' must look like 'drone_1:drone'"),
     ("tasks_file:=/nonexistent/tasks.yaml", "parameter tasks_file: [Errno 2] No such file or directory"),
-], ids=["agent-without-type", "missing-tasks-file"])
+    ("contention_agent:=drone_9", "parameter contention_agent: 'drone_9' is not one of the agents (drone_1)"),
+], ids=["agent-without-type", "missing-tasks-file", "unknown-contention-agent"])
 def test_a_workload_file_or_entry_it_cannot_use_ends_the_node_with_one_line(param, says):
     """The workload node reads files and entries in its constructor; a bad one was a ValueError traceback."""
     proc = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.workload_node", "--ros-args", "-p", param],

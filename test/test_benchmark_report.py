@@ -52,7 +52,7 @@ def test_a_variant_from_the_command_line_carries_typed_options():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("t=timely:step_prefil_s=0.05", "has no option step_prefil_s"),   # misspelt: would be ignored silently
+    ("t=timely:step_prefil_s=0.05", "unknown option .step_prefil_s."),   # misspelt: would be ignored silently
     ("t=no-such-policy", "unknown policy"),
     ("t=timely:step_prefill_s", "is not KEY=VALUE"),
     ("timely", "expected NAME=POLICY"),

@@ -25,8 +25,9 @@ import rclpy
 import yaml
 from rclpy.node import Node
 
-from timely_llm_ros.ros import bringup
-from timely_llm_ros.ros.bringup import apply_overrides, build_children, load_fleet, parse_fleet, write_node_params
+from timely_llm_ros.ros import bringup, process_signals
+from timely_llm_ros.ros.fleet_children import build_children
+from timely_llm_ros.ros.fleet_description import apply_overrides, load_fleet, parse_fleet, write_node_params
 
 DEMO = Path(__file__).resolve().parent.parent / "config" / "fleet" / "demo.yaml"
 DEMO_PARAMS = DEMO.parent.parent / "demo_fleet.yaml"
@@ -95,11 +96,12 @@ def standins(tmp_path, monkeypatch):
 
 
 def _small_fleet(tmp_path: Path, **bringup_settings) -> Path:
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"/**/timely_server": {"ros__parameters": {"policy": "fcfs"}}}))
     data = {
-        "bringup": {"server": True, "workload": True, "stop_grace_s": 2.0, "server_ready_timeout_s": 10.0,
+        "bringup": {"params_file": "params.yaml", "server": True, "workload": True, "stop_grace_s": 2.0,
+                    "server_ready_timeout_s": 10.0,
                     "executors": [{"agent": "drone_1", "robot_type": "drone"},
                                   {"agent": "arm_1", "robot_type": "arm"}], **bringup_settings},
-        "timely_server": {"ros__parameters": {"policy": "fcfs"}},
     }
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -117,8 +119,8 @@ def test_demo_fleet_gives_server_and_one_executor_per_robot(tmp_path):
     assert children[0].name == "timely_server" and "__node:=timely_server" in children[0].argv
     executors = children[1:]
     assert [_value_after(c.argv, "-r", "__ns:=") for c in executors] == [
-        ["__ns:=/drone_1"], ["__ns:=/drone_2"], ["__ns:=/drone_3"], ["__ns:=/drone_4"], ["__ns:=/arm_1"]]
-    assert [_value_after(c.argv, "-p") for c in executors] == [["robot_type:=drone"]] * 4 + [["robot_type:=arm"]]
+        ["__ns:=/arm_1"], ["__ns:=/arm_2"], ["__ns:=/drone_1"], ["__ns:=/drone_2"], ["__ns:=/drone_3"]]
+    assert [_value_after(c.argv, "-p") for c in executors] == [["robot_type:=arm"]] * 2 + [["robot_type:=drone"]] * 3
     for child in children:
         assert child.argv.count("--ros-args") == 1
         assert _value_after(child.argv, "--params-file") == [str(tmp_path / "p.yaml")]
@@ -199,7 +201,9 @@ def test_invalid_fleets_are_rejected_with_a_reason(executors, complaint):
         parse_fleet({"bringup": {"executors": executors}})
     with pytest.raises(ValueError, match="bringup"):
         parse_fleet({"timely_server": {"ros__parameters": {}}})
-    assert parse_fleet({"timely_server": {}}, require_bringup=False).server
+    # node parameters belong in the params file the description names, which rcl reads as it is
+    with pytest.raises(ValueError, match=r"holds only 'bringup:'.*\(timely_server\).*params_file"):
+        parse_fleet({"bringup": {}, "timely_server": {"ros__parameters": {}}})
 
 
 def test_workload_exit_code_propagates_and_others_are_stopped_with_sigint(tmp_path, standins, monkeypatch, capsys):
@@ -242,7 +246,7 @@ def test_child_ignoring_sigint_is_terminated_after_the_grace_period(tmp_path, st
     monkeypatch.setenv("STANDIN_PLAN", json.dumps({"/drone_1": {"ignore_sigint": True},
                                                    "workload": {"exit_after": 0.2, "exit_code": 0}}))
     path = _small_fleet(tmp_path, stop_grace_s=0.3)
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, bringup.THREAD_DUMP_SIGNAL)}
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     assert bringup.main(["--params-file", str(path)], entry_points=entry) == 0
     assert "drone_1/executor still running: sending SIGTERM" in capsys.readouterr().out
     # main() called in a process that goes on (this one) gives it its signal handlers back
@@ -270,12 +274,14 @@ class _Lines:
 def test_no_workload_runs_until_stopped(tmp_path):
     """The real nodes (no stand-in: nothing here needs a scripted fault): without a workload the fleet runs until
     a stop is requested; then SIGINT alone ends every node within the grace period (no SIGTERM, no traceback)."""
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(
+        {"/**/timely_server": {"ros__parameters": {"num_threads": 1, "max_batch": 2}}}))
     fleet = parse_fleet({
-        "bringup": {"server": True, "workload": False, "stop_grace_s": 15.0, "server_ready_timeout_s": 120.0,
+        "bringup": {"params_file": "params.yaml", "server": True, "workload": False, "stop_grace_s": 15.0,
+                    "server_ready_timeout_s": 120.0,
                     "executors": [{"agent": "drone_1", "robot_type": "drone"},
                                   {"agent": "arm_1", "robot_type": "arm"}]},
-        "/**/timely_server": {"ros__parameters": {"num_threads": 1, "max_batch": 2}},
-    })
+    }, base_dir=tmp_path)
     out = _Lines("fleet up")
     supervisor = bringup.Supervisor(build_children(fleet, write_node_params(fleet, tmp_path), with_workload=False),
                                     stop_grace_s=15.0, out=out)
@@ -306,8 +312,7 @@ def test_launch_files_compile_and_declare_the_standard_arguments(name):
         if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "DeclareLaunchArgument":
             keywords = {k.arg for k in call.keywords}
             declared[call.args[0].value] = keywords
-    assert {"namespace", "params_file", "log_level", "autostart"} <= set(declared)
-    assert "use_sim_time" not in declared  # the scheduler runs on the monotonic clock (docs/server.md)
+    assert {"namespace", "params_file", "log_level", "autostart", "model", "use_sim_time"} <= set(declared)
     assert all({"default_value", "description"} <= kw for kw in declared.values()), declared
     used = {k.value.value for c in ast.walk(tree)
             if isinstance(c, ast.Call) and getattr(c.func, "id", "") in ("Node", "LifecycleNode")
@@ -389,72 +394,6 @@ def test_real_fleet_comes_up_through_the_lifecycle_and_leaves_no_temp_folder(tmp
     assert left == []   # the merged params file (made for --set) was removed
 
 
-def test_catches_signal_reads_whether_a_process_handles_sigusr2_yet():
-    """A node still importing has no SIGUSR2 handler (the signal would end it); the bringup must tell."""
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
-        import faulthandler, signal, sys
-        print("before", flush=True); sys.stdin.readline()
-        faulthandler.register(signal.SIGUSR2, all_threads=True, chain=False)
-        print("after", flush=True); sys.stdin.readline()
-    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "before"
-        assert not bringup.catches_signal(child.pid, bringup.THREAD_DUMP_SIGNAL)
-        child.stdin.write("\n")
-        child.stdin.flush()
-        assert child.stdout.readline().strip() == "after"
-        assert bringup.catches_signal(child.pid, bringup.THREAD_DUMP_SIGNAL)
-        assert not bringup.catches_signal(child.pid, 10)   # SIGUSR1: no handler
-    finally:
-        child.kill()
-        child.wait()
-    assert not bringup.catches_signal(child.pid, bringup.THREAD_DUMP_SIGNAL)   # gone
-
-
-def test_sigusr2_to_the_bringup_dumps_every_processs_threads_and_the_fleet_carries_on(tmp_path):
-    """`kill -USR2 <bringup pid>` as a user would send it to a fleet that hangs: the bringup's stacks and each
-    node's (faulthandler's "Thread 0x..." lines, prefixed with the node's name) come out, nobody exits, and a
-    Ctrl-C afterwards still ends everything with exit code 0 and no traceback."""
-    params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"/**/timely_server": {"ros__parameters": {"num_threads": 1, "max_batch": 2}}}))
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump({"bringup": {
-        "params_file": "params.yaml", "server": True, "workload": False, "stop_grace_s": 15.0,
-        "executors": [{"agent": "drone_1", "robot_type": "drone"}]}}))
-    proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.ros.bringup", "--fleet", str(fleet)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    up, dumped = threading.Event(), threading.Event()
-    wanted = ("[bringup] thread MainThread", "[timely_server] Thread 0x", "[drone_1/executor] Thread 0x")
-
-    def read() -> None:
-        for line in proc.stdout:
-            lines.append(line)
-            if "[bringup] fleet up" in line:
-                up.set()
-            text = "".join(lines)
-            if all(w in text for w in wanted):
-                dumped.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        assert up.wait(180), "".join(lines)[-3000:]
-        proc.send_signal(bringup.THREAD_DUMP_SIGNAL)
-        assert dumped.wait(30), "".join(lines)[-3000:]
-        assert proc.poll() is None
-        proc.send_signal(2)   # SIGINT
-        assert proc.wait(60) == 0, "".join(lines)[-3000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.join(5)
-    out = "".join(lines)
-    assert "exited early" not in out and "Traceback" not in out, out[-3000:]
-    assert "still running: sending" not in out, out[-3000:]
-
-
 def _gone(pid: int) -> bool:
     """The process has exited (a zombie that its new parent has not reaped yet counts as exited)."""
     try:
@@ -508,10 +447,10 @@ def test_nodes_stop_when_the_bringup_is_killed(tmp_path):
 def test_only_the_main_threads_children_are_set_to_stop_with_this_process():
     """The kernel sends the parent-death signal when the *thread* that started a child ends: a node started
     from a worker thread must not be armed, or it would stop when that thread does."""
-    env = bringup.stopping_with_this_process({"A": "1"})
-    assert env == {"A": "1", bringup.STOP_WITH_PID_ENV: str(os.getpid())}
+    env = process_signals.stopping_with_this_process({"A": "1"})
+    assert env == {"A": "1", process_signals.STOP_WITH_PID_ENV: str(os.getpid())}
     got: list[dict] = []
-    worker = threading.Thread(target=lambda: got.append(bringup.stopping_with_this_process({"A": "1"})))
+    worker = threading.Thread(target=lambda: got.append(process_signals.stopping_with_this_process({"A": "1"})))
     worker.start()
     worker.join()
     assert got == [{"A": "1"}]

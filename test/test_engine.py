@@ -362,7 +362,8 @@ def test_fast_byte_level_detokenizer_matches_the_tokenizer_on_every_prefix():
 
 
 def test_text_streams_give_the_tokenizers_text_token_by_token():
-    from timely_llm_ros.engine.detokenize import ByteStream, PrefixDiffStream
+    from timely_llm_ros.core.engine import PrefixDiffStream
+    from timely_llm_ros.engine.detokenize import ByteStream
 
     hf, tok, ids = byte_level_tokenizer()
     streams = [tok.byte_table.stream(), PrefixDiffStream(lambda i: hf.decode(i, skip_special_tokens=True))]

@@ -16,7 +16,7 @@ from timely_llm_ros.core.models import model_spec
 from timely_llm_ros.core.skills import load_skill_sets
 from timely_llm_ros.core.skills.grammar import max_statements, plan_grammar
 from timely_llm_ros.core.skills.minispec import parse
-from timely_llm_ros.engine.base import EngineError
+from timely_llm_ros.core.engine import EngineError
 from timely_llm_ros.engine.grammar import GrammarCompiler
 from timely_llm_ros.engine.loader import load_pretrained
 from timely_llm_ros.engine.models import weights_folder
@@ -431,7 +431,7 @@ def test_the_process_and_evicting_engines_pass_the_grammar_on():
     """The embedded planner given a drone task under the arm grammar: unconstrained it writes drone skills; through
     a ProcessEngine (the engine in a child process) and an EvictingEngine its constrained output is the in-process
     engine's, an arm plan. (RoutedEngine, the simulator's two-engine wrapper, hands add()'s arguments on whole.)"""
-    from timely_llm_ros.engine.evicting import EvictingEngine
+    from timely_llm_ros.core.eviction import EvictingEngine
     from timely_llm_ros.engine.process_engine import ProcessEngine
 
     arm = SKILLS["arm"]

@@ -23,7 +23,7 @@ def fitted():
     from timely_llm_ros.engine.hardware_fit import fit_engine
     from timely_llm_ros.engine.model_setup import model_setup, setup_engine_options
     from timely_llm_ros.engine.models import weights_folder
-    from timely_llm_ros.ros.server_node import warm_up
+    from timely_llm_ros.stack import warm_up
 
     spec = model_spec("embedded")
     engine = make_engine("transformers", str(weights_folder(spec)), device="cpu", dtype=spec.dtype, num_threads=1,

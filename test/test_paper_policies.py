@@ -89,7 +89,7 @@ def test_rtlm_priority_normalised_u_pinned():
 
 def test_rtlm_consolidation_cuts_at_length_jumps():
     pol = make_policy("rtlm", options={"predictor": FixedLength({str(u): u for u in (10, 12, 30, 40, 100)}),
-                                       "lambda": 1.5})
+                                       "lam": 1.5})
     gens = [gen(f"g{u}", task=str(u)) for u in (40, 100, 10, 30, 12)]
     groups = pol.consolidate(gens)
     assert [[pol.u(g) for g in gr] for gr in groups] == [[10, 12], [30, 40], [100]]
@@ -203,7 +203,7 @@ def test_ete_least_squares_recovers_coefficients():
 
 
 def test_eviction_shortens_the_simulated_context():
-    from timely_llm_ros.engine.evicting import EvictingEngine
+    from timely_llm_ros.core.eviction import EvictingEngine
 
     lat = LatencyModel(prefill_a=0.0, prefill_b=0.0, prefill_c=0.0, decode_base=0.0, decode_per_seq=0.0,
                        decode_per_kv_token=1e-6)
@@ -309,7 +309,7 @@ def test_fifo_static_and_rtlm_static_never_join_a_running_batch():
 def test_engine_wrappers_report_how_their_engine_runs_a_step():
     """timely's prefill_alone rule is off on engines that fuse a step's prefills and decodes (vLLM); the RT-LM and
     TimeBill wrappers must say what the engine they wrap does, not the Engine default."""
-    from timely_llm_ros.engine.evicting import EvictingEngine
+    from timely_llm_ros.core.eviction import EvictingEngine
 
     lat = LatencyModel(prefill_a=0.0, prefill_b=1e-4, prefill_c=0.01, decode_base=0.02, decode_per_seq=0.001,
                        decode_per_kv_token=0.0)

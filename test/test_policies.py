@@ -1,10 +1,11 @@
 """Scheduling policies: TimelyLLM's PUD priority, latency-guided admission, drop rule; EDF; the registry."""
+import dataclasses
 import math
 
 import pytest
 
 from timely_llm_ros.core.admission import budget_s, segment_deadline, wcet_s
-from timely_llm_ros.core.policies import POLICIES, SchedulingContext, builtin, make_policy  # noqa: F401
+from timely_llm_ros.core.policies import POLICIES, SchedulingContext, make_policy
 from timely_llm_ros.core.request import Generation, PlanRequest, Segment
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
 
@@ -29,18 +30,32 @@ def test_every_policy_of_the_paper_is_registered():
     assert {"timely", "edf", "fcfs", "vllm", "vllm-stream"} <= set(POLICIES)
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))       # the shipped ones: registered by importing builtin
-def test_every_policy_reports_the_options_it_never_read(name):
-    policy = make_policy(name, options={"max_segment_tokens": {"drone": 10}, "no_such_option": 1})
-    assert "no_such_option" in policy.unread_options()
-    assert policy.options["no_such_option"] == 1     # still there: reading it now marks it read
-    assert "no_such_option" not in policy.unread_options()
+@pytest.mark.parametrize("name", sorted(POLICIES))       # the shipped ones: registered by importing the package
+def test_every_policy_refuses_an_option_it_does_not_have_naming_it_and_its_options(name):
+    with pytest.raises(ValueError, match=r"no_such_option.*its options: .*interrupt"):
+        make_policy(name, options={"no_such_option": 1})
 
 
-def test_options_timely_uses_are_not_reported_as_unread():
-    listed = {"step_prefill_s": 0.05, "prefill_alone": True, "crowd_plan": False, "utility_floor": 0.1,
+def test_a_misspelt_timely_option_fails_with_its_name():
+    with pytest.raises(ValueError, match="step_prefil_s"):
+        make_policy("timely", options={"step_prefil_s": 0.05})
+
+
+def test_timely_options_are_typed_and_frozen():
+    listed = {"step_prefill_s": "0.05", "prefill_alone": "true", "crowd_plan": False, "utility_floor": 0.1,
               "drop": "never", "segment_estimate": "max", "late_delay_s": 0.02, "admit_per_step": 2}
-    assert make_policy("timely", options=listed).unread_options() == set()
+    timely = make_policy("timely", options=listed)
+    assert timely.options.step_prefill_s == 0.05 and timely.options.prefill_alone is True
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        timely.options.admit_per_step = 3
+
+
+def test_shared_options_go_to_the_policies_that_have_them_and_a_name_no_policy_has_fails():
+    shared = {"network_delay_s": 0.02, "max_segment_tokens": {"drone": 7}}
+    assert make_policy("timely", shared=shared).network_delay_s == 0.02
+    assert make_policy("fcfs", shared=shared).name == "fcfs"
+    with pytest.raises(ValueError, match="network_delay"):
+        make_policy("fcfs", shared={"network_delay": 0.02})
 
 
 def test_urgent_request_outranks_normal_one_arriving_together():

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
-from timely_llm_ros.engine.base import EngineError  # noqa: E402
+from timely_llm_ros.core.engine import EngineError  # noqa: E402
 from timely_llm_ros.engine.factory import make_engine  # noqa: E402
 from timely_llm_ros.engine.process_engine import ProcessEngine  # noqa: E402
 

@@ -15,7 +15,7 @@ from timely_llm_ros.core.sim.clock import WallClock
 from timely_llm_ros.core.sim.simulator import Simulator
 from timely_llm_ros.core.workload import get_trace
 from timely_llm_ros.core.workload.generator import WorkloadTask
-from timely_llm_ros.engine.base import Engine, StepResult
+from timely_llm_ros.core.engine import Engine, StepResult
 
 LAT = load_latency_model("llama3-8b-rtx4090")
 

@@ -344,7 +344,7 @@ def test_a_long_running_scheduler_keeps_no_per_request_state_beyond_its_outcome_
     """A server runs for days: finished requests must not accumulate in the scheduler or the policy."""
     clock = VirtualClock()
     engine = SimEngine(LATENCY, clock)
-    pol = make_policy(policy, max_batch=4, options={"classifier": None} if policy != "semantic" else
+    pol = make_policy(policy, max_batch=4, options=None if policy != "semantic" else
                       {"class_levels": {"normal": 3, "urgent": 0}})
     sched = PlanScheduler(engine, pol, load_skill_sets(), load_exec_models(), clock,
                           SchedulerConfig(keep_outcomes=3))

@@ -10,8 +10,6 @@ import textwrap
 
 import pytest
 
-from timely_llm_ros.ros import bringup, spin
-
 
 def _run(code: str, timeout: float = 20.0) -> str:
     try:
@@ -82,12 +80,6 @@ def test_a_latch_outside_the_main_thread_installs_nothing():
         print(got[0], signal.getsignal(signal.SIGUSR2) is before, threading.active_count())
     """)
     assert out.split() == ["False", "True", "1"]
-
-
-def test_the_bringup_and_the_nodes_agree_on_the_dump_signal_and_the_parent_variable():
-    """bringup.py cannot import spin.py (rclpy); the constants it repeats must match."""
-    assert bringup.THREAD_DUMP_SIGNAL == spin.THREAD_DUMP_SIGNAL
-    assert bringup.STOP_WITH_PID_ENV == spin.STOP_WITH_PID_ENV
 
 
 def test_an_action_that_raises_does_not_end_the_watch():

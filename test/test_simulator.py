@@ -13,7 +13,7 @@ from timely_llm_ros.core.sim.simulator import simulate
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
 from timely_llm_ros.core.workload import WorkloadSpec, generate, get_trace
 from timely_llm_ros.core.workload.generator import WorkloadTask
-from timely_llm_ros.engine.base import EngineError
+from timely_llm_ros.core.engine import EngineError
 
 LAT = load_latency_model("llama3-8b-rtx4090")
 

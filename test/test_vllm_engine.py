@@ -17,7 +17,7 @@ from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.skills.grammar import plan_grammar  # noqa: E402
 from timely_llm_ros.core.skills.minispec import parse  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
-from timely_llm_ros.engine.base import EngineError  # noqa: E402
+from timely_llm_ros.core.engine import EngineError  # noqa: E402
 from timely_llm_ros.engine.factory import make_engine  # noqa: E402
 
 SKILLS = load_skill_sets()

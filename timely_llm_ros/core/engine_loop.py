@@ -12,8 +12,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..engine.base import Engine, EngineError
-from ..engine.detokenize import TextStream
+from .engine import Engine, EngineError
+from .engine import TextStream
 from .errors import ErrorCode
 from .policies.base import Policy, SchedulingContext
 from .request import Generation, PlanRequest, RequestState

@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, Callable, Iterable
 
-from ..engine.base import weak_method
+from .engine import weak_method
 from .request import PlanRequest
 from .scheduler import Event, PlanScheduler
 from .step_trace import StepRecord

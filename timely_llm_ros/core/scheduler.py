@@ -18,10 +18,9 @@ with the measured outcome). Single-threaded: callers serialise calls.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
-from ..engine.base import Engine
+from .engine import Engine
 from .engine_loop import Clock, EngineLoop, Track
 from .errors import ErrorCode, RequestError
 from .events import (Event, RequestFinished, SegmentGenerated, SegmentReady, SegmentsWithdrawn,  # noqa: F401
@@ -32,22 +31,8 @@ from .outcome import Progress, RequestOutcome, measure_outcome, progress_of  # n
 from .policies.base import Policy
 from .prompting import PromptEncoder, RawPrompts
 from .request import Generation, PlanRequest, RequestState, Segment, SkillCall
+from .scheduler_config import SchedulerConfig
 from .skills.grammar import plan_grammar
-
-
-@dataclass
-class SchedulerConfig:
-    """Scheduler tunables (the server node exposes them as ROS parameters)."""
-
-    network_delay_s: float = 0.0      # server -> robot latency added to expected execution starts
-    max_prompt_tokens: int = 4096     # longer prompts are rejected (INVALID_TASK)
-    max_waiting: int = 10_000         # queue bound; beyond it new requests are rejected
-    replan_on_failure: int = 0        # replans per request after a failed segment (0: the request ends FAILED)
-    max_plan_tokens: int | None = None  # plan length cap for every robot type (None: each skill set's own)
-    keep_outcomes: int = 0            # finished outcomes kept in .outcomes (0: all, as the simulator needs; a
-                                      # long-running server keeps the latest N so its memory stays flat)
-    ack_timeout_s: float | None = None    # a robot must accept or reject a segment within this (None: unchecked)
-    exec_timeout_s: float | None = None   # ... and finish a started one within its estimate + this
 
 
 class PlanScheduler(EngineLoop):

@@ -1,7 +1,7 @@
-"""LLM engines behind one small interface (see base.Engine)."""
+"""LLM engines implementing the core's engine interface (core/engine.py)."""
 import os as _os
 
-from .base import Engine, EngineError, MemoryStats, StepResult
+from ..core.engine import Engine, EngineError, MemoryStats, StepResult
 
 
 def _torch_cache_outside_tmp() -> None:

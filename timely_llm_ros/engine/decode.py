@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import StepResult
+from ..core.engine import StepResult
 from .generation_state import GenerationState
 from .slot_rows import SlotRows
 from .token_choice import TokenChoice

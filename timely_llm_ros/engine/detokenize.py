@@ -1,9 +1,9 @@
-"""Detokenizing a generation as it grows, one token at a time.
+"""Detokenizing a byte-level BPE generation as it grows, one token at a time (a core.engine.TextStream).
 
-The scheduler needs the text each new token adds. ``PrefixDiffStream`` works with any tokenizer: it decodes
-the whole output after every token and returns what is new (nothing while the text ends inside a multi-byte
-character). For byte-level BPE tokenizers a table from token id to its bytes (``ByteTable``, built only when the
-tokenizer's decoder is ByteLevel and checked against the tokenizer) makes that exact and incremental:
+The scheduler needs the text each new token adds. ``PrefixDiffStream`` (core/engine.py) works with any tokenizer:
+it decodes the whole output after every token. For byte-level BPE tokenizers a table from token id to its bytes
+(``ByteTable``, built only when the tokenizer's decoder is ByteLevel and checked against the tokenizer) makes that
+exact and incremental:
 ``ByteStream`` feeds the new token's bytes to an incremental UTF-8 decoder, so a token costs one lookup, however
 long the output. The per-token cost is part of the segmentation overhead, and right after a forward pass it
 runs with cold caches, where decoding the whole output every token cost 2-4x more than one lookup
@@ -13,29 +13,7 @@ from __future__ import annotations
 
 import codecs
 import random
-from typing import Callable, Protocol, Sequence
-
-
-class TextStream(Protocol):
-    """The text of one generation's output, token by token."""
-
-    def push(self, token_id: int) -> str:
-        """Append a token; return the text it completes ("" while a character is still incomplete)."""
-
-
-class PrefixDiffStream:
-    """Any tokenizer: decode the whole output after each token and return what is new since the last call."""
-
-    def __init__(self, decode: Callable[[Sequence[int]], str]) -> None:
-        self._decode, self._ids, self._text = decode, [], ""
-
-    def push(self, token_id: int) -> str:
-        self._ids.append(token_id)
-        text = self._decode(self._ids)
-        if text.endswith("\ufffd"):      # wait for the rest of a multi-byte character
-            return ""
-        delta, self._text = text[len(self._text):], text
-        return delta
+from typing import Sequence
 
 
 class ByteStream:

@@ -1,7 +1,7 @@
 """Build an engine by kind name (the server's ``engine`` parameter)."""
 from __future__ import annotations
 
-from .base import Engine
+from ..core.engine import Engine
 
 
 def make_engine(kind: str, model_path: str | None = None, device: str = "auto", dtype: str = "auto",

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 import torch
 import xgrammar as xgr
 
-from .base import EngineError
+from ..core.engine import EngineError
 from .tokenizer import ByteTokenizer
 
 

@@ -23,7 +23,7 @@ from ..core.fit import ClassCheck, HardwareFit, Measurements, TypeTiming, check_
 from ..core.prompting import PromptEncoder
 from ..core.skills.skill_set import SkillSet
 from ..core.tuf import TimeUtility
-from .base import Engine
+from ..core.engine import Engine, EngineError
 
 BATCHES = (4,)           # decode batch sizes measured beside batch 1 (the server: its max_batch, at most 8)
 LEAST, MOST = 3, 12      # samples of each kind of step: at least LEAST, more while they take under BUDGET_S in all
@@ -37,13 +37,37 @@ def _forced(engine: Engine, plan: str, tokens: int) -> list[int]:
     return (ids * (tokens // len(ids) + 1))[:tokens]
 
 
-def _sampled(step: Callable[[int], float], most: int = MOST) -> list[float]:
+def _add(engine: Engine, gen: str, prompt: Sequence[int], plan: str, tokens: int) -> None:
+    """Add a measuring request: forced to emit ``tokens`` tokens of its plan where the engine replays forced ids;
+    elsewhere (vLLM) it generates freely, capped at ``tokens``, and may finish earlier (at its EOS)."""
+    forced = _forced(engine, plan, tokens) if engine.replays_forced_ids else None
+    engine.add(gen, prompt, tokens, forced_ids=forced)
+
+
+def _sampled(step: Callable[[int], float | None], most: int = MOST) -> list[float]:
     """Seconds of ``step(i)`` for i = 0, 1, ...: at least LEAST (or ``most`` if fewer), at most ``most``, and no
-    more once they took BUDGET_S in all."""
+    more once they took BUDGET_S in all or ``step`` returned None (nothing left to step)."""
     times: list[float] = []
     while len(times) < most and (len(times) < LEAST or sum(times) < BUDGET_S):
-        times.append(step(len(times)))
+        seconds = step(len(times))
+        if seconds is None:
+            break
+        times.append(seconds)
     return times
+
+
+def _stepper(engine: Engine, gens: Sequence[str]) -> Callable[[int], float | None]:
+    """Steps of ``gens`` together, timed; None once one of them has finished (a freely generating request)."""
+    finished = False
+
+    def step(_: int) -> float | None:
+        nonlocal finished
+        if finished:
+            return None
+        result = engine.step(gens)
+        finished = bool(result.finished.intersection(gens))
+        return result.elapsed_s
+    return step
 
 
 def _measure_type(engine: Engine, skill_set: SkillSet,
@@ -58,20 +82,25 @@ def _measure_type(engine: Engine, skill_set: SkillSet,
     def prefill(i: int) -> float:   # distinct requests: a prompt measured is cached whole
         ids, plan = requests[i]
         gen = f"{_ID}{skill_set.name}_{i}"
-        steps = MOST + 2 if i == 0 else 1
-        engine.add(gen, ids, steps, forced_ids=_forced(engine, plan, steps))
+        steps = MOST + 2 if not decodes else 1
+        _add(engine, gen, ids, plan, steps)
         try:
             left = engine.prefill_left(gen)
-            prefills.append((engine.step([gen]).elapsed_s, left if left is not None else max(len(ids) - shared, 1),
-                             len(ids)))
-            if i == 0:      # batch-1 decode steps at its context (the first one after a prefill settles its row)
-                engine.step([gen])
-                decodes.extend(_sampled(lambda _: engine.step([gen]).elapsed_s))
+            first = engine.step([gen])
+            prefills.append((first.elapsed_s, left if left is not None else max(len(ids) - shared, 1), len(ids)))
+            # batch-1 decode steps at its context, on the first request that goes on (the first step after a prefill
+            # settles its row)
+            if not decodes and gen not in first.finished and gen not in engine.step([gen]).finished:
+                decodes.extend(_sampled(_stepper(engine, [gen])))
         finally:
             engine.release(gen)
         return prefills[-1][0]
 
     measured = len(_sampled(prefill, most=len(requests)))
+    if not decodes:
+        raise EngineError(f"hardware fit: the model ended every {skill_set.name} request it was measured with at "
+                          "its first token, so no decode step could be timed; set hardware_fit:=false to keep the "
+                          "policies' configured step times")
     seconds, suffix, prompt_tokens = min(prefills)
     timing = TypeTiming(prompt_tokens=prompt_tokens, suffix_tokens=suffix, prefill_s=seconds, decode_s=min(decodes),
                         plans=tuple(plan_shapes(skill_set, engine.encode)),
@@ -97,16 +126,20 @@ def measure(engine: Engine, skill_sets: Mapping[str, SkillSet], prompts: PromptE
     tokens = (MOST + 1) * len(batches) + 2
     for i, gen in enumerate(gens):   # each prompt was measured, so is cached whole: adding it costs about a token
         prompt, plan = requests[i % len(requests)]
-        engine.add(gen, prompt, tokens, forced_ids=_forced(engine, plan, tokens))
+        _add(engine, gen, prompt, plan, tokens)
     try:
-        engine.step(gens)
+        finished = engine.step(gens).finished
         for b in sorted(batches):
-            chosen = gens[:b]
-            for gen in gens[b:]:
+            live = [gen for gen in gens if gen not in finished]
+            if len(live) < b:     # freely generating requests ended: this batch size cannot be measured
+                break
+            chosen, waiting = live[:b], live[b:]
+            for gen in waiting:
                 engine.suspend(gen)
-            engine.step(chosen)    # settles the rows
-            batch_decode[b] = min(_sampled(lambda _: engine.step(chosen).elapsed_s))
-            for gen in gens[b:]:
+            finished = finished | engine.step(chosen).finished    # settles the rows
+            if not finished.intersection(chosen):
+                batch_decode[b] = min(_sampled(_stepper(engine, chosen)))
+            for gen in waiting:
                 engine.resume(gen)
     finally:
         for gen in gens:

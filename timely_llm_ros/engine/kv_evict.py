@@ -15,7 +15,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.cache_utils import DynamicCache
 
-from .base import EngineError
+from ..core.engine import EngineError
 from .generation_state import GenerationState
 from .slot_rows import SlotRows
 

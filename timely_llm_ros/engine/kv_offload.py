@@ -12,7 +12,7 @@ from typing import Iterable
 
 import torch
 
-from .base import MemoryStats
+from ..core.engine import MemoryStats
 from .generation_state import GenerationState
 from .prefix_cache import PrefixCache
 from .slot_rows import SlotRows

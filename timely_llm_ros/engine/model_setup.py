@@ -1,12 +1,7 @@
 """A model entry composed with its engine: prompt format, plan-length limits in its tokens, prefix cache.
 
-One composition serves the server (ros/server_node.py), the simulator on a real engine and the benchmarks:
-
-    spec = model_spec("smollm2")
-    engine = make_engine("transformers", str(weights_folder(spec)), **setup_engine_options(spec))
-    setup = model_setup(spec, engine, load_skill_sets())
-    policy = make_policy(name, options={**options_from_skill_sets(setup.skill_sets), ...})
-    PlanScheduler(engine, policy, setup.skill_sets, exec_models, clock, prompts=setup.prompts)
+The composition root (timely_llm_ros/stack.py build_stack) calls it between loading the engine and building the
+policy and scheduler; the server, the simulator on a real engine and the benchmarks compose through that root.
 
 Torch-free itself (the engine is passed in); the reference tokenizer of the skill sets' limits (the embedded
 planner's) is loaded from the package when a model's limits must be converted.
@@ -21,7 +16,7 @@ from ..core.models import ModelSpec
 from ..core.prompting import ChatPrompts, PromptEncoder, RawPrompts
 from ..core.skills.skill_set import SkillSet
 from ..core.token_limits import EffectiveLimits, Encode, effective_limits, with_limits
-from .base import Engine
+from ..core.engine import Engine
 
 
 @functools.lru_cache(maxsize=1)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import StepResult
+from ..core.engine import StepResult
 from .generation_state import GenerationState
 from .layer_gate import StepInterrupted
 from .prefix_cache import PrefixCache

@@ -34,7 +34,8 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any, Sequence
 
-from .base import Engine, EngineError, MemoryStats, StepResult, check_new
+from ..core.engine import Engine, EngineError, MemoryStats, StepResult
+from .generation_table import check_new
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 600.0   # the child loads the model (vLLM may compile) before its first answer

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import StepResult
+from ..core.engine import StepResult
 from .generation_state import GenerationState
 from .grammar import GrammarCompiler, RowMasks, advance
 from .sampling import SamplingParams, choose_tokens

@@ -22,11 +22,11 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..core.engine import Engine, EngineError, MemoryStats, StepResult, TextStream
 from . import kv_offload
-from .base import Engine, EngineError, GenerationTable, MemoryStats, StepResult
 from .decode import Decoder
-from .detokenize import TextStream
 from .generation_state import GenerationState
+from .generation_table import GenerationTable
 from .kv_cache import KVShape
 from .kv_evict import evict_prompt_kv
 from .layer_gate import LayerGate, StepInterrupted

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .base import Engine, EngineError, GenerationTable, MemoryStats, StepResult
+from ..core.engine import Engine, EngineError, MemoryStats, StepResult
+from .generation_table import GenerationTable
 
 
 def configure_environment(cache_root: str | Path | None = None) -> None:
@@ -73,6 +74,7 @@ class _Gen:
 class VllmEngine(GenerationTable, Engine):
     """The Engine interface over vLLM's step-level engine API."""
 
+    replays_forced_ids = False     # vLLM samples its own tokens: add() refuses forced_ids
     fused_steps = True   # vLLM runs a step's prefills and decodes as one batch of tokens
 
     def __init__(self, model_path: str, options: VllmOptions | None = None, temperature: float = 0.0,

@@ -1,7 +1,10 @@
-"""The per-request outcome table the workload node prints (plain text, no ROS types needed)."""
+"""The per-request outcome table the workload node prints, and how a run that executed no plan ended (plain text,
+no ROS types needed)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ..core.errors import ErrorCode
 
 
 @dataclass
@@ -58,3 +61,34 @@ def format_table(rows: list[OutcomeRow]) -> str:
     else:
         lines.append(f"0/{len(rows)} plans executed")
     return "\n".join(lines)
+
+
+def no_plan_summary(rows: list[OutcomeRow]) -> str:
+    """How the goals of a run that executed no plan ended, e.g. "10 goals: 7 DROPPED, 3 GENERATION_FAILED (first:
+    ...)", with a hint for the common causes."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    ended = ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    first = next((r.message for r in rows if r.message), "")
+    hint = ""
+    if "DROPPED" in counts:
+        hint = ("; DROPPED: the urgency classes cannot be met on this model and machine (see the server's configure "
+                "log and /diagnostics; its parameter scale_unmet_classes fits them to the engine)")
+    goals = f"{len(rows)} goal{'s' if len(rows) != 1 else ''}"
+    return f"{goals}: {ended}" + (f" (first: {first})" if first else "") + hint
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
+
+
+def code_name(code: int) -> str:
+    """The ErrorCode's name, or 'error N' for a code this build does not know."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"

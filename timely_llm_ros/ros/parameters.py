@@ -187,7 +187,7 @@ def declare_server_params(node: Node) -> ServerParams:
 
 def check_runtime_update(node, params) -> SetParametersResult:
     """Validate (and apply) parameter changes made while the server runs."""
-    from ..core.policies import make_policy
+    from ..core.composition import switch_policy
 
     if getattr(node, "loop", None) is None:  # unconfigured: the values are read at the next configure
         for p in params:
@@ -197,10 +197,13 @@ def check_runtime_update(node, params) -> SetParametersResult:
     for p in params:
         if p.name == "policy":
             try:
-                policy = make_policy(p.value, max_batch=node.params.max_batch, options=node.policy_options())
+                # composed as configure composes one: the engine driven as the new policy drives it (TimeBill's
+                # prompt-KV eviction wrapper put in place or taken away)
+                switch = switch_policy(node.engine, node.policy_choice().named(p.value), node.skill_sets,
+                                       node.fitted_options())
             except ValueError as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
-            node.loop.post(lambda s, pol=policy: setattr(s, "policy", pol))
+            node.loop.post(switch.apply)
             node.params.policy = p.value
         elif p.name == "max_batch":
             node.loop.post(lambda s, v=int(p.value): setattr(s.policy, "max_batch", v))

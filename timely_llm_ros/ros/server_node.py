@@ -33,9 +33,9 @@ from timely_llm_ros.action import Plan
 from timely_llm_ros.msg import SchedulerState
 
 from ..core.capabilities import check_robot_type, missing_skills, unknown_skill_error
+from ..core.composition import PolicyChoice
 from ..core.errors import ErrorCode, RequestError
 from ..core.health import HealthLimits
-from ..core.policies import make_policy
 from ..core.request import RequestState
 from ..core.runtime import SchedulerThread
 from ..core.scheduler import (PlanScheduler, RequestFinished, SchedulerConfig, SegmentGenerated, SegmentReady,
@@ -69,6 +69,7 @@ class PlanServerNode(LifecycleNode):
         self.stop_flag = None            # set by spin_node: SIGINT/SIGTERM
         self.exit_code = 0
         self.scheduler: PlanScheduler | None = None
+        self.engine = None               # the engine as loaded (the scheduler drives it as its policy does)
         self.model_spec = None           # config/models.yaml entry loaded at configure (core.models.ModelSpec)
         self.grammar = False             # requests decode under their skill-set grammar (parameter grammar)
         self.loop: SchedulerThread | None = None
@@ -160,66 +161,37 @@ class PlanServerNode(LifecycleNode):
             check_profiles(robot_types)
             if robot_types.replaced:
                 log.info(f"skills_dir {p.skills_dir}: replaces the package's {', '.join(robot_types.replaced)}")
-            if p.engine_process:          # torch is imported only in the engine's process
-                from ..engine.process_engine import ProcessEngine as make_engine
-            else:
-                from ..engine.factory import make_engine  # torch is imported only here
             from ..core.models import ModelSpec, model_spec
-            from ..engine.model_setup import model_setup, setup_engine_options
-            from ..engine.models import weights_folder
+            from ..core.urgency import load_urgency_classes
+            from ..stack import EngineChoice, FitChoice, StackOptions, build_stack
             self.model_spec = ModelSpec.for_path(p.model_path) if p.model_path else model_spec(p.model)
             self.grammar = self.model_spec.grammar if p.grammar == "auto" else p.grammar == "on"
             log.info(f"grammar-constrained decoding {'on' if self.grammar else 'off'} (grammar={p.grammar}, model "
                      f"entry {self.model_spec.name!r})")
-            folder = weights_folder(self.model_spec)
-            dtype = p.dtype if p.dtype not in ("", "auto") else self.model_spec.dtype
-            engine = make_engine(p.engine, str(folder), device=p.device, dtype=dtype,
-                                 kv_budget_mb=p.kv_budget_mb if p.kv_budget_mb > 0 else None,
-                                 num_threads=p.num_threads or None, **engine_options(p),
-                                 **setup_engine_options(self.model_spec))
+            # engine, model setup (prompt format, limits in the model's tokens), warm-up, hardware fit (the step
+            # times of this model here, the urgency classes checked against them), policy, scheduler: one call
+            stack = build_stack(StackOptions(
+                model=self.model_spec,
+                engine=EngineChoice(p.engine, p.device, p.dtype, kv_budget_mb=p.kv_budget_mb if p.kv_budget_mb > 0
+                                    else None, num_threads=p.num_threads or None, own_process=p.engine_process,
+                                    options=engine_options(p)),
+                policy=self.policy_choice(),
+                scheduler=SchedulerConfig(network_delay_s=p.network_delay_s, max_prompt_tokens=p.max_prompt_tokens,
+                                          max_waiting=p.max_queued, replan_on_failure=p.replan_on_failure,
+                                          keep_outcomes=_KEEP_OUTCOMES, ack_timeout_s=p.executor_ack_timeout_s,
+                                          exec_timeout_s=p.executor_timeout_s),
+                fit=FitChoice(p.hardware_fit, p.scale_unmet_classes),
+                urgency_classes=load_urgency_classes(p.urgency_classes_file or None)),
+                robot_types.skill_sets, robot_types.exec_models, time.monotonic, self.plan_rule)
             if p.engine_process:
-                log.info(f"engine runs in process {engine.pid}")
-            from ..core.urgency import load_urgency_classes
-            # the model's prompt format, and the skill sets with their limits in the model's tokens
-            setup = model_setup(self.model_spec, engine, robot_types.skill_sets)
-            for line in setup.describe(p.engine):
-                log.info(line)
-            self.skill_sets = setup.skill_sets
-            for prompt in setup.warm_up_prompts():
-                warm_up(engine, prompt)
-            self.urgency_classes = load_urgency_classes(p.urgency_classes_file or None)
-            self.fit, fit_warnings, fit_values = None, [], {}
-            if p.hardware_fit:    # the step times of this model on this machine, and the classes checked against them
-                from ..engine.hardware_fit import fit_engine
-                self.fit, check = fit_engine(engine, self.skill_sets, setup.prompts, self.urgency_classes,
-                                             p.network_delay_s, p.max_batch, p.scale_unmet_classes)
-                for line in self.fit.describe():
-                    log.info(line)
-                for line in check.scaled:
-                    log.warning(f"{line} (scale_unmet_classes={p.scale_unmet_classes:g}; goals with their own "
-                                "ert/alpha/beta are not changed)")
-                for line in check.warnings:
-                    log.warning(line)
-                if not check.unmet:
-                    log.info(f"every urgency class can be met on this engine ({', '.join(self.urgency_classes)})")
-                self.urgency_classes = check.classes
-                fit_warnings, fit_values = check.warnings, check.diagnostic_values(self.fit)
-            else:
-                log.info("hardware_fit is false: the policies use the configured step-time constants and the urgency "
-                         "classes are not checked against this engine")
-            self.health.set_standing(fit_warnings, fit_values)
-            policy = make_policy(p.policy, max_batch=p.max_batch, options=self.policy_options())
-            from ..engine.evicting import with_policy_eviction
-            engine = with_policy_eviction(engine, policy)   # TimeBill: real prompt-KV eviction in the engine
-            self.scheduler = PlanScheduler(engine, policy, self.skill_sets, robot_types.exec_models, time.monotonic,
-                                           SchedulerConfig(network_delay_s=p.network_delay_s,
-                                                           max_prompt_tokens=p.max_prompt_tokens,
-                                                           max_waiting=p.max_queued,
-                                                           replan_on_failure=p.replan_on_failure,
-                                                           keep_outcomes=_KEEP_OUTCOMES,
-                                                           ack_timeout_s=p.executor_ack_timeout_s,
-                                                           exec_timeout_s=p.executor_timeout_s),
-                                           plan_rule=self.plan_rule, prompts=setup.prompts)
+                log.info(f"engine runs in process {stack.engine.pid}")
+            for level, line in stack.report():
+                getattr(log, level)(line)
+            self.engine, self.scheduler, self.fit = stack.engine, stack.scheduler, stack.fit
+            self.skill_sets, self.urgency_classes = stack.setup.skill_sets, dict(stack.urgency_classes)
+            check = stack.class_check
+            self.health.set_standing(check.warnings if check else [],
+                                     check.diagnostic_values(stack.fit) if check else {})
             if self.grammar:      # compiled now, not when the first goal of each robot type arrives (~0.3-1 s)
                 t_grammar = time.monotonic()
                 self.scheduler.prepare_grammars()
@@ -319,7 +291,7 @@ class PlanServerNode(LifecycleNode):
             host.close(destroy_entities)
         if self.scheduler is not None:
             self.scheduler.engine.close()
-            self.scheduler = None
+            self.scheduler = self.engine = None
             gc.unfreeze()   # what configure froze may be garbage now; a new configure freezes again
         self._unloaded_timer.reset()
 
@@ -360,13 +332,16 @@ class PlanServerNode(LifecycleNode):
         """Free ROS entities that destroy_node does not destroy (after the executor stopped)."""
         self._action.destroy()
 
-    def policy_options(self) -> dict:
-        """Options every policy gets (those a policy does not use are ignored): segment sizes from the skill
-        sets, the hardware fit's step times (parameter hardware_fit), the network delay, and G measured online."""
-        from ..core.policies.timely import options_from_skill_sets
-        fitted = self.fit.policy_options() if self.fit is not None else {}
-        return {**options_from_skill_sets(self.skill_sets), **fitted, "network_delay_s": self.params.network_delay_s,
-                "online_gen_time": True}
+    def policy_choice(self) -> PolicyChoice:
+        """The configured policy; every policy is offered the skill sets' segment sizes, the hardware fit's step
+        times (fitted_options), the network delay and G measured online (core/composition.py)."""
+        from ..engine.sentence_encoder import LazyUrgencyClassifier
+        return PolicyChoice(self.params.policy, self.params.max_batch, network_delay_s=self.params.network_delay_s,
+                            online_gen_time=True, provided={"classifier": LazyUrgencyClassifier()})
+
+    def fitted_options(self) -> dict:
+        """The hardware fit's step times for the policies (parameter hardware_fit; empty without it)."""
+        return self.fit.policy_options() if self.fit is not None else {}
 
     def _report_discovery(self) -> None:
         """Shake hands with each expected robot's executor once it is matched (in the background, on the discovery
@@ -683,18 +658,6 @@ class PlanServerNode(LifecycleNode):
     def _on_set_parameters(self, params):
         from .parameters import check_runtime_update
         return check_runtime_update(self, params)
-
-
-def warm_up(engine, prompt_ids: list[int], tokens: int = 4) -> None:
-    """Run one short generation so the first robot's request does not pay one-time start-up costs (and, with a
-    prefix cache, finds its robot type's system prompt cached)."""
-    engine.add("__warm_up__", prompt_ids, tokens)
-    try:
-        for _ in range(tokens):
-            if engine.step(["__warm_up__"]).finished:
-                break
-    finally:
-        engine.release("__warm_up__")
 
 
 def main(args: list[str] | None = None) -> int:

@@ -1,12 +1,11 @@
 """fleet_workload: drives a fleet of agents that send Plan goals and reports every outcome.
 
-Closed loop (default, workload_file ""): each agent sends its tasks one after another, the next
-when the previous plan has been executed.
-Replay (workload_file = a workload YAML or an .mcap bag of Plan goals, see core.workload.bag): each
-recorded goal is sent at its recorded offset from the node's start, with the recorded agent id,
-robot type, task and urgency class, whether or not earlier goals have finished (open loop).
-record_bag: also write the goals as sent and every Plan result into a new mcap bag (core.workload.bag
-write_run_bag), so two runs can be compared.
+Closed loop (default, workload_file ""): each agent sends its tasks one after another, the next when the previous
+plan has been executed. contention_agent names an agent whose first goal is held back until every other agent's
+first plan is generating (in the engine, by its Plan feedback), so it arrives while they generate (the demo's moment
+of contention). events_csv records what the run looked like from here (ros/workload_timeline.py) for the demo's
+timeline.
+Replay (workload_file = a workload YAML or an .mcap bag of Plan goals): ros/workload_replay.py.
 Before its first goal the node waits (executors_wait_s) until the server's latched state (server_state_topic)
 no longer lists any robot it drives among the executors it has yet to meet: a first goal sent earlier waits for
 that first contact on its own clock, and an urgent one may be dropped for it. ros2 launch and timely_bringup
@@ -34,18 +33,18 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
-from rclpy.serialization import serialize_message
 
 from timely_llm_ros.action import Plan
 from timely_llm_ros.msg import SchedulerState
 
-from ..core.errors import ErrorCode
-from ..core.workload.bag import RunRecord, load_any, write_run_bag
-from ..core.workload.generator import Workload, WorkloadTask
+from ..core.workload.bag import load_any
+from ..core.workload.generator import Workload
 from ..paths import config_dir
 from .action_client import ActionClient, deep_queues
-from .outcome_table import OutcomeRow, format_table
+from .outcome_table import OutcomeRow, code_name, format_table, no_plan_summary
 from .spin import NodeStartError, spin_node
+from .workload_replay import ReplayRun
+from .workload_timeline import TimelineRecorder
 
 
 STATE_SILENCE_S = 5.0   # no server state this long: the server publishes none under server_state_topic
@@ -117,6 +116,14 @@ class FleetWorkloadNode(Node):
             "executors_wait_s", 30.0, d(description="before the first goal, wait at most this long until the server "
                                                      "has met the executors of the robots this node drives; 0 = "
                                                      "do not wait")).value
+        self.contention_agent = self.declare_parameter(
+            "contention_agent", "", d(description="closed loop: this agent's first goal waits until every other "
+                                                   "agent's first plan is generating, so it arrives while they "
+                                                   "generate; empty = none")).value
+        self.events_csv = self.declare_parameter(
+            "events_csv", "", d(description="closed loop: write what the run looked like from here (goals sent, "
+                                             "Plan feedback and results, each robot's executor status) to this "
+                                             "CSV for timely_llm_ros.demo_timeline; empty = none")).value
         self.server_state_topic = self.declare_parameter(
             "server_state_topic", "timely_server/state",
             d(description="the server's latched SchedulerState topic (its executors_pending)")).value
@@ -144,6 +151,16 @@ class FleetWorkloadNode(Node):
                                    **deep_queues())
         self.rows: list[OutcomeRow] = []
         self._rows_lock = threading.Lock()
+        names = [a.name for a in self.agents]
+        if self.workload is None and self.contention_agent and self.contention_agent not in names:
+            raise NodeStartError(f"parameter contention_agent: {self.contention_agent!r} is not one of the agents "
+                                 f"({', '.join(names)})")
+        # the agents whose first plan is generating (or has a segment, or has ended); the contention agent waits for
+        # the rest
+        self._generating: set[str] = set()
+        self._others_generating = threading.Event()
+        self._sent_by_agent: dict[str, int] = {}
+        self.timeline = TimelineRecorder(self, names) if self.events_csv and self.workload is None else None
 
     def _on_state(self, msg: SchedulerState) -> None:
         self._pending = list(msg.executors_pending)
@@ -224,6 +241,11 @@ class FleetWorkloadNode(Node):
                 log.error("no plan action server (relative to this node's namespace); start timely_server first")
                 return 1
         self.wait_for_executors()
+        if self.timeline is not None:
+            unheard = self.timeline.wait_for_robots(max(float(self.executors_wait_s), 1.0), self.stopping)
+            if unheard:
+                log.warning(f"no executor status from {', '.join(unheard)} yet: the timeline may miss their first "
+                            "segments")
         if self.workload is not None:
             return ReplayRun(self, self.workload).run()
         log.info(f"fleet of {len(self.agents)} agents, {sum(len(a.tasks) for a in self.agents)} requests")
@@ -247,6 +269,9 @@ class FleetWorkloadNode(Node):
                 w.writeheader()
                 for r in rows:
                     w.writerow(r.__dict__)
+        if self.timeline is not None:
+            count = self.timeline.write(self.events_csv)
+            self.get_logger().info(f"wrote {count} timeline events to {self.events_csv}")
         stopped = self.stop.is_set()   # a run stopped early ends its goals SERVER_SHUTDOWN or cancelled: no failure
         if rows and not stopped and not any(r.status == "ok" for r in rows):
             self.get_logger().error(f"no plan was executed: {no_plan_summary(rows)}")
@@ -256,18 +281,42 @@ class FleetWorkloadNode(Node):
     def _agent_loop(self, agent: AgentSpec, delay: float) -> None:
         if self.stop.wait(delay):
             return
+        held = agent.name == self.contention_agent
+        if held:
+            self._plan_generating(agent.name)   # an agent does not wait for itself
+            while not self._others_generating.wait(0.05):
+                if self.stopping():
+                    return
+            self.get_logger().info(f"{agent.name}: the other robots' first plans are generating; sending its first "
+                                   "goal now")
         for task in agent.tasks:
             if self.stopping():
                 return
-            self._send(agent, task)
+            self._send(agent, task, held)
+            held = False
 
-    def _send(self, agent: AgentSpec, task: dict) -> None:
+    def _plan_generating(self, agent: str) -> None:
+        """Note that this agent's first plan is generating (or has a segment, or has ended)."""
+        with self._rows_lock:
+            self._generating.add(agent)
+            if len(self._generating) == len(self.agents):
+                self._others_generating.set()
+
+    def _send(self, agent: AgentSpec, task: dict, held: bool = False) -> None:
         log = self.get_logger()
         goal = Plan.Goal(agent_id=agent.name, robot_type=agent.robot_type, task=task["task"],
                          context=task.get("context", ""), urgency_class=task.get("urgency", "normal"))
+        with self._rows_lock:
+            self._sent_by_agent[agent.name] = self._sent_by_agent.get(agent.name, 0) + 1
+            label = f"{agent.name}#{self._sent_by_agent[agent.name]}"
         row = OutcomeRow(agent=agent.name, robot_type=agent.robot_type, task=task["task"],
                          urgency=goal.urgency_class, sent_at=time.monotonic())
-        handle = _wait(self.client.send_goal_async(goal, feedback_callback=lambda fb: self._on_feedback(agent, fb)), 30)
+        if self.timeline is not None:
+            self.timeline.record(agent.name, label, "sent", goal.urgency_class)
+            if held:
+                self.timeline.record(agent.name, label, "contention", task["task"])
+        handle = _wait(self.client.send_goal_async(
+            goal, feedback_callback=lambda fb: self._on_feedback(agent, label, fb)), 30)
         if handle is None or not handle.accepted:
             row.status = "no result"
             row.message = "no goal response from /plan in 30 s" if handle is None else "goal not accepted by /plan"
@@ -277,148 +326,24 @@ class FleetWorkloadNode(Node):
                 row.status, row.message = "no result", "timed out waiting for the result"
             else:
                 res = wrapped.result
-                row.fill(res, _code_name(res.error_code))
+                row.fill(res, code_name(res.error_code))
+                if self.timeline is not None:
+                    self.timeline.record(agent.name, label, "result", row.status, res.request_id)
+        self._plan_generating(agent.name)   # ended: nothing more to wait for from this agent
         with self._rows_lock:
             self.rows.append(row)
         log.info(f"{agent.name}: {row.status} '{row.task}' segments={row.segments} "
                  f"response={row.response_time:.2f}s waiting={row.waiting_time:.2f}s utility={row.utility:.2f}")
 
-    def _on_feedback(self, agent: AgentSpec, msg) -> None:
+    def _on_feedback(self, agent: AgentSpec, label: str, msg) -> None:
         fb = msg.feedback
+        if self.timeline is not None:
+            self.timeline.record(agent.name, label, "segment" if fb.new_segment else "state",
+                                 fb.segment.index if fb.new_segment else fb.state, fb.request_id)
+        if fb.new_segment or fb.state == "generating":
+            self._plan_generating(agent.name)
         if fb.new_segment:
             self.get_logger().info(f"{agent.name}: segment {fb.segment.index} -> robot: {fb.segment.text.strip()!r}")
-
-
-class ReplayRun:
-    """Sends a recorded workload's goals at their recorded offsets and collects every result."""
-
-    def __init__(self, node: FleetWorkloadNode, workload: Workload) -> None:
-        self.node, self.workload = node, workload
-        self.records: list[RunRecord] = []
-        self.rows: dict[str, OutcomeRow] = {}
-        self._pending = threading.Semaphore(0)
-        self._handles: list = []
-        self._lock = threading.Lock()
-        self._t0 = 0.0
-
-    def run(self) -> int:
-        node, tasks = self.node, self.workload.tasks
-        log = node.get_logger()
-        log.info(f"replaying {len(tasks)} goals of {self.workload.spec.name} over "
-                 f"{max((t.arrival for t in tasks), default=0.0):.1f} s")
-        self._t0 = time.monotonic()
-        self._t0_wall_ns = time.time_ns()   # bag stamps: wall clock, so the bag lines up with other recordings
-        late = 0.0
-        for task in tasks:
-            if node.stop.wait(max(0.0, self._t0 + task.arrival - time.monotonic())):
-                log.info("stop requested: no more goals are sent")
-                break
-            late = max(late, self._now() - task.arrival)
-            self._send(task)
-        log.info(f"all goals sent (at most {late * 1e3:.0f} ms after their recorded time); waiting for results")
-        deadline = time.monotonic() + float(node.result_timeout_s)
-        cancel_deadline = None
-        for _ in self.records:
-            while not self._pending.acquire(timeout=0.05):
-                now = time.monotonic()
-                if now > deadline or (cancel_deadline is not None and now > cancel_deadline):
-                    break
-                if cancel_deadline is None and node.give_up():
-                    with self._lock:
-                        handles = list(self._handles)
-                    for handle in handles:
-                        handle.cancel_goal_async()
-                    cancel_deadline = now + 3.0
-            else:
-                continue
-            break
-        with self._lock:
-            for rec in self.records:
-                row = self.rows[rec.task.task_id]
-                if rec.result_at is None and row.status == "?":
-                    row.status = "no result"
-                    row.message = ("timed out waiting for the result" if rec.outcome.get("accepted")
-                                   else "no goal response from /plan")
-            records = list(self.records)
-        if node.record_bag:
-            write_run_bag(node.record_bag, self.workload, records, start_ns=self._t0_wall_ns)
-            log.info(f"recorded {len(records)} goals and {sum(r.result_at is not None for r in records)} results "
-                     f"to {node.record_bag}")
-        return node.report(list(self.rows.values()))
-
-    def _now(self) -> float:
-        return time.monotonic() - self._t0
-
-    def _send(self, task: WorkloadTask) -> None:
-        goal = Plan.Goal(agent_id=task.agent_id, robot_type=task.robot_type, task=task.task, context=task.context,
-                         urgency_class=task.urgency)
-        rec = RunRecord(task, sent_at=self._now())
-        row = OutcomeRow(agent=task.agent_id, robot_type=task.robot_type, task=task.task, urgency=task.urgency,
-                         sent_at=rec.sent_at)
-        with self._lock:
-            self.records.append(rec)
-            self.rows[task.task_id] = row
-        future = self.node.client.send_goal_async(goal)
-        future.add_done_callback(lambda f: self._on_goal_response(f, rec, row))
-
-    def _on_goal_response(self, future, rec: RunRecord, row: OutcomeRow) -> None:
-        try:
-            handle = future.result() if future.exception() is None else None
-            if handle is not None and handle.accepted:
-                with self._lock:
-                    self._handles.append(handle)
-                    rec.outcome["accepted"] = True
-                self.node.client.result_async(handle).add_done_callback(lambda f: self._on_result(f, rec, row))
-                return
-            with self._lock:
-                row.status, row.message = "no result", "goal not accepted by the plan server"
-        except Exception as exc:  # a callback must never lose a request: count it, say why
-            with self._lock:
-                row.status, row.message = "no result", f"sending the goal failed: {exc!r}"
-        self._pending.release()
-
-    def _on_result(self, future, rec: RunRecord, row: OutcomeRow) -> None:
-        try:
-            res = future.result().result if future.exception() is None else None
-            with self._lock:
-                if res is None:
-                    row.status, row.message = "no result", f"result request failed: {future.exception()}"
-                else:
-                    rec.result_at = self._now()
-                    rec.result_cdr = serialize_message(res)
-                    row.fill(res, _code_name(res.error_code))
-                    rec.outcome = {"request_id": res.request_id, "status": row.status,
-                                   "error_code": int(res.error_code)}
-            self.node.get_logger().info(f"{rec.task.agent_id}: {row.status} '{row.task}' segments={row.segments} "
-                                        f"response={row.response_time:.2f}s utility={row.utility:.2f}")
-        except Exception as exc:
-            with self._lock:
-                row.status, row.message = "no result", f"reading the result failed: {exc!r}"
-        finally:
-            self._pending.release()
-
-
-def no_plan_summary(rows: list[OutcomeRow]) -> str:
-    """How the goals of a run that executed no plan ended, e.g. "10 goals: 7 DROPPED, 3 GENERATION_FAILED (first:
-    ...)", with a hint for the common causes."""
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    ended = ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    first = next((r.message for r in rows if r.message), "")
-    hint = ""
-    if "DROPPED" in counts:
-        hint = ("; DROPPED: the urgency classes cannot be met on this model and machine (see the server's configure "
-                "log and /diagnostics; its parameter scale_unmet_classes fits them to the engine)")
-    goals = f"{len(rows)} goal{'s' if len(rows) != 1 else ''}"
-    return f"{goals}: {ended}" + (f" (first: {first})" if first else "") + hint
-
-
-def _code_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error {code}"
 
 
 def _wait(future, timeout: float):

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Mapping, Sequence
 
 from ..admission import kv_need_bytes
 from ..request import Generation
+from .options import PolicyOptions, options_from
 
 
 @dataclass
@@ -24,26 +25,6 @@ class SchedulingContext:
     fused_steps: bool = False             # the engine runs a step's prefills and decodes in one forward
 
 
-class Options(dict):
-    """A policy's options: a dict that remembers which names were looked up (get, [], in)."""
-
-    def __init__(self, values: Mapping[str, Any]) -> None:
-        super().__init__(values)
-        self.read: set[str] = set()
-
-    def get(self, key: str, default: Any = None) -> Any:
-        self.read.add(key)
-        return super().get(key, default)
-
-    def __getitem__(self, key: str) -> Any:
-        self.read.add(key)
-        return super().__getitem__(key)
-
-    def __contains__(self, key: object) -> bool:
-        self.read.add(key)  # type: ignore[arg-type]
-        return super().__contains__(key)
-
-
 class Policy(ABC):
     """A scheduling policy. The same object drives the simulator and the real engines.
 
@@ -53,6 +34,7 @@ class Policy(ABC):
       uses_feedback:   the robot's reported start/finish times replace the estimates in E (False: ablation);
       interrupt_default: whether a request that arrives during an engine step may cut it short (option
                        `interrupt`; see `interrupts`).
+    ``Options`` is the policy's options dataclass; ``forced_options`` are set whatever is given (an ablation).
     """
 
     name: ClassVar[str] = ""
@@ -60,15 +42,14 @@ class Policy(ABC):
     stream_segments: ClassVar[bool] = True
     uses_feedback: bool = True     # False: E from execution estimates only (executor reports ignored for E)
     interrupt_default: ClassVar[bool] = True
+    Options: ClassVar[type[PolicyOptions]] = PolicyOptions
+    forced_options: ClassVar[Mapping[str, Any]] = {}
 
-    def __init__(self, max_batch: int = 8, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, max_batch: int = 8, options: Mapping[str, Any] | PolicyOptions | None = None) -> None:
         self.max_batch = max_batch
-        self.options = Options(options or {})
-        self.interrupt = bool(self.options.get("interrupt", self.interrupt_default))
-
-    def unread_options(self) -> set[str]:
-        """Option names given to this policy that it never looked up (a misspelt or foreign option)."""
-        return set(self.options) - self.options.read
+        opts = options_from(self.Options, options, self.name)
+        self.options = replace(opts, **self.forced_options) if self.forced_options else opts
+        self.interrupt = self.interrupt_default if self.options.interrupt is None else bool(self.options.interrupt)
 
     @abstractmethod
     def priority(self, gen: Generation, now: float) -> float:

@@ -1,7 +1,6 @@
-"""Map configured policy names to Policy classes."""
+"""The registry policy modules register into: configured name -> Policy class. Filled by importing the policy
+modules (core/policies/catalog.py lists them); this module imports none of them."""
 from __future__ import annotations
-
-from typing import Any, Mapping
 
 from .base import Policy
 
@@ -12,14 +11,3 @@ def register(cls: type[Policy]) -> type[Policy]:
     """Class decorator: make a policy constructible by its ``name``."""
     POLICIES[cls.name] = cls
     return cls
-
-
-def make_policy(name: str, max_batch: int = 8, options: Mapping[str, Any] | None = None) -> Policy:
-    """Instantiate a registered policy; raises ValueError listing the known names."""
-    from . import builtin  # noqa: F401  (registers the shipped policies)
-
-    try:
-        cls = POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
-    return cls(max_batch=max_batch, options=options)

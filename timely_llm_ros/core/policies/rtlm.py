@@ -9,46 +9,61 @@ similar lengths, offload of very long requests to a second engine instance.
 
 d is arrival + time_budget_s when the request has a budget, else the zero crossing of its TUF (when the plan
 stops earning anything). Consolidation: the top C_f waiting tasks by p are sorted by u and cut where u jumps by
-more than lambda = 1.5x; the group holding the highest-p task joins the batch (running tasks stay: RT-LM does not
-preempt). Offload: a task with u > tau is flagged for the second engine instance (engine/routed.py routes it;
-its own batch slots, max_batch_secondary). With offload=False (both instances would be the same CPU), long tasks
-stay on the one engine and simply rank low through u_n.
+more than lambda = 1.5x (option lam); the group holding the highest-p task joins the batch (running tasks stay:
+RT-LM does not preempt). Offload: a task with u > tau is flagged for the second engine instance (engine/routed.py
+routes it; its own batch slots, max_batch_secondary). With offload=False (both instances would be the same CPU),
+long tasks stay on the one engine and simply rank low through u_n.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..request import Generation
 from .base import Policy, SchedulingContext
+from .options import PolicyOptions
 from .predicted import hard_deadline
 from .registry import register
 
 
+@dataclass(frozen=True)
+class RtlmOptions(PolicyOptions):
+    predictor: Any = None               # output-length predictor (.predict, .tau); None: the rule-feature MLP
+    alpha: float = 1.0                  # weight of the normalised predicted length in the priority
+    eta_s: float = 0.022                # seconds per output token
+    lam: float = 1.5                    # consolidation: cut the top c_f where u jumps by more than this ratio (> 1)
+    c_f: int | None = None              # tasks considered for consolidation (None: max_batch)
+    tau: float | None = None            # length normalising u and marking offload (None: the predictor's)
+    offload: bool = True                # predicted lengths above tau go to the second engine instance
+    max_batch_secondary: int = 4        # the second instance's batch slots
+    static: bool = False                # the paper's batch-level serving: a batch runs to its end
+
+
 @register
 class RtlmPolicy(Policy):
-    """RT-LM (see module docstring). Options: alpha, eta_s, lambda, c_f, tau, offload, max_batch_secondary,
-    static (batch-level serving as in the paper: no request joins a running batch)."""
+    """RT-LM (see module docstring)."""
 
     name = "rtlm"
+    Options = RtlmOptions
     interrupt_default = False   # its paper cuts no step short (option interrupt: true adds it)
     segmented = False
 
-    def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | RtlmOptions | None = None) -> None:
         super().__init__(max_batch, options)
         from ..predictors.length import default_rule_predictor
 
-        o = self.options
-        self.predictor = o.get("predictor") or default_rule_predictor()
-        self.alpha = float(o.get("alpha", 1.0))
-        self.eta_s = float(o.get("eta_s", 0.022))
-        self.lam = float(o.get("lambda", 1.5))
-        self.c_f = int(o.get("c_f", max_batch))
-        self.tau = float(o.get("tau", self.predictor.tau))
-        self.offload = bool(o.get("offload", True))
-        self.max_batch_secondary = int(o.get("max_batch_secondary", 4))
-        self.static = bool(o.get("static", False))   # the paper's batch-level serving: a batch runs to its end
+        o: RtlmOptions = self.options
+        self.predictor = o.predictor or default_rule_predictor()
+        self.alpha = o.alpha
+        self.eta_s = o.eta_s
+        self.lam = o.lam
+        self.c_f = max_batch if o.c_f is None else o.c_f
+        self.tau = float(self.predictor.tau if o.tau is None else o.tau)
+        self.offload = o.offload
+        self.max_batch_secondary = o.max_batch_secondary
+        self.static = o.static
         if self.lam <= 1.0 or self.tau <= 0 or self.c_f < 1:
-            raise ValueError("rtlm: need lambda > 1, tau > 0, c_f >= 1")
+            raise ValueError("rtlm: need lam > 1, tau > 0, c_f >= 1")
         self._u: dict[str, float] = {}
         self._secondary: set[str] = set()
 

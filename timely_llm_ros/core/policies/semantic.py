@@ -22,36 +22,48 @@ into the victim's f_t; the engines here always keep suspended KV (offload to hos
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..admission import kv_need_bytes
 from ..request import Generation
 from .base import Policy, SchedulingContext
+from .options import PolicyOptions
 from .predicted import PredictedLengths
 from .registry import register
 
 DEFAULT_CLASS_LEVELS = {"urgent": 1, "normal": 3}
 
 
+@dataclass(frozen=True)
+class SemanticOptions(PolicyOptions):
+    a1: float = 1.0e-8                  # prefill time model a1 n^2 + a2 n (defaults: config/latency/llama3-8b-
+    a2: float = 8.0e-5                  # rtx4090.yaml)
+    g1: float = 2.5e-7                  # decode step time model g1 * KV tokens + g2
+    g2: float = 0.0213
+    b: float = 131072 / 1.8e10          # seconds per token of KV reload (128 KiB per token at 18 GB/s)
+    class_levels: Mapping[str, int] = field(default_factory=dict)   # urgency class -> level, over the defaults
+    classifier: Any = None              # .level(text) for requests without a known class (the composition
+                                        # root offers engine/sentence_encoder.py's MiniLM one)
+    length_predictor: Any = None        # .predict(task, context) -> tokens; None: the bucketed predictor
+
+
 @register
 class SemanticPolicy(Policy):
-    """Semantic scheduling (see module docstring). Options: a1, a2, g1, g2, b (s per token of KV reload),
-    class_levels {class: level}, classifier (an object with .level(text)), length_predictor (.predict(task, ctx))."""
+    """Semantic scheduling (see module docstring)."""
 
     name = "semantic"
+    Options = SemanticOptions
     interrupt_default = False   # its paper cuts no step short (option interrupt: true adds it)
     segmented = False
 
-    def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | PolicyOptions | None = None) -> None:
         super().__init__(max_batch, options)
-        o = self.options
-        # defaults: config/latency/llama3-8b-rtx4090.yaml (prefill a, b; decode per-KV-token and base + per-seq)
-        self.a1, self.a2 = float(o.get("a1", 1.0e-8)), float(o.get("a2", 8.0e-5))
-        self.g1, self.g2 = float(o.get("g1", 2.5e-7)), float(o.get("g2", 0.0213))
-        self.b = float(o.get("b", 131072 / 1.8e10))     # 128 KiB per token at 18 GB/s
-        self.class_levels = {**DEFAULT_CLASS_LEVELS, **dict(o.get("class_levels") or {})}
-        self._classifier = o.get("classifier")
-        self._lengths = PredictedLengths(o.get("length_predictor"))
+        o: SemanticOptions = self.options
+        self.a1, self.a2, self.g1, self.g2, self.b = o.a1, o.a2, o.g1, o.g2, o.b
+        self.class_levels = {**DEFAULT_CLASS_LEVELS, **dict(o.class_levels or {})}
+        self._classifier = o.classifier
+        self._lengths = PredictedLengths(o.length_predictor)
         self._level: dict[str, int] = {}
         self.evicted: dict[str, str] = {}    # gen id -> "offload" | "recompute" (priced into f_t)
 
@@ -69,9 +81,10 @@ class SemanticPolicy(Policy):
                 lv = int(self.class_levels[req.urgency])
             else:
                 if self._classifier is None:
-                    from ..predictors.urgency import default_urgency_classifier
-
-                    self._classifier = default_urgency_classifier()
+                    raise ValueError(f"semantic: request {req.req_id!r} names no urgency class of class_levels "
+                                     f"({', '.join(sorted(self.class_levels))}) and the policy has no text "
+                                     "classifier: give option classifier (timely_llm_ros/stack.py and the server "
+                                     "offer engine/sentence_encoder.py's)")
                 lv = int(self._classifier.level(req.task))
             self._level[gen.req_id] = lv
         return lv

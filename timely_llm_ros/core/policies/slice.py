@@ -23,31 +23,43 @@ The paper's open points, decided here:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..request import Generation
 from .base import Policy, SchedulingContext
+from .options import PolicyOptions
 from .registry import register
+
+
+@dataclass(frozen=True)
+class SliceOptions(PolicyOptions):
+    cycle_ms: float = 1000.0            # length of one scheduling cycle
+    default_tpot_ms: float = 100.0      # time-per-output-token SLO of a request that states none
+    step_latency_ms: Mapping[int, float] = field(default_factory=dict)   # l(b) by batch size b (a prior)
+    l_base_ms: float = 20.5             # l(b) = l_base_ms + l_per_seq_ms * b where the table has no b
+    l_per_seq_ms: float = 1.5           # (defaults: config/latency/llama3-8b-rtx4090.yaml decode)
+    measure: bool = True                # l(b) measured online replaces the prior
 
 
 @register
 class SlicePolicy(Policy):
-    """SLICE (see module docstring). Options: cycle_ms, default_tpot_ms, step_latency_ms {b: ms},
-    l_base_ms, l_per_seq_ms, measure (online l(b), default True)."""
+    """SLICE (see module docstring)."""
 
     name = "slice"
+    Options = SliceOptions
     interrupt_default = False   # its paper cuts no step short (option interrupt: true adds it)
     segmented = False
 
-    def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | PolicyOptions | None = None) -> None:
         super().__init__(max_batch, options)
-        o = self.options
-        self.cycle_ms = float(o.get("cycle_ms", 1000.0))
-        self.default_tpot_ms = float(o.get("default_tpot_ms", 100.0))
-        self.table = {int(b): float(ms) for b, ms in (o.get("step_latency_ms") or {}).items()}
-        self.l_base_ms = float(o.get("l_base_ms", 20.5))     # config/latency/llama3-8b-rtx4090.yaml decode
-        self.l_per_seq_ms = float(o.get("l_per_seq_ms", 1.5))
-        self.measure = bool(o.get("measure", True))
+        o: SliceOptions = self.options
+        self.cycle_ms = o.cycle_ms
+        self.default_tpot_ms = o.default_tpot_ms
+        self.table = {int(b): float(ms) for b, ms in (o.step_latency_ms or {}).items()}
+        self.l_base_ms = o.l_base_ms
+        self.l_per_seq_ms = o.l_per_seq_ms
+        self.measure = o.measure
         if self.cycle_ms <= 0 or self.default_tpot_ms <= 0:
             raise ValueError("slice: cycle_ms and default_tpot_ms must be > 0")
         self.measured: dict[int, float] = {}

@@ -4,7 +4,7 @@ worst-case response (N_W = min(k N_hat, N_max) tokens, N_hat from the bucketed l
 the remaining budget (core/predictors/ete.py, corrected Eq. 11), with p and q for the current batch size;
 alpha* is recomputed from the remaining budget whenever a suspended request resumes.
 
-Requests run earliest-deadline-first. The engine applies the ratio: engine/evicting.py calls
+Requests run earliest-deadline-first. The engine applies the ratio: core/eviction.py calls
 evict_prompt_kv(gen_id, alpha) on the wrapped engine before the first decode (the SimEngine models the shorter
 context). Option fixed_alpha replaces alpha* by one ratio for every request (the paper's baselines).
 
@@ -16,40 +16,52 @@ request whose urgency class serves late plans (``late: serve``) is neither kille
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..predictors.ete import ExecTimeEstimator, alpha_star, wcet_tokens
 from ..request import Generation
 from .base import Policy, SchedulingContext
+from .options import PolicyOptions
 from .predicted import PredictedLengths, hard_deadline
 from .registry import register
 
 
+@dataclass(frozen=True)
+class TimeBillOptions(PolicyOptions):
+    k: float = 5.0                      # worst-case response: min(k N_hat, N_max) tokens
+    alpha_max: float = 0.95             # largest prompt-KV eviction ratio
+    fixed_alpha: float | None = None    # one ratio for every request instead of alpha* (the paper's baselines)
+    overrun: str = "kill"               # "kill" at the deadline, or "skip-next" (the agent's next request)
+    ete: Mapping[str, float] = field(default_factory=dict)   # execution-time estimator {a, b, c, p, q} overrides
+    q_per_seq: float = 0.0008           # decode-step cost per extra sequence in the batch (s)
+    length_predictor: Any = None        # .predict(task, context) -> tokens; None: the bucketed predictor
+
+
 @register
 class TimeBillPolicy(Policy):
-    """TimeBill (see module docstring). Options: k, alpha_max, fixed_alpha, overrun, ete {a, b, c, p, q},
-    q_per_seq (decode-step cost per extra sequence in the batch), length_predictor."""
+    """TimeBill (see module docstring)."""
 
     name = "timebill"
+    Options = TimeBillOptions
     interrupt_default = False   # its paper cuts no step short (option interrupt: true adds it)
     segmented = False
 
-    def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | TimeBillOptions | None = None) -> None:
         super().__init__(max_batch, options)
-        o = self.options
+        o: TimeBillOptions = self.options
         # defaults: config/latency/llama3-8b-rtx4090.yaml (prefill a, b, c; decode per-KV-token, base)
-        ete = {"a": 1.0e-8, "b": 8.0e-5, "c": 0.0141, "p": 2.5e-7, "q": 0.0213, **dict(o.get("ete") or {})}
+        ete = {"a": 1.0e-8, "b": 8.0e-5, "c": 0.0141, "p": 2.5e-7, "q": 0.0213, **dict(o.ete or {})}
         self.ete = ExecTimeEstimator(**{k: float(v) for k, v in ete.items()})
-        self.q_per_seq = float(o.get("q_per_seq", 0.0008))
-        self.k = float(o.get("k", 5.0))
-        self.alpha_max = float(o.get("alpha_max", 0.95))
-        fixed = o.get("fixed_alpha")
-        self.fixed_alpha = None if fixed is None else float(fixed)
-        self.overrun = str(o.get("overrun", "kill"))
+        self.q_per_seq = o.q_per_seq
+        self.k = o.k
+        self.alpha_max = o.alpha_max
+        self.fixed_alpha = o.fixed_alpha
+        self.overrun = o.overrun
         if self.overrun not in ("kill", "skip-next"):
             raise ValueError(f"timebill: overrun must be 'kill' or 'skip-next', got {self.overrun!r}")
-        self._lengths = PredictedLengths(o.get("length_predictor"))
-        self.alpha: dict[str, float] = {}        # gen id -> eviction ratio to apply (engine/evicting.py reads it)
+        self._lengths = PredictedLengths(o.length_predictor)
+        self.alpha: dict[str, float] = {}        # gen id -> eviction ratio to apply (core/eviction.py reads it)
         self.applied: dict[str, float] = {}      # gen id -> ratio the engine applied
         self._skip_agents: set[str] = set()
         self._overran: set[str] = set()
@@ -77,7 +89,7 @@ class TimeBillPolicy(Policy):
         return alpha_star(self.deadline(gen) - now, len(gen.prompt_ids), n_w, self.ete.p, q, self.alpha_max)
 
     def prompt_kv_eviction(self, gen_id: str) -> float:
-        """The eviction ratio decided for gen_id (0 until decided): engine/evicting.py's ratios callback."""
+        """The eviction ratio decided for gen_id (0 until decided): core/eviction.py's ratios callback."""
         return self.alpha.get(gen_id, 0.0)
 
     def priority(self, gen: Generation, now: float) -> float:

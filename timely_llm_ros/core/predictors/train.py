@@ -1,53 +1,18 @@
-"""Train the output-length predictors on the embedded planner's corpus and write them to models/predictors/.
-
-    python -m timely_llm_ros.core.predictors.train [--n 4000] [--out models/predictors]
-
-Labels are the planner's own output lengths in its own tokens: the reference plan of each corpus example (the
-planner is trained to emit exactly it; its held-out exact-plan rate is in models/default_planner/README.md)
-tokenized by the planner's tokenizer, plus EOS. Accuracy is measured on the corpus's held-out split (unseen
-task-template/object pairs) and written to metrics.json beside the weights.
-"""
+"""Train the output-length predictors from labelled request texts (the data comes from the caller:
+timely_llm_ros/model/train_predictors.py labels the embedded planner's corpus) and write them to a folder."""
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
 
 import numpy as np
 
-from ...paths import default_model_dir
-from .features import N_FEATURES, request_text, rule_features
-from .length import HASH_DIMS, bucket_features, predictor_dir
+from .features import N_FEATURES, rule_features
+from .length import HASH_DIMS, bucket_features
 from .mlp import MLP
 
 N_MAX = 200
-
-
-def token_counter():
-    """Count tokens as the planner does (its tokenizer.json via `tokenizers`), else the simulator's pieces."""
-    try:
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_file(str(default_model_dir() / "tokenizer.json"))
-        return lambda s: len(tok.encode(s, add_special_tokens=False).ids), "planner tokenizer"
-    except Exception:  # pragma: no cover - tokenizers ships with transformers
-        from ..sim.tokenizer import PieceTokenizer
-
-        return PieceTokenizer().count, "simulator piece tokenizer"
-
-
-def length_dataset(n: int, seed: int = 0) -> tuple[list[str], np.ndarray, list[str], np.ndarray, str]:
-    """(train texts, train lengths, held-out texts, held-out lengths, tokenizer name) from the planner corpus."""
-    from ...model.corpus import generate, split
-
-    count, name = token_counter()
-    train, held = split(generate(n, seed))
-
-    def xy(exs):
-        return [request_text(e.task, e.context) for e in exs], np.array([count(" " + e.plan) + 1 for e in exs],
-                                                                         np.float32)
-    return (*xy(train), *xy(held), name)
 
 
 def regression_metrics(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
@@ -85,25 +50,17 @@ def train_timebill(xt, yt, xh, yh, bucket: int = 16, epochs: int = 60, seed: int
     return net, m
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--n", type=int, default=4000, help="corpus examples to generate")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=predictor_dir())
-    args = p.parse_args(argv)
-    xt, yt, xh, yh, tok = length_dataset(args.n, args.seed)
-    args.out.mkdir(parents=True, exist_ok=True)
-    rt_net, rt_m = train_rtlm(xt, yt, xh, yh, seed=args.seed)
-    rt_net.save(args.out / "rtlm_length.npz", tau=rt_m["tau"], n_max=N_MAX)
-    tb_net, tb_m = train_timebill(xt, yt, xh, yh, seed=args.seed)
-    tb_net.save(args.out / "timebill_rlp.npz", bucket=16, n_max=N_MAX)
-    report = {"labels": f"planner corpus reference plans, {tok}, + EOS", "train": len(yt), "heldout": len(yh),
-              "heldout_mean_tokens": float(yh.mean()), "rtlm_mlp": rt_m, "timebill_rlp_b16": tb_m}
-    with open(args.out / "metrics.json", "w", encoding="utf-8") as f:
+def train_and_write(out: Path, xt: list[str], yt: np.ndarray, xh: list[str], yh: np.ndarray, labels: str,
+                    seed: int = 0) -> dict:
+    """Train both predictors on (texts, lengths) with a held-out split, write their weights and metrics.json to
+    out; the report written."""
+    out.mkdir(parents=True, exist_ok=True)
+    rt_net, rt_m = train_rtlm(xt, yt, xh, yh, seed=seed)
+    rt_net.save(out / "rtlm_length.npz", tau=rt_m["tau"], n_max=N_MAX)
+    tb_net, tb_m = train_timebill(xt, yt, xh, yh, seed=seed)
+    tb_net.save(out / "timebill_rlp.npz", bucket=16, n_max=N_MAX)
+    report = {"labels": labels, "train": len(yt), "heldout": len(yh), "heldout_mean_tokens": float(yh.mean()),
+              "rtlm_mlp": rt_m, "timebill_rlp_b16": tb_m}
+    with open(out / "metrics.json", "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)
-    print(json.dumps(report, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return report

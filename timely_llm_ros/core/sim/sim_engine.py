@@ -5,7 +5,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ...engine.base import Engine, EngineError, MemoryStats, StepResult
+from ..engine import Engine, EngineError, MemoryStats, StepResult
 from .clock import VirtualClock
 from .latency_model import LatencyModel
 from .tokenizer import PieceStream, PieceTokenizer

@@ -21,10 +21,11 @@ import itertools
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from ...engine.base import Engine, weak_method
+from ..composition import build_scheduler
+from ..engine import Engine, weak_method
 from ..errors import ErrorCode, RequestError
 from ..exec_time import ExecTimeModel, load_exec_models
 from ..execution import Ended, RobotQueue, SegmentStatus
@@ -154,11 +155,14 @@ class Simulator:
         else:
             self.clock = clock if clock is not None else WallClock()
         self.engine = engine
-        config = scheduler_config or SchedulerConfig()
-        config.network_delay_s = network_delay_s
+        config = replace(scheduler_config or SchedulerConfig(), network_delay_s=network_delay_s)
         self.exec_noise = exec_noise or ExecNoise()
-        self.scheduler = PlanScheduler(self.engine, policy, self.skill_sets, self.exec_models, self.clock, config,
-                                       plan_rule, prompts=prompts)
+        if isinstance(engine, SimEngine):
+            self.scheduler = PlanScheduler(engine, policy, self.skill_sets, self.exec_models, self.clock, config,
+                                           plan_rule, prompts=prompts)
+        else:   # a real engine, driven as the server drives it (core/composition.py)
+            self.scheduler = build_scheduler(engine, policy, self.skill_sets, self.exec_models, self.clock, config,
+                                             plan_rule, prompts=prompts)
         self.plan_rule = plan_rule
         self.robots = robots
         self.cached_prefix_tokens = dict(cached_prefix_tokens or {})

@@ -49,7 +49,7 @@ class PieceTokenizer:
 
 
 class PieceStream:
-    """A TextStream (engine.detokenize) over a PieceTokenizer's pieces."""
+    """A TextStream (core/engine.py) over a PieceTokenizer's pieces."""
 
     __slots__ = ("_pieces",)
 

@@ -1,11 +1,12 @@
-"""The engine interface the scheduler drives, one decode step at a time.
+"""The engine interface the scheduler drives, one decode step at a time, and the text-stream protocol it reads
+each generation's output through.
 
-Torch-free so the simulator (core.sim) implements it too. Generations are identified by the
-request id. A step runs exactly the generations it is given: those not yet prefilled are
-prefilled (their first output token comes from the prefill), the others decode one token.
-With chunked prefill (step_token_budget set) a step decodes every prefilled generation and spends the
-rest of the budget on prompt chunks, in the order the ids are given; a generation whose prompt is not
-complete yet emits no token in that step.
+The core owns it: the engines in timely_llm_ros/engine implement it, and so does the simulator (core/sim).
+Generations are identified by the request id. A step runs exactly the generations it is given: those not yet
+prefilled are prefilled (their first output token comes from the prefill), the others decode one token. With chunked
+prefill (step_token_budget set) a step decodes every prefilled generation and spends the rest of the budget on
+prompt chunks, in the order the ids are given; a generation whose prompt is not complete yet emits no token in that
+step.
 
 Interrupts (engines with ``interruptible``): the driver sets ``interrupt_check``, a callable the engine asks
 between decoder layers of every forward in a step; when it returns True the step ends there. The forwards already
@@ -17,9 +18,29 @@ from __future__ import annotations
 import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Container, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from .detokenize import PrefixDiffStream, TextStream
+
+class TextStream(Protocol):
+    """The text of one generation's output, token by token."""
+
+    def push(self, token_id: int) -> str:
+        """Append a token; return the text it completes ("" while a character is still incomplete)."""
+
+
+class PrefixDiffStream:
+    """Any tokenizer: decode the whole output after each token and return what is new since the last call."""
+
+    def __init__(self, decode: Callable[[Sequence[int]], str]) -> None:
+        self._decode, self._ids, self._text = decode, [], ""
+
+    def push(self, token_id: int) -> str:
+        self._ids.append(token_id)
+        text = self._decode(self._ids)
+        if text.endswith("\ufffd"):      # wait for the rest of a multi-byte character
+            return ""
+        delta, self._text = text[len(self._text):], text
+        return delta
 
 
 class EngineError(RuntimeError):
@@ -53,6 +74,7 @@ class Engine(ABC):
     """A step-controlled LLM engine with suspend/resume that keeps KV and token ids."""
 
     eos_token_id: int | None = None
+    replays_forced_ids: bool = True   # add(..., forced_ids=...) is honoured (False: the engine refuses it)
     max_context: int | None = None   # prompt + output tokens the model can attend over (None = unbounded)
     step_token_budget: int | None = None  # chunked prefill: tokens (decodes + prefill chunks) per step; None = off
     fused_steps: bool = False  # prefills and decodes of a step run in one forward (vLLM); False: the decode pass
@@ -197,49 +219,3 @@ def weak_method(method: Callable[..., Any]) -> Callable[..., Any]:
         target = ref()
         return None if target is None else target(*args)
     return call
-
-
-def check_new(existing: Container[str], gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
-    """Refuse an add() that names an existing generation, has no prompt or no room for a token."""
-    if gen_id in existing:
-        raise EngineError(f"add: generation {gen_id!r} already exists")
-    if not prompt_ids:
-        raise EngineError(f"add: generation {gen_id!r} has an empty prompt")
-    if max_new_tokens < 1:
-        raise EngineError(f"add: generation {gen_id!r} needs max_new_tokens >= 1, got {max_new_tokens}")
-
-
-class GenerationTable:
-    """Mixin for engines that keep per-generation state in ``self._gens`` (objects with gen_id, suspended and
-    finished) and remember released ids in ``self._released``: lookups and step checks with errors that say why."""
-
-    _gens: dict[str, Any]
-    _released: set[str]
-
-    def _get(self, gen_id: str, op: str) -> Any:
-        gen = self._gens.get(gen_id)
-        if gen is None:
-            state = "was released" if gen_id in self._released else "was never added"
-            raise EngineError(f"{op}: unknown generation {gen_id!r} ({state})")
-        return gen
-
-    _REMEMBER_RELEASED = 4096   # released ids remembered for error messages (bounded: servers run for days)
-
-    def _mark_released(self, gen_id: str) -> None:
-        if len(self._released) >= self._REMEMBER_RELEASED:
-            self._released.pop()
-        self._released.add(gen_id)
-
-    def _check_new(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
-        check_new(self._gens, gen_id, prompt_ids, max_new_tokens)
-
-    def _runnable(self, gen_ids: Sequence[str]) -> list[Any]:
-        gens = [self._get(g, "step") for g in gen_ids]
-        if len(set(gen_ids)) != len(gen_ids):
-            raise EngineError(f"step: duplicate generation ids in {list(gen_ids)}")
-        for gen in gens:
-            if gen.suspended:
-                raise EngineError(f"step: generation {gen.gen_id!r} is suspended; resume() it first")
-            if gen.finished:
-                raise EngineError(f"step: generation {gen.gen_id!r} already finished; release() it")
-        return gens

@@ -2,13 +2,15 @@
 
 ratios(gen_id) -> the total fraction of the original prompt KV to evict (0 = keep all). Before every step the
 wrapper evicts what is still due from each prefilled generation in the step, through the inner engine's
-evict_prompt_kv(gen_id, ratio) (ratio of what it holds now), so the scheduler needs no change.
+evict_prompt_kv(gen_id, ratio) (ratio of what it holds now), so the scheduler needs no change. Torch-free: the
+policy decides the ratios and the engine evicts; the composition (core/composition.py) puts the wrapper in place
+whenever a policy is set, at configure and on a live change alike.
 """
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .base import Engine, EngineError, EngineWrapper, MemoryStats, StepResult
+from .engine import Engine, EngineError, EngineWrapper, MemoryStats, StepResult
 
 
 class EvictingEngine(EngineWrapper):
@@ -21,6 +23,20 @@ class EvictingEngine(EngineWrapper):
         self.ratios = ratios
         self.applied: dict[str, float] = {}
         self._prefilled: set[str] = set()
+
+    # the driver's interrupt wiring reaches the engine that runs the layers (set through the wrapper, kept when a
+    # live policy change unwraps it again)
+    @property
+    def interruptible(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.wrapped, "interruptible", False))
+
+    @property
+    def interrupt_check(self):  # type: ignore[override]
+        return getattr(self.wrapped, "interrupt_check", None)
+
+    @interrupt_check.setter
+    def interrupt_check(self, check) -> None:
+        self.wrapped.interrupt_check = check
 
     def __getattr__(self, name: str):
         # anything else a caller may ask of an engine (evict_prompt_kv, kv_tokens, ...) is the inner engine's
@@ -63,8 +79,11 @@ class EvictingEngine(EngineWrapper):
 
 def with_policy_eviction(engine: Engine, policy) -> Engine:
     """The engine wrapped so that a policy deciding prompt-KV eviction (TimeBill's prompt_kv_eviction) evicts for
-    real; any other policy, or an engine that cannot evict, gets the engine unchanged."""
+    real; any other policy, or an engine that cannot evict, gets the engine unchanged (an engine already wrapped
+    too: eviction is applied once)."""
     ratios = getattr(policy, "prompt_kv_eviction", None)
+    if isinstance(engine, EvictingEngine):
+        return engine
     if callable(ratios) and callable(getattr(engine, "evict_prompt_kv", None)):
         return EvictingEngine(engine, ratios)
     return engine

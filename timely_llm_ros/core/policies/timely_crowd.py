@@ -1,0 +1,128 @@
+"""TimelyLLM's crowd plan (option crowd_plan, on with the utility test): a crowd of first segments of one urgency
+class waiting together is served in successive waves whose sizes maximise the summed predicted utility (exactly,
+over every split), instead of the pairwise utility test (which cannot see that the crowd waiting behind a candidate
+also loses when it waits) and the fixed per-step prefill cap."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..admission import StepCost, batch_prefill_s, wcet_in_s
+from ..request import Generation
+from .timely_priority import TimelyPriority
+
+
+def _add(a: tuple[int, float], b: tuple[int, float]) -> tuple[int, float]:
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _better(a: tuple[int, float], b: tuple[int, float]) -> bool:
+    """a beats b: more members served with positive utility, or as many and more utility (1e-9 tolerance)."""
+    return a[0] > b[0] or (a[0] == b[0] and a[1] > b[1] + 1e-9)
+
+
+class CrowdPlanner(TimelyPriority):
+    """The crowd plan for TimelyPolicy.select."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._promised: dict[str, float] = {}   # req_id -> when a plan deferred it to a later wave
+
+    def _crowd(self, ranked: Sequence[Generation], waiting: Sequence[Generation] = (),
+               now: float = 0.0) -> list[Generation]:
+        """Option crowd_plan: the waiting first segments (not prefilled) of the top-ranked one's urgency class, in
+        rank order, at most 8; empty if fewer than two. Option crowd_promise: the members an earlier plan deferred
+        to a later wave (see _first_wave) come first, earliest deferred first, wherever they rank, while they can
+        still earn utility if generated now."""
+        firsts = [g for g in ranked if g.k == 0 and not g.prefilled]
+        crowd = [g for g in firsts if firsts and g.req.tuf == firsts[0].req.tuf]
+        if self.options.crowd_promise:
+            pool = {g.req.req_id: g for g in waiting if g.k == 0 and not g.prefilled}
+            self._promised = {r: t for r, t in self._promised.items() if r in pool}
+            kept = sorted((r for r in self._promised if crowd and pool[r].req.tuf == crowd[0].req.tuf
+                           and self.utility_if_started(pool[r], now) > 0.0), key=lambda r: self._promised[r])
+            crowd = [pool[r] for r in kept] + [g for g in crowd if g.req.req_id not in self._promised]
+        crowd = crowd[:8]
+        return crowd if len(crowd) >= 2 else []
+
+    def _crowd_where_its_best_ranks(self, order: list[Generation], crowd: list[Generation], prio: dict[int, float],
+                                    now: float) -> list[Generation]:
+        """Option crowd_promise: members a split deferred may rank low, so the whole crowd moves, in its own order,
+        to where its best-ranked member would stand in ``order`` (``prio`` gains the members it lacked)."""
+        prio.update((id(g), self.priority(g, now)) for g in crowd if id(g) not in prio)
+        members, top = {id(g) for g in crowd}, max(prio[id(g)] for g in crowd)
+        rest = [g for g in order if id(g) not in members]
+        at = next((i for i, g in enumerate(rest) if prio[id(g)] < top), len(rest))
+        return rest[:at] + list(crowd) + rest[at:]
+
+    def _score(self, utilities: Sequence[float]) -> tuple[int, float]:
+        """What the crowd plan maximises: (members served with positive utility, summed utility) with
+        crowd_objective "served" (lexicographic), (0, summed utility) with "utility"."""
+        served = sum(1 for u in utilities if u > 0.0) if self.options.crowd_objective == "served" else 0
+        return served, sum(utilities)
+
+    def _first_wave(self, batch: Sequence[Generation], crowd: Sequence[Generation], now: float,
+                    cost: StepCost) -> set[int]:
+        """Option crowd_plan: ids of the crowd's members (rank order) this step should prefill, joining batch (the
+        members admitted so far, all ranked above). The crowd is served in successive waves: a wave prefills its
+        prompts in one step, then decodes its first segments (the step completing a prompt yields the first
+        token, first_segment_tokens - 1 decode steps follow), the next wave starts when it is done, and whoever
+        no wave reaches is dropped. The first wave shares its step with batch, whose members' predicted
+        utilities count with the delay it causes them (without a first wave, the crowd starts when their
+        current segments are done). The plan maximises the summed predicted utility (ready_utility, the
+        admission's cost model; with crowd_objective "served" first the number served with positive utility) exactly
+        over the wave sizes. This replaces, for the planned members, the
+        pairwise utility test (which cannot see that the crowd waiting behind a candidate also loses when it
+        waits) and the fixed per-step prefill cap."""
+        n = len(crowd)
+        tokens = [max(self.first_segment_tokens(g) - 1, 1) for g in crowd]
+
+        def wave_s(i: int, k: int) -> float:     # a later wave of crowd[i:i + k] on its own
+            pre = batch_prefill_s(crowd[i:i + k], cost)
+            return max(wcet_in_s(g, t, pre, k, cost) for g, t in zip(crowd[i:i + k], tokens[i:i + k]))
+
+        memo: dict[tuple[int, float], tuple[tuple[int, float], int]] = {}
+        nobody = (0, 0.0)
+
+        def value(i: int, t: float) -> tuple[int, float]:   # best score of crowd[i:] served in waves from now + t
+            key = (i, round(t, 6))
+            if i >= n:
+                return nobody
+            if key not in memo:
+                top, top_k = nobody, 0           # serve nobody from i on (they are dropped)
+                for k in range(1, n - i + 1):
+                    end = t + wave_s(i, k)
+                    got = [self.ready_utility(g, now + end) for g in crowd[i:i + k]]
+                    if sum(got) <= 0.0:
+                        break
+                    score = _add(self._score(got), value(i + k, end))
+                    if _better(score, top):
+                        top, top_k = score, k
+                memo[key] = (top, top_k)
+            return memo[key][0]
+
+        pre_b, size_b = batch_prefill_s(batch, cost), len(batch)
+        own = [self._segment_length(m) for m in batch]
+        done = max((wcet_in_s(m, t, pre_b, size_b, cost) for m, t in zip(batch, own)), default=0.0)
+        best_k, best, best_end = 0, (-1, -1.0), done     # with an empty batch the first wave starts now
+        if batch:                                # else the crowd waits for the batch's current segments
+            best = _add(self._score([self.ready_utility(m, now + wcet_in_s(m, t, pre_b, size_b, cost))
+                                     for m, t in zip(batch, own)]), value(0, done))
+        for k in range(1, n + 1):
+            pre = batch_prefill_s([*batch, *crowd[:k]], cost)
+            end = max(wcet_in_s(g, t, pre, size_b + k, cost) for g, t in zip(crowd[:k], tokens[:k]))
+            got = [self.ready_utility(g, now + end) for g in crowd[:k]]
+            got += [self.ready_utility(m, now + wcet_in_s(m, t, pre, size_b + k, cost)) for m, t in zip(batch, own)]
+            total = _add(self._score(got), value(k, end))
+            if _better(total, best):
+                best_k, best, best_end = k, total, end
+        if self.options.crowd_promise and best_k:       # a split: the members planned into later waves keep their place
+            i, t = best_k, best_end
+            while i < n and (i, round(t, 6)) in memo and memo[i, round(t, 6)][1]:
+                k = memo[i, round(t, 6)][1]
+                t += wave_s(i, k)
+                for g in crowd[i:i + k]:
+                    if self.ready_utility(g, now + t) > 0.0:
+                        self._promised.setdefault(g.req.req_id, now)
+                i += k
+        return {id(g) for g in crowd[:best_k]}
+

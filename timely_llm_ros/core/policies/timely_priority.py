@@ -1,0 +1,177 @@
+"""TimelyLLM's Eq. 4 priority, the estimators it rests on and the drop rule (see core/policies/timely.py).
+
+    Pri(s_k, t) = U / (G * L)
+    U = TUF_0(max(t + G + d, S) - arrival)   for k = 0   (d = network delay to the robot)
+        TUF_1(t + G + d - E)                 for k > 0   (E = expected, then actual, end of the previous execution)
+    L = deadline - t,  deadline = max(arrival + ERT, S) (k = 0) or E (k > 0)
+    G = profiled mean generation time of one segment of this robot type (option segment_gen_time_s; online_gen_time:
+        the measured segments' EMA)
+    S = the earliest start of the plan on its robot: the expected end of the plans ahead of it there
+
+The estimators: G of the part of a segment still to generate, the segment lengths admission and the crowd plan
+assume (the mean or the longest of the last 32 seen, per robot type; first segments per robot type and urgency
+class), and the predicted utility of a segment ready at a given time.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any, Mapping
+
+from ..request import Generation
+from .base import Policy
+from .timely_options import (DEFAULT_MAX_SEGMENT_TOKENS, DEFAULT_PREFILL_STEP_S, DEFAULT_PREFILL_TOKEN_S,
+                             DEFAULT_SEGMENT_GEN_TIME_S, TimelyOptions, per_type)
+
+
+class TimelyPriority(Policy):
+    """Eq. 4, its estimators and the drop rule; the base of TimelyPolicy (admission and crowd plan added)."""
+
+    Options = TimelyOptions
+
+    def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | TimelyOptions | None = None) -> None:
+        super().__init__(max_batch, options)
+        o: TimelyOptions = self.options
+        self.gen_time_s = per_type(o.segment_gen_time_s, DEFAULT_SEGMENT_GEN_TIME_S)
+        self._configured_gen_time = dict(self.gen_time_s)
+        self.max_segment_tokens = {k: int(v) for k, v in per_type(o.max_segment_tokens,
+                                                                   DEFAULT_MAX_SEGMENT_TOKENS).items()}
+        self.expected_segment_tokens = {str(k): int(v) for k, v in (o.expected_segment_tokens or {}).items()}
+        self.expected_first_segment_tokens = {str(k): int(v) for k, v in
+                                              (o.expected_first_segment_tokens or {}).items()}
+        self.segment_estimate = o.effective_segment_estimate
+        self.network_delay_s = o.network_delay_s
+        self.token_time_s = o.token_time_s
+        self.decode_seq_ratio = o.decode_seq_ratio
+        self._fixed_prefill = o.effective_fixed_prefill
+        self.prefill_token_s = DEFAULT_PREFILL_TOKEN_S if o.prefill_token_s is None else o.prefill_token_s
+        self.prefill_step_s = (o.prefill_step_s if o.prefill_step_s is not None
+                               else DEFAULT_PREFILL_STEP_S if self._fixed_prefill else 0.0)
+        self.uses_feedback = o.feedback == "closed"
+        self.utility_floor = o.utility_floor
+        self.drop = o.drop
+        self._seg_tokens: dict[str, deque] = {}
+        self._first_tokens: dict[tuple[str, str], deque] = {}
+
+    def observe_segment(self, robot_type: str, gen_time_s: float) -> None:
+        """Option online_gen_time: G follows the measured segment generation time (EMA, weight 0.2), so the
+        priorities fit whatever engine and model serve them instead of a profile made elsewhere."""
+        if self.options.online_gen_time and gen_time_s > 0:
+            old = self.segment_time(robot_type)
+            self.gen_time_s[robot_type] = 0.8 * old + 0.2 * gen_time_s
+
+    def segment_time(self, robot_type: str) -> float:
+        """G: profiled mean generation time of one segment."""
+        return self.gen_time_s.get(robot_type, self.gen_time_s.get("*", 0.1))
+
+    def segment_tokens(self, gen: Generation) -> int:
+        """Tokens of one segment of gen's robot type that admission assumes, never above the configured maximum.
+        Option segment_estimate "mean" (default with admission "utility"): the expected length, the mean of the
+        last 32 segments of that type seen, before any is seen the profiled segment time G over the batch-1 token
+        time (G is the mean time of a segment, so this is its mean token count); "max" (default with admission
+        "deadline"): the longest of the last 32 seen (a worst case, the earlier rule), the maximum before any.
+        online_segment_tokens False: always the maximum."""
+        rt = gen.req.robot_type
+        cap = self.max_segment_tokens.get(rt, self.max_segment_tokens.get("*", 20))
+        if not self.options.online_segment_tokens:
+            return cap
+        recent = self._seg_tokens.get(rt)
+        if self.segment_estimate == "max":
+            return min(cap, max(recent)) if recent else cap
+        if recent:
+            mean = sum(recent) / len(recent)
+        elif rt in self.expected_segment_tokens:
+            mean = self.expected_segment_tokens[rt]
+        else:
+            mean = self._configured_gen_time.get(rt, self._configured_gen_time.get("*", 0.1)) / self.token_time_s
+        return max(1, min(cap, math.ceil(mean)))
+
+    def observe_segment_tokens(self, robot_type: str, tokens: int, first: bool = False, urgency: str = "") -> None:
+        if tokens > 0:
+            self._seg_tokens.setdefault(robot_type, deque(maxlen=32)).append(tokens)
+            if first:
+                self._first_tokens.setdefault((robot_type, urgency), deque(maxlen=32)).append(tokens)
+
+    def first_segment_tokens(self, gen: Generation) -> int:
+        """Expected token count of gen's first segment (the crowd plan's estimate): the mean of the last 32 first
+        segments of its robot type and urgency class (a plan's first step depends on both: an urgent first reaction is
+        short, a routine plan's opening step longer, and later segments differ again); before any is seen option
+        expected_first_segment_tokens of its robot type, else segment_tokens. Never above the configured maximum."""
+        rt = gen.req.robot_type
+        recent = self._first_tokens.get((rt, gen.req.urgency))
+        if not recent and rt not in self.expected_first_segment_tokens:
+            return self.segment_tokens(gen)
+        mean = sum(recent) / len(recent) if recent else self.expected_first_segment_tokens[rt]
+        cap = self.max_segment_tokens.get(rt, self.max_segment_tokens.get("*", 20))
+        return max(1, min(cap, math.ceil(mean)))
+
+    def _segment_length(self, gen: Generation) -> int:
+        """Tokens the plans assume for gen's current segment: a first segment's own mean, else any segment's."""
+        return self.first_segment_tokens(gen) if gen.k == 0 else self.segment_tokens(gen)
+
+    def utility_if_started(self, gen: Generation, now: float, gen_time_s: float | None = None) -> float:
+        """TUF_0 / TUF_1 of the current segment if its generation starts now (unclamped)."""
+        req = gen.req
+        g = self.segment_time(req.robot_type) if gen_time_s is None else gen_time_s
+        ready = now + g + self.network_delay_s
+        if gen.k == 0 or gen.expected_exec_end is None:
+            return req.tuf(gen.first_start(ready) - req.arrival)
+        return req.tuf.resumed(ready - gen.expected_exec_end)
+
+    def remaining_time(self, gen: Generation) -> float:
+        """G(s_k) of the part of the segment still to generate: G for a segment not started, else the share of
+        its (assumed) tokens left, so a half-generated segment is not ranked like a fresh one."""
+        g = self.segment_time(gen.req.robot_type)
+        done = gen.tokens_in_segment if gen.prefilled else 0
+        if done <= 0:
+            return g
+        tokens = self.segment_tokens(gen)
+        return g * max(tokens - done, 1) / max(tokens, done + 1)
+
+    def priority(self, gen: Generation, now: float) -> float:
+        req = gen.req
+        g = self.remaining_time(gen)
+        if gen.k == 0 or gen.expected_exec_end is None:
+            # the robot cannot start it before it is free of the plans ahead of this one (earliest_start)
+            u = req.tuf(gen.first_start(now + g + self.network_delay_s) - req.arrival)
+            slack = gen.first_start(req.arrival + req.tuf.ert) - now
+        else:
+            e = gen.expected_exec_end
+            u = req.tuf.resumed(now + g + self.network_delay_s - e)
+            slack = e - now
+        floor = self.utility_floor * req.tuf.beta
+        if u >= floor:
+            return u / (g * max(slack, g))
+        if gen.k > 0 and req.tuf.alpha < 0:
+            # A later segment is never dropped (its robot is mid-plan) but once TUF_1 hits the floor its rank
+            # would stop rising, below every fresh request, which starved it under load. Past the floor it
+            # ages: its slack keeps shrinking (L = G^2 / (G + tau), tau = time past the floor), so its
+            # priority rises with waiting like a fresh request's does, and it outranks any fresh segment of
+            # its class (at most beta / G^2) once tau >= G (1 / utility_floor - 1).
+            tau = (now + g + self.network_delay_s - gen.expected_exec_end) - (req.tuf.beta - floor) / -req.tuf.alpha
+            return floor * (1.0 + max(tau, 0.0) / g) / (g * g)
+        return floor / (g * max(slack, g))
+
+    def should_drop(self, gen: Generation, now: float) -> str | None:
+        if self.drop == "never" or gen.k > 0 or not self.may_drop(gen):
+            return None
+        # optimistic G (the configured profile, or less if measured faster): an online G inflated by a burst
+        # must not drop a request that could still make it
+        rt = gen.req.robot_type
+        g = min(self.segment_time(rt), self._configured_gen_time.get(rt, self.segment_time(rt)))
+        u = self.utility_if_started(gen, now, g)
+        if u <= 0:
+            waited = now - gen.req.arrival
+            return (f"dropped after waiting {waited:.2f} s: its first segment could no longer earn positive "
+                    f"time utility (utility {u:.2f} if generated now)")
+        return None
+
+    def ready_utility(self, gen: Generation, ready: float) -> float:
+        """Utility (TUF_0 or TUF_1) of gen's current segment if it is ready at time ready, at least 0: a first
+        segment that would earn less is better dropped, which counts about 0."""
+        req = gen.req
+        t = ready + self.network_delay_s
+        if gen.k == 0 or gen.expected_exec_end is None:
+            return max(req.tuf(gen.first_start(t) - req.arrival), 0.0)
+        return max(req.tuf.resumed(t - gen.expected_exec_end), 0.0)
+

@@ -1,0 +1,165 @@
+"""The composition root: engine + model setup + hardware fit + policy + scheduler from typed options, in one call.
+
+    stack = build_stack(StackOptions(model=model_spec("smollm2"), engine=EngineChoice("transformers"),
+                                     policy=PolicyChoice("timely", max_batch=8, network_delay_s=0.008)),
+                        robot_types.skill_sets, robot_types.exec_models)
+    stack.scheduler.submit(...)
+    stack.switch_policy("timebill").apply(stack.scheduler)     # a live change, on the scheduler's thread
+
+The server (ros/), the benchmarks and the tools compose through here; the core half (policy, the engine as the
+policy drives it, scheduler, live change) is core/composition.py, which the simulator uses with its own engine.
+torch is imported only when an engine is loaded (engine/factory.py).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping
+
+from .core.composition import PolicyChoice, PolicySwitch, build_policy, build_scheduler, switch_policy
+from .core.engine import Engine
+from .core.engine_loop import Clock
+from .core.fit import ClassCheck, HardwareFit
+from .core.models import ModelSpec
+from .core.policies import Policy
+from .core.scheduler import PlanScheduler, SchedulerConfig
+from .core.tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
+from .engine.model_setup import ModelSetup, model_setup, setup_engine_options
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """Which engine runs the model, and how."""
+
+    kind: str = "transformers"               # engine/factory.py make_engine: transformers | vllm
+    device: str = "auto"
+    dtype: str = "auto"                      # auto: the model entry's
+    kv_budget_mb: float | None = None        # device KV budget (None: unbounded; vLLM: its pool's default)
+    num_threads: int | None = None           # torch CPU threads (None: torch's default)
+    own_process: bool = False                # run the engine in a child process (engine/process_engine.py)
+    options: Mapping[str, Any] = field(default_factory=dict)   # other make_engine keywords (sampling, vllm_*, ...)
+
+
+@dataclass(frozen=True)
+class FitChoice:
+    """The hardware fit (core/fit.py): measure the loaded model here, derive the policies' step times from it and
+    check the urgency classes against it."""
+
+    enabled: bool = True
+    scale_unmet_classes: float = 0.0         # > 0: scale classes this engine cannot meet by this factor
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """Everything the composition root needs besides the robot types."""
+
+    model: ModelSpec                         # the model entry (config/models.yaml)
+    engine: EngineChoice = EngineChoice()
+    policy: PolicyChoice = PolicyChoice()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    fit: FitChoice = FitChoice(enabled=False)
+    urgency_classes: Mapping[str, TimeUtility] = field(default_factory=lambda: dict(DEFAULT_URGENCY_CLASSES))
+    warm_up: bool = True                     # one short generation per prompt format before the first request
+    examples_in: str | None = None           # overrides every skill set's prompt_examples (turns | system)
+
+
+@dataclass
+class Stack:
+    """What build_stack composed. ``engine`` is the engine as loaded; the scheduler drives it as its policy does."""
+
+    options: StackOptions
+    engine: Engine
+    setup: ModelSetup
+    policy: Policy
+    scheduler: PlanScheduler
+    urgency_classes: Mapping[str, TimeUtility]   # after the fit's check (scaled where asked)
+    fit: HardwareFit | None = None
+    class_check: ClassCheck | None = None
+
+    def report(self) -> list[tuple[str, str]]:
+        """(level, line) for the configure log: the model setup, the hardware fit and the urgency classes against
+        it (level "info" or "warning")."""
+        lines = [("info", line) for line in self.setup.describe(self.options.engine.kind)]
+        if self.fit is None or self.class_check is None:
+            return lines + [("info", "hardware_fit is false: the policies use the configured step-time constants and "
+                                     "the urgency classes are not checked against this engine")]
+        lines += [("info", line) for line in self.fit.describe()]
+        scale = self.options.fit.scale_unmet_classes
+        lines += [("warning", f"{line} (scale_unmet_classes={scale:g}; goals with their own ert/alpha/beta are not "
+                              "changed)") for line in self.class_check.scaled]
+        lines += [("warning", line) for line in self.class_check.warnings]
+        if not self.class_check.unmet:
+            lines.append(("info", f"every urgency class can be met on this engine "
+                                  f"({', '.join(self.options.urgency_classes)})"))
+        return lines
+
+    def fitted_options(self) -> dict[str, Any]:
+        return self.fit.policy_options() if self.fit is not None else {}
+
+    def switch_policy(self, name: str) -> PolicySwitch:
+        """A live change to policy ``name``, composed as build_stack composes one (ValueError on an unknown name);
+        apply it on the scheduler's thread."""
+        return switch_policy(self.engine, self.options.policy.named(name), self.setup.skill_sets,
+                             self.fitted_options())
+
+
+def load_engine(spec: ModelSpec, choice: EngineChoice) -> Engine:
+    """The model entry's weights on the chosen engine, with the entry's engine options (its prefix cache)."""
+    from .engine.models import weights_folder
+
+    if choice.own_process:
+        from .engine.process_engine import ProcessEngine as make_engine
+    else:
+        from .engine.factory import make_engine
+    dtype = choice.dtype if choice.dtype not in ("", "auto") else spec.dtype
+    return make_engine(choice.kind, str(weights_folder(spec)), device=choice.device, dtype=dtype,
+                       kv_budget_mb=choice.kv_budget_mb, num_threads=choice.num_threads, **dict(choice.options),
+                       **setup_engine_options(spec))
+
+
+def warm_up(engine: Engine, prompt_ids: list[int], tokens: int = 4) -> None:
+    """Run one short generation so the first robot's request does not pay one-time start-up costs (and, with a
+    prefix cache, finds its robot type's system prompt cached)."""
+    engine.add("__warm_up__", prompt_ids, tokens)
+    try:
+        for _ in range(tokens):
+            if engine.step(["__warm_up__"]).finished:
+                break
+    finally:
+        engine.release("__warm_up__")
+
+
+def engine_provided(choice: PolicyChoice) -> PolicyChoice:
+    """``choice`` with what the engine layer offers every policy: the semantic policy's text urgency classifier
+    (MiniLM, loaded when first asked), unless the choice provides its own."""
+    from .engine.sentence_encoder import LazyUrgencyClassifier
+
+    return replace(choice, provided={"classifier": LazyUrgencyClassifier(), **choice.provided})
+
+
+def build_stack(options: StackOptions, skill_sets: Mapping[str, Any], exec_models: Mapping[str, Any],
+                clock: Clock = time.monotonic, plan_rule: Callable[[str], str] = lambda robot: "queue",
+                engine: Engine | None = None) -> Stack:
+    """Load the engine (unless given), compose the model entry with it, warm it up, measure the hardware fit
+    (when chosen), then build the policy and the scheduler over them. A bad option fails before the model loads
+    where it can (the policy's name and options are checked first)."""
+    options = replace(options, policy=engine_provided(options.policy))
+    build_policy(options.policy, skill_sets)          # fail fast on a bad policy name or option
+    if engine is None:
+        engine = load_engine(options.model, options.engine)
+    setup = model_setup(options.model, engine, skill_sets, options.examples_in)
+    if options.warm_up:
+        for prompt in setup.warm_up_prompts():
+            warm_up(engine, prompt)
+    fit, check, classes = None, None, options.urgency_classes
+    if options.fit.enabled:
+        from .engine.hardware_fit import fit_engine
+
+        fit, check = fit_engine(engine, setup.skill_sets, setup.prompts, options.urgency_classes,
+                                options.policy.network_delay_s or 0.0, options.policy.max_batch,
+                                options.fit.scale_unmet_classes)
+        classes = check.classes
+    policy = build_policy(options.policy, setup.skill_sets, fit.policy_options() if fit is not None else None)
+    scheduler = build_scheduler(engine, policy, setup.skill_sets, exec_models, clock, options.scheduler, plan_rule,
+                                prompts=setup.prompts)
+    return Stack(options, engine, setup, policy, scheduler, classes, fit, check)
