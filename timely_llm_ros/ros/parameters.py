@@ -187,7 +187,7 @@ def declare_server_params(node: Node) -> ServerParams:
 
 def check_runtime_update(node, params) -> SetParametersResult:
     """Validate (and apply) parameter changes made while the server runs."""
-    from ..core.policies import make_policy
+    from .server_composition import compose_policy
 
     if getattr(node, "loop", None) is None:  # unconfigured: the values are read at the next configure
         for p in params:
@@ -197,10 +197,10 @@ def check_runtime_update(node, params) -> SetParametersResult:
     for p in params:
         if p.name == "policy":
             try:
-                policy = make_policy(p.value, max_batch=node.params.max_batch, options=node.policy_options())
+                stack = compose_policy(node.base_engine, p.value, node.params.max_batch, node.policy_options())
             except ValueError as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
-            node.loop.post(lambda s, pol=policy: setattr(s, "policy", pol))
+            node.loop.post(stack.install)   # as configure installs it
             node.params.policy = p.value
         elif p.name == "max_batch":
             node.loop.post(lambda s, v=int(p.value): setattr(s.policy, "max_batch", v))

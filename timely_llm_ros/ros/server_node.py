@@ -35,7 +35,6 @@ from timely_llm_ros.msg import SchedulerState
 from ..core.capabilities import check_robot_type, missing_skills, unknown_skill_error
 from ..core.errors import ErrorCode, RequestError
 from ..core.health import HealthLimits
-from ..core.policies import make_policy
 from ..core.request import RequestState
 from ..core.runtime import SchedulerThread
 from ..core.scheduler import (PlanScheduler, RequestFinished, SchedulerConfig, SegmentGenerated, SegmentReady,
@@ -49,6 +48,7 @@ from .parameters import GRAMMAR_MODES, ServerParams, declare_server_params, engi
 from .plan_session import GoalSession, bare_outcome, goal_request_id, plan_feedback
 from .robot_directory import RobotDirectory
 from .segment_dispatcher import SegmentDispatcher
+from .server_composition import compose_policy, compose_scheduler, policy_options
 from .spin import spin_node
 from .server_health import ServerHealth, robots_health
 from .state_message import scheduler_state_msg
@@ -69,6 +69,7 @@ class PlanServerNode(LifecycleNode):
         self.stop_flag = None            # set by spin_node: SIGINT/SIGTERM
         self.exit_code = 0
         self.scheduler: PlanScheduler | None = None
+        self.base_engine = None          # the engine configure loaded, before a policy wraps it (server_composition)
         self.model_spec = None           # config/models.yaml entry loaded at configure (core.models.ModelSpec)
         self.grammar = False             # requests decode under their skill-set grammar (parameter grammar)
         self.loop: SchedulerThread | None = None
@@ -208,18 +209,17 @@ class PlanServerNode(LifecycleNode):
                 log.info("hardware_fit is false: the policies use the configured step-time constants and the urgency "
                          "classes are not checked against this engine")
             self.health.set_standing(fit_warnings, fit_values)
-            policy = make_policy(p.policy, max_batch=p.max_batch, options=self.policy_options())
-            from ..engine.evicting import with_policy_eviction
-            engine = with_policy_eviction(engine, policy)   # TimeBill: real prompt-KV eviction in the engine
-            self.scheduler = PlanScheduler(engine, policy, self.skill_sets, robot_types.exec_models, time.monotonic,
-                                           SchedulerConfig(network_delay_s=p.network_delay_s,
-                                                           max_prompt_tokens=p.max_prompt_tokens,
-                                                           max_waiting=p.max_queued,
-                                                           replan_on_failure=p.replan_on_failure,
-                                                           keep_outcomes=_KEEP_OUTCOMES,
-                                                           ack_timeout_s=p.executor_ack_timeout_s,
-                                                           exec_timeout_s=p.executor_timeout_s),
-                                           plan_rule=self.plan_rule, prompts=setup.prompts)
+            self.base_engine = engine
+            stack = compose_policy(engine, p.policy, p.max_batch, self.policy_options())
+            self.scheduler = compose_scheduler(engine, stack, self.skill_sets, robot_types.exec_models,
+                                               SchedulerConfig(network_delay_s=p.network_delay_s,
+                                                               max_prompt_tokens=p.max_prompt_tokens,
+                                                               max_waiting=p.max_queued,
+                                                               replan_on_failure=p.replan_on_failure,
+                                                               keep_outcomes=_KEEP_OUTCOMES,
+                                                               ack_timeout_s=p.executor_ack_timeout_s,
+                                                               exec_timeout_s=p.executor_timeout_s),
+                                               self.plan_rule, setup.prompts)
             if self.grammar:      # compiled now, not when the first goal of each robot type arrives (~0.3-1 s)
                 t_grammar = time.monotonic()
                 self.scheduler.prepare_grammars()
@@ -227,7 +227,7 @@ class PlanServerNode(LifecycleNode):
         except Exception as exc:  # a bad model path, device or file: say so, stay unconfigured
             self._configure_error = f"configure failed: {type(exc).__name__}: {exc}"
             log.error(self._configure_error)
-            self.scheduler = None
+            self.scheduler = self.base_engine = None
             if self._trace is not None:
                 self._trace.close()
                 self._trace = None
@@ -236,6 +236,7 @@ class PlanServerNode(LifecycleNode):
                                  max_new_tokens=p.max_new_tokens)
         self.loop = SchedulerThread(self.scheduler, self._on_events, on_idle=self._on_idle,
                                     trace=self._trace_step if self._trace is not None else None)
+        self.loop.post(stack.install)   # as a live policy change installs it (ros/server_composition.py)
         self._client_host = ClientHost(self, p.segment_clients)
         self.dispatcher = SegmentDispatcher(self._client_host.node, self.loop.post, self._clients_group,
                                             log_timing=p.log_timing)
@@ -319,7 +320,7 @@ class PlanServerNode(LifecycleNode):
             host.close(destroy_entities)
         if self.scheduler is not None:
             self.scheduler.engine.close()
-            self.scheduler = None
+            self.scheduler = self.base_engine = None
             gc.unfreeze()   # what configure froze may be garbage now; a new configure freezes again
         self._unloaded_timer.reset()
 
@@ -363,10 +364,8 @@ class PlanServerNode(LifecycleNode):
     def policy_options(self) -> dict:
         """Options every policy gets (those a policy does not use are ignored): segment sizes from the skill
         sets, the hardware fit's step times (parameter hardware_fit), the network delay, and G measured online."""
-        from ..core.policies.timely import options_from_skill_sets
         fitted = self.fit.policy_options() if self.fit is not None else {}
-        return {**options_from_skill_sets(self.skill_sets), **fitted, "network_delay_s": self.params.network_delay_s,
-                "online_gen_time": True}
+        return policy_options(self.skill_sets, fitted, self.params.network_delay_s)
 
     def _report_discovery(self) -> None:
         """Shake hands with each expected robot's executor once it is matched (in the background, on the discovery
