@@ -1,4 +1,4 @@
-"""One accepted Plan goal on the server: what its execute callback waits on, and its feedback messages."""
+"""One accepted Plan goal on the server: what its execute coroutine awaits, and its feedback messages."""
 from __future__ import annotations
 
 import math
@@ -6,6 +6,9 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
+
+from rclpy.task import Future
 
 from timely_llm_ros.action import Plan
 
@@ -18,21 +21,32 @@ from .conversions import segment_to_msg
 
 @dataclass
 class GoalSession:
-    """One accepted goal: what its execute callback needs to answer its client (the request's own state is the
-    scheduler's, which reports it in its events)."""
+    """One accepted goal: what its execute coroutine needs to answer its client (the request's own state is the
+    scheduler's, which reports it in its events). ``done`` is completed by ``end`` from any thread (the scheduler
+    thread, the executor's, a shutdown); ``wake`` then wakes the rclpy executor that resumes the coroutine."""
 
     req_id: str
     agent_id: str
     dry_run: bool
     goal_handle: object
-    done: threading.Event = field(default_factory=threading.Event)
+    done: Future
+    wake: Callable[[], None]
     outcome: RequestOutcome | None = None
     submitted: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def ended(self) -> bool:
+        return self.outcome is not None
 
     def end(self, outcome: RequestOutcome) -> None:
-        if self.outcome is None:
+        """The goal's outcome (the first one given counts)."""
+        with self._lock:
+            if self.outcome is not None:
+                return
             self.outcome = outcome
-        self.done.set()
+        self.done.set_result(outcome)
+        self.wake()
 
 
 def goal_request_id(goal_handle) -> str:
