@@ -1,6 +1,6 @@
 """Finding the robots' executors: the expected agents' in the background from configure on, and a goal's own agent
 when it is not known yet. The blocking graph waits (SegmentDispatcher.discover, RobotDirectory.wait_status) run on
-a small pool of their own; a goal's execute coroutine awaits them without holding a thread."""
+a small pool of their own, never on the executor's thread."""
 from __future__ import annotations
 
 import threading
@@ -9,11 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import Executor
 from rclpy.node import Node
 
-from ..core.capabilities import RobotStatus
-from .awaiting import on_pool
 from .robot_directory import RobotDirectory
 from .segment_dispatcher import SegmentDispatcher
 
@@ -46,25 +43,30 @@ class ExecutorDiscovery:
         with self._lock:
             return list(self._undiscovered)
 
-    async def discover(self, executor: Executor | None, agent: str, ended: Callable[[], bool]) -> bool:
-        """True once the agent's executor is discoverable (known agents at once, without the pool); no ActionClient
-        is made for an agent whose executor never shows up in the ROS graph."""
-        if self._dispatcher.ready(agent) and self._directory.alive(agent) is not False:
-            return True
+    def known(self, agent: str) -> bool:
+        """The agent's executor answered our handshake, is alive and its status is here: its goal needs no wait."""
+        directory = self._directory
+        return (self._dispatcher.ready(agent) and directory.alive(agent) is not False
+                and directory.status(agent) is not None)
+
+    def find(self, agent: str, ended: Callable[[], bool], then: Callable[[bool], None]) -> bool:
+        """On the pool: wait until the agent's executor is discoverable and has answered a handshake, then for its
+        status while it publishes one (RobotDirectory.wait_status), then ``then(found)`` on that pool thread. No
+        ActionClient is made for an agent whose executor never shows up in the ROS graph. False when the pool is
+        gone (cleanup)."""
+        def look() -> None:
+            found = self._dispatcher.discover(agent, self.timeout_s, ended)
+            if found:
+                self._directory.wait_status(agent, self.timeout_s, ended)
+            then(found)
         pool = self._pool
         if pool is None:
             return False
-        return await on_pool(pool, executor, self._dispatcher.discover, agent, self.timeout_s, ended, failed=False)
-
-    async def status(self, executor: Executor | None, agent: str, ended: Callable[[], bool]) -> RobotStatus | None:
-        """The agent's live status, awaited while its executor publishes one (RobotDirectory.wait_status)."""
-        status = self._directory.status(agent)
-        if status is not None and self._directory.alive(agent) is not False:
-            return status
-        pool = self._pool
-        if pool is None:
-            return None
-        return await on_pool(pool, executor, self._directory.wait_status, agent, self.timeout_s, ended, failed=None)
+        try:
+            pool.submit(look)
+        except RuntimeError:    # shut down meanwhile
+            return False
+        return True
 
     def close(self) -> None:
         """Stop the background discovery and join its threads (their waits end with the server closing)."""

@@ -1,4 +1,4 @@
-"""One accepted Plan goal on the server: what its execute coroutine awaits, and its feedback messages."""
+"""One accepted Plan goal on the server: its outcome once known, and its feedback messages."""
 from __future__ import annotations
 
 import math
@@ -6,9 +6,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
-
-from rclpy.task import Future
 
 from timely_llm_ros.action import Plan
 
@@ -21,16 +18,15 @@ from .conversions import segment_to_msg
 
 @dataclass
 class GoalSession:
-    """One accepted goal: what its execute coroutine needs to answer its client (the request's own state is the
-    scheduler's, which reports it in its events). ``done`` is completed by ``end`` from any thread (the scheduler
-    thread, the executor's, a shutdown); ``wake`` then wakes the rclpy executor that resumes the coroutine."""
+    """One accepted goal: what its execute callback needs to answer its client (the request's own state is the
+    scheduler's, which reports it in its events). ``end`` may be called from any thread (the scheduler thread, the
+    executor's, the discovery pool, a shutdown): it starts the goal's execution, whose callback answers."""
 
     req_id: str
     agent_id: str
     dry_run: bool
+    urgency: str
     goal_handle: object
-    done: Future
-    wake: Callable[[], None]
     outcome: RequestOutcome | None = None
     submitted: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -45,8 +41,10 @@ class GoalSession:
             if self.outcome is not None:
                 return
             self.outcome = outcome
-        self.done.set_result(outcome)
-        self.wake()
+        try:    # rclpy runs the execute callback on the node's executor (and wakes it)
+            self.goal_handle.execute()
+        except Exception:   # a cancel made it CANCELING between rclpy's check and its EXECUTE transition: no
+            self.goal_handle.execute()   # transition from there, the callback runs all the same
 
 
 def goal_request_id(goal_handle) -> str:

@@ -11,8 +11,8 @@ gets NOT_ACTIVE with a message instead of silence.
 ROS plumbing only; each job has its module: configure and cleanup (server_configure.py, composing through
 server_composition.py), goal intake and answering (goal_intake.py), the scheduler's events to ROS
 (scheduler_events.py), the state topic and /diagnostics (server_state.py, server_health.py), finding the robots'
-executors (executor_discovery.py). Goals hold no thread: their execute callbacks are coroutines on the node's
-executor (an rclpy SingleThreadedExecutor), resumed when the scheduler thread ends them.
+executors (executor_discovery.py). Goals hold no thread: a goal's execution starts only once it has ended
+(goal_intake.py), so the node spins on one thread (an rclpy SingleThreadedExecutor).
 """
 from __future__ import annotations
 
@@ -86,8 +86,9 @@ class PlanServerNode(LifecycleNode):
         self.events = SchedulerEvents(self, self.intake)
         # while no engine is loaded the scheduler thread is not there to publish /diagnostics: ERROR from here
         self._unloaded_timer = self.create_timer(p.state_period_s, self.state.publish_unloaded)
-        self._action = ActionServer(self, Plan, "plan", execute_callback=self.intake.execute,
+        self._action = ActionServer(self, Plan, "plan", execute_callback=self.intake.answer,
                                     goal_callback=lambda goal: GoalResponse.ACCEPT,
+                                    handle_accepted_callback=self.intake.on_accepted,
                                     cancel_callback=self.intake.on_cancel,
                                     goal_service_qos_profile=_DEEP, result_service_qos_profile=_DEEP,
                                     cancel_service_qos_profile=_DEEP, feedback_pub_qos_profile=QoSProfile(depth=1000))
@@ -196,7 +197,7 @@ class PlanServerNode(LifecycleNode):
 
 
 def main(args: list[str] | None = None) -> int:
-    # goals are coroutines on one executor thread (they hold none); blocking waits run on threads of their own
+    # open goals hold no thread; blocking waits run on the discovery pool
     return spin_node(PlanServerNode, args=args, make_executor=SingleThreadedExecutor,
                      exit_code=lambda node: node.exit_code)
 
