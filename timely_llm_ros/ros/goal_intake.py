@@ -87,8 +87,12 @@ class GoalIntake:
         discovery = node.discovery
         if session.dry_run or discovery is None or discovery.known(req.agent_id):
             self._enter(session, req)
-        elif not discovery.find(req.agent_id, lambda: session.ended, lambda found: self._found(session, req, found)):
-            self._enter(session, req)   # the discovery pool is gone (cleanup): _enter ends it SERVER_SHUTDOWN
+        else:
+            node.get_logger().info(f"[{req_id}] waiting for /{req.agent_id}/execute_segment to answer (a first goal "
+                                   "to a robot not in expected_agents, or its executor restarted)")
+            if not discovery.find(req.agent_id, lambda: session.ended,
+                                  lambda found: self._found(session, req, found)):
+                self._enter(session, req)   # the discovery pool is gone (cleanup): _enter ends it SERVER_SHUTDOWN
 
     def on_cancel(self, goal_handle) -> CancelResponse:
         req_id = goal_request_id(goal_handle)
