@@ -28,8 +28,8 @@ import rclpy
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException, ParameterException
 from rclpy.signals import SignalHandlerOptions
 from rclpy._rclpy_pybind11 import RCLError   # what rclpy.init raises when rcl rejects the command line
-
 from rclpy.executors import Executor, MultiThreadedExecutor
+
 # the two constants stay importable from spin, where nodes found them before
 from .process_signals import (STOP_WITH_PID_ENV, THREAD_DUMP_SIGNAL, SignalLatch, enable_thread_dump,  # noqa: F401
                               stop_with_parent)
