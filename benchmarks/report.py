@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from timely_llm_ros.ros.process_signals import stopping_with_this_process
-from timely_llm_ros.ros.memory_trim import resident_mib
+from timely_llm_ros.ros.process_memory import resident_mib
 
 METRIC_COLUMNS = ["utility", "utility_share", "response_time", "waiting_time", "served", "dropped"]
 

@@ -88,7 +88,7 @@ def test_sigusr2_prints_every_threads_stack_and_the_node_carries_on():
         dump = node.thread_dump()
         assert "Thread 0x" in dump and "most recent call first" in dump, dump
         assert "run_executor" in dump, dump            # the main thread, spinning
-        assert "_start_workers" in dump, dump          # the executor's pool starter, waiting
+        assert "_dispatch_loop" in dump, dump          # the robot's segment dispatcher, waiting
         assert node.proc.poll() is None
         node.proc.send_signal(signal.SIGINT)
         assert node.proc.wait(30) == 0, node.output()[-3000:]

@@ -96,11 +96,13 @@ class Stack:
     def fitted_options(self) -> dict[str, Any]:
         return self.fit.policy_options() if self.fit is not None else {}
 
-    def switch_policy(self, name: str) -> PolicySwitch:
-        """A live change to policy ``name``, composed as build_stack composes one (ValueError on an unknown name);
-        apply it on the scheduler's thread."""
-        return switch_policy(self.engine, self.options.policy.named(name), self.setup.skill_sets,
-                             self.fitted_options())
+    def switch_policy(self, name: str, max_batch: int | None = None) -> PolicySwitch:
+        """A live change to policy ``name`` (at ``max_batch``, default the configured one), composed as build_stack
+        composes one (ValueError on an unknown name); apply it on the scheduler's thread."""
+        choice = self.options.policy.named(name)
+        if max_batch is not None:
+            choice = replace(choice, max_batch=max_batch)
+        return switch_policy(self.engine, choice, self.setup.skill_sets, self.fitted_options())
 
 
 def load_engine(spec: ModelSpec, choice: EngineChoice) -> Engine:

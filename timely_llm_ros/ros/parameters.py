@@ -47,8 +47,6 @@ class ServerParams:
     kv_store_tokens: int = 0
     step_trace_csv: str = ""
     engine_process: bool = False
-    trim_memory_idle_s: float = 1.0
-    worker_idle_exit_s: float = 5.0
     skills_dir: str = ""
     health_window_s: float = 60.0
     warn_drop_rate: float = 0.2
@@ -122,13 +120,6 @@ _DESCRIPTIONS = {
                        "closed at cleanup or shutdown; core/step_trace.py reads it; empty = no trace", None),
     "engine_process": ("run the engine in a child process of its own (engine/process_engine.py): its forward passes "
                        "then do not share the GIL with this node's threads; false = on the scheduler thread", None),
-    "trim_memory_idle_s": ("once no goal has been open for this long after some work, hand the heap's free pages "
-                           "back to the OS (glibc malloc_trim; the threads a burst made stay); 0 = never",
-                           (0.0, 3600.0)),
-    "worker_idle_exit_s": ("a worker thread of the node's executor that has had no callback to run for this long "
-                           "ends (2 are kept): each open goal holds a thread, so after a burst they end and give "
-                           "their memory back (ros/elastic_executor.py); 0 = keep every thread, as rclpy's "
-                           "MultiThreadedExecutor does", (0.0, 3600.0)),
     "skills_dir": ("a team's folder of skill sets (skills/*.yaml) and execution-time profiles (exec_time/*.yaml), "
                    "added to the package's config/skills and config/exec_time (a file of the same name replaces "
                    "the package's); every skill needs a profile entry or configure fails; empty: the package's only",
@@ -187,7 +178,6 @@ def declare_server_params(node: Node) -> ServerParams:
 
 def check_runtime_update(node, params) -> SetParametersResult:
     """Validate (and apply) parameter changes made while the server runs."""
-    from ..core.composition import switch_policy
 
     if getattr(node, "loop", None) is None:  # unconfigured: the values are read at the next configure
         for p in params:
@@ -197,10 +187,9 @@ def check_runtime_update(node, params) -> SetParametersResult:
     for p in params:
         if p.name == "policy":
             try:
-                # composed as configure composes one: the engine driven as the new policy drives it (TimeBill's
-                # prompt-KV eviction wrapper put in place or taken away)
-                switch = switch_policy(node.engine, node.policy_choice().named(p.value), node.skill_sets,
-                                       node.fitted_options())
+                # composed as configure composed the stack: the engine driven as the new policy drives it
+                # (TimeBill's prompt-KV eviction wrapper put in place or taken away)
+                switch = node.stack.switch_policy(p.value, node.params.max_batch)
             except ValueError as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
             node.loop.post(switch.apply)

@@ -1,4 +1,4 @@
-"""One accepted Plan goal on the server: what its execute callback waits on, and its feedback messages."""
+"""One accepted Plan goal on the server: its outcome once known, and its feedback messages."""
 from __future__ import annotations
 
 import math
@@ -19,20 +19,32 @@ from .conversions import segment_to_msg
 @dataclass
 class GoalSession:
     """One accepted goal: what its execute callback needs to answer its client (the request's own state is the
-    scheduler's, which reports it in its events)."""
+    scheduler's, which reports it in its events). ``end`` may be called from any thread (the scheduler thread, the
+    executor's, the discovery pool, a shutdown): it starts the goal's execution, whose callback answers."""
 
     req_id: str
     agent_id: str
     dry_run: bool
+    urgency: str
     goal_handle: object
-    done: threading.Event = field(default_factory=threading.Event)
     outcome: RequestOutcome | None = None
     submitted: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def ended(self) -> bool:
+        return self.outcome is not None
 
     def end(self, outcome: RequestOutcome) -> None:
-        if self.outcome is None:
+        """The goal's outcome (the first one given counts)."""
+        with self._lock:
+            if self.outcome is not None:
+                return
             self.outcome = outcome
-        self.done.set()
+        try:    # rclpy runs the execute callback on the node's executor (and wakes it)
+            self.goal_handle.execute()
+        except Exception:   # a cancel made it CANCELING between rclpy's check and its EXECUTE transition: no
+            self.goal_handle.execute()   # transition from there, the callback runs all the same
 
 
 def goal_request_id(goal_handle) -> str:

@@ -28,8 +28,8 @@ import rclpy
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException, ParameterException
 from rclpy.signals import SignalHandlerOptions
 from rclpy._rclpy_pybind11 import RCLError   # what rclpy.init raises when rcl rejects the command line
+from rclpy.executors import Executor, MultiThreadedExecutor
 
-from .elastic_executor import IDLE_EXIT_S, ElasticExecutor
 # the two constants stay importable from spin, where nodes found them before
 from .process_signals import (STOP_WITH_PID_ENV, THREAD_DUMP_SIGNAL, SignalLatch, enable_thread_dump,  # noqa: F401
                               stop_with_parent)
@@ -169,16 +169,15 @@ def start_node_process(args: list[str] | None, refused_prefix: str = "error") ->
     return stop
 
 
-def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], int] | int,
-              args: list[str] | None = None,
+def spin_node(make_node: Callable[[], object], num_threads: int = 2, args: list[str] | None = None,
               work: Callable[[object, StopFlag], int] | None = None,
               finish_timeout_s: float = 10.0, exit_code: Callable[[object], int] | None = None,
-              idle_exit_s: Callable[[object], float] | float = IDLE_EXIT_S) -> int:
+              make_executor: Callable[[], Executor] | None = None) -> int:
     """Create the node, spin it, and tear everything down in order (see the module docstring).
 
     ``work(node, stop)`` runs on the main thread while the node spins (a client's run); without it the
-    node serves until SIGINT/SIGTERM or until ``node.stop`` (if it has one) is set. The executor's threads (at
-    most ``num_threads``) end after ``idle_exit_s`` without a callback (ros/elastic_executor.py). Returns the exit code:
+    node serves until SIGINT/SIGTERM or until ``node.stop`` (if it has one) is set. The node spins on
+    ``make_executor()`` (an rclpy executor; default a MultiThreadedExecutor of ``num_threads``). Returns the exit code:
     ``work``'s result, else ``exit_code(node)`` if given, else 0 (a requested stop is a normal end). Meant as a
     process's main: SIGINT and SIGTERM stay ignored after it returns.
     """
@@ -199,9 +198,7 @@ def spin_node(make_node: Callable[[], object], num_threads: Callable[[object], i
             return BAD_PARAMETER_EXIT
         if hasattr(node, "stop_flag"):
             node.stop_flag = stop
-        threads = num_threads(node) if callable(num_threads) else num_threads
-        idle = idle_exit_s(node) if callable(idle_exit_s) else idle_exit_s
-        executor = ElasticExecutor(max(2, threads), idle_exit_s=idle)
+        executor = make_executor() if make_executor is not None else MultiThreadedExecutor(max(2, num_threads))
         executor.add_node(node)
         if hasattr(node, "before_spin") and not stop.is_set():
             node.before_spin()  # e.g. the server's autostart: entities are created before anything waits on them

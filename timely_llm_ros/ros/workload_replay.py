@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from rclpy.serialization import serialize_message
 
@@ -16,14 +16,24 @@ from ..core.workload.bag import RunRecord, write_run_bag
 from ..core.workload.generator import Workload, WorkloadTask
 from .outcome_table import OutcomeRow, code_name
 
-if TYPE_CHECKING:
-    from .workload_node import FleetWorkloadNode
+
+class ReplayHost(Protocol):
+    """What a replay needs of the workload node that runs it (ros/workload_node.py FleetWorkloadNode)."""
+
+    client: Any                     # the Plan action client (ros/action_client.py ActionClient)
+    stop: threading.Event           # set on shutdown
+    result_timeout_s: float         # how long to wait for results after the last goal
+    record_bag: str                 # "" or the mcap bag to write the run into
+
+    def get_logger(self) -> Any: ...
+    def give_up(self) -> bool: ...
+    def report(self, rows: list[OutcomeRow]) -> int: ...
 
 
 class ReplayRun:
     """Sends a recorded workload's goals at their recorded offsets and collects every result."""
 
-    def __init__(self, node: FleetWorkloadNode, workload: Workload) -> None:
+    def __init__(self, node: ReplayHost, workload: Workload) -> None:
         self.node, self.workload = node, workload
         self.records: list[RunRecord] = []
         self.rows: dict[str, OutcomeRow] = {}

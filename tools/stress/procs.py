@@ -12,7 +12,7 @@ from collections import Counter, OrderedDict, deque
 from pathlib import Path
 
 from timely_llm_ros.ros.process_signals import stopping_with_this_process
-from timely_llm_ros.ros.memory_trim import resident_mib
+from timely_llm_ros.ros.process_memory import resident_mib
 
 REPO = Path(__file__).resolve().parents[2]
 _TIMING = re.compile(r"segment timing (\S+) (\d+) (published|sent|received|started|ended) ([0-9.]+)")

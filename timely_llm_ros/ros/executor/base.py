@@ -30,7 +30,6 @@ import threading
 import time
 from typing import Any
 
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
@@ -44,6 +43,7 @@ from ..action_client import deep_queues
 from ..conversions import skill_from_msg, skill_to_msg
 from ..executor_status import StatusPublisher
 from .job import SegmentJob
+from .parameters import declare_executor_params
 from .plans import declared_returns, returns_conflicts, segment_program, skill_set_for
 from .robot_plans import RobotPlans
 from .skills import SkillCancelled, SkillContext, SkillFn, SkillRegistry, Estimate
@@ -58,10 +58,6 @@ class _SkillError(Exception):
     """A skill raised: the message names it, its arguments and the exception."""
 
 
-def _float_range(lo: float, hi: float) -> list[FloatingPointRange]:
-    return [FloatingPointRange(from_value=lo, to_value=hi, step=0.0)]
-
-
 class SkillExecutorNode(Node):
     """Base ExecuteSegment server; subclass it and register skills."""
 
@@ -69,31 +65,12 @@ class SkillExecutorNode(Node):
 
     def __init__(self, node_name: str = "executor", skills: object | None = None, **kwargs) -> None:
         super().__init__(node_name, **kwargs)
-        self.robot_type = self.declare_parameter("robot_type", self.ROBOT_TYPE, ParameterDescriptor(
-            description="skill set (config/skills/<type>.yaml, or <skills_dir>/skills/<type>.yaml) whose language "
-                        "segments are parsed and run in; empty: each goal's skill list runs as sent",
-            read_only=True)).value
-        self.skills_dir = self.declare_parameter("skills_dir", "", ParameterDescriptor(
-            description="a team's folder of skill sets (skills/*.yaml) and execution-time profiles (exec_time/*.yaml), "
-                        "added to the package's (same name: the team's); empty: the package's only",
-            read_only=True)).value
+        p = declare_executor_params(self, self.ROBOT_TYPE)
+        self.robot_type, self.skills_dir, self.queue_size, self.plan_rule = (p.robot_type, p.skills_dir,
+                                                                             p.queue_size, p.plan_rule)
+        self.feedback_period_s, self.shutdown_grace_s, self.log_timing = (p.feedback_period_s, p.shutdown_grace_s,
+                                                                          p.log_timing)
         self.skill_set = skill_set_for(self.robot_type, self.skills_dir or None)
-        self.queue_size = self.declare_parameter("queue_size", 16, ParameterDescriptor(
-            description="segments that may wait behind the running one; a new request's segment beyond it gets BUSY",
-            integer_range=[IntegerRange(from_value=0, to_value=10000, step=1)], read_only=True)).value
-        self.plan_rule = self.declare_parameter("plan_rule", "queue", ParameterDescriptor(
-            description="a second plan while one runs: queue (it waits until the first ends) | urgent_preempts (a "
-                        "plan sent with preempts stops the running one between two skills; its segments end "
-                        "PREEMPTED)", read_only=True)).value
-        self.feedback_period_s = self.declare_parameter("feedback_period_s", 0.5, ParameterDescriptor(
-            description="progress feedback period while a skill runs (0: only at skill boundaries)",
-            floating_point_range=_float_range(0.0, 60.0), read_only=True)).value
-        self.shutdown_grace_s = self.declare_parameter("shutdown_grace_s", 2.0, ParameterDescriptor(
-            description="on SIGINT/SIGTERM, how long to wait for open segments to report their end",
-            floating_point_range=_float_range(0.0, 60.0), read_only=True)).value
-        self.log_timing = self.declare_parameter("log_timing", False, ParameterDescriptor(
-            description="log 'segment timing <request> <index> received|started|ended <monotonic s>' (make stress)",
-            read_only=True)).value
         self.skills = SkillRegistry()
         self.skills.add_marked(self)
         if skills is not None:
@@ -114,10 +91,7 @@ class SkillExecutorNode(Node):
         # the timer runs only while a segment runs: an idle robot's timer woke the executor for nothing
         # (benchmarks/executor_host_idle.py)
         self._pause_feedback()
-        self._status = StatusPublisher(self, self.declare_parameter("status_period_s", 0.0, ParameterDescriptor(
-            description="executor_status is published on every change and, when > 0, again every this many seconds "
-                        "(its liveliness does not depend on it; each tick costs an idle robot's host CPU)",
-            floating_point_range=_float_range(0.0, 3600.0), read_only=True)).value, self._status_snapshot)
+        self._status = StatusPublisher(self, p.status_period_s, self._status_snapshot)
         self._worker = threading.Thread(target=self._dispatch_loop, name="segment-dispatch", daemon=True)
         self._worker.start()
 

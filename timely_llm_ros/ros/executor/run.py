@@ -7,8 +7,8 @@ from typing import Callable, Sequence, Union
 
 import rclpy
 from rclpy.exceptions import ParameterException
+from rclpy.executors import MultiThreadedExecutor
 
-from ..elastic_executor import ElasticExecutor
 from ..spin import BAD_PARAMETER_EXIT, parameter_error_message, start_node_process
 from .base import SkillExecutorNode
 
@@ -38,7 +38,8 @@ def run_executor(make_nodes: Callable[[], Nodes], args: list[str] | None = None,
         except (ValueError, FileNotFoundError, KeyError) as exc:  # bad parameters: say why, no traceback
             print(f"executor: cannot start: {exc}", file=sys.stderr)
             return BAD_PARAMETER_EXIT
-        executor = ElasticExecutor(num_threads + 2 * (len(nodes) - 1))   # idle threads end after a burst
+        # a running segment holds a thread (a robot runs one at a time); the pool starts threads as segments need them
+        executor = MultiThreadedExecutor(num_threads + 2 * (len(nodes) - 1))
         for node in nodes:
             executor.add_node(node)
             node.publish_status()
