@@ -67,7 +67,7 @@ def measure(loaded, batch: int, context: int, steps: int) -> dict[str, float]:
 
     def bare_forward() -> float:
         """The model call alone, on the engine's store as the next step sees it (nothing is committed)."""
-        store = engine._store
+        store = engine.rows.store
         mask = store.begin_decode(store.lengths, changed=False)
         x = torch.ones(batch, 1, dtype=torch.long, device=dev)
         with torch.inference_mode():

@@ -15,7 +15,7 @@ repetitions) is the cost of filling and applying the bitmasks and advancing the 
 On a machine shared with other jobs the step times swing by tens of percent: the table also pairs the steps' CPU
 time (this thread's, ``time.thread_time``: with one torch thread the whole step runs on it, and time spent waiting
 for a core while other jobs run does not count), and gives the grammar's
-own time per step, timed around the two places it runs: the engine's ``_choose_tokens`` (in A: filling the masks,
+own time per step, timed around the two places it runs: the engine's ``tokens.choose`` (in A: filling the masks,
 the greedy choice, the mask kernel for rows whose top token the grammar refuses; in B: the plain argmax, subtracted
 pair by pair) and ``grammar.advance`` per emitted token; its median per step and its share of A's median step, and
 the share of constrained rows the mask kernel masked (engine/grammar.py, ``RowMasks.greedy_tokens``).
@@ -37,7 +37,7 @@ from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.skills.grammar import plan_grammar  # noqa: E402
 from timely_llm_ros.engine.loader import load_pretrained  # noqa: E402
 from timely_llm_ros.engine.models import weights_folder  # noqa: E402
-from timely_llm_ros.engine import transformers_engine  # noqa: E402
+from timely_llm_ros.engine import token_choice  # noqa: E402
 from timely_llm_ros.engine.transformers_engine import TransformersEngine  # noqa: E402
 
 TASKS = [
@@ -107,23 +107,23 @@ class GrammarClock:
 
     def __init__(self, engine: TransformersEngine) -> None:
         self.spent = 0.0
-        choose = engine._choose_tokens
+        choose = engine.tokens.choose
 
         def timed_choose(logits, gens):
             t0 = time.perf_counter()
             tokens = choose(logits, gens)
             self.spent += time.perf_counter() - t0
             return tokens
-        engine._choose_tokens = timed_choose
+        engine.tokens.choose = timed_choose
 
     def time_advance(self) -> None:
-        advance = transformers_engine.advance
+        advance = token_choice.advance
 
         def timed_advance(matcher, token, gen_id):
             t0 = time.perf_counter()
             advance(matcher, token, gen_id)
             self.spent += time.perf_counter() - t0
-        transformers_engine.advance = timed_advance
+        token_choice.advance = timed_advance
 
     def take(self) -> float:
         spent, self.spent = self.spent, 0.0
@@ -147,7 +147,7 @@ def main() -> None:
     constrained, forced = TransformersEngine(loaded), TransformersEngine(loaded)
     clocks = {"a": GrammarClock(constrained), "b": GrammarClock(forced)}
     clocks["a"].time_advance()        # only A's generations have matchers
-    constrained._grammar_compiler()
+    constrained.tokens.grammar_compiler()
     print(f"SmolLM2-135M-Instruct fp32, cpu x{torch.get_num_threads()} threads, torch {torch.__version__}; "
           f"{args.steps} tokens a generation, {args.reps} repetitions alternated")
     head = (f"{'batch':>5s} {'pairs':>5s} {'constrained':>12s} {'unconstrained':>14s} {'ratio':>7s} "
@@ -158,7 +158,7 @@ def main() -> None:
         reqs = requests(constrained, batch)
         _, reference = run(constrained, forced, reqs, args.steps, None, True, clocks)
         pairs: list[tuple[float, ...]] = []
-        constrained._masks.masked_rows = constrained._masks.kept_rows = 0
+        constrained.tokens.masks.masked_rows = constrained.tokens.masks.kept_rows = 0
         for rep in range(args.reps):
             got, outputs = run(constrained, forced, reqs, args.steps, reference, rep % 2 == 0, clocks)
             assert outputs == reference, "a constrained run emitted other tokens than the reference run"
@@ -168,7 +168,7 @@ def main() -> None:
         a_ms = statistics.median(p[0] for p in pairs) * 1e3
         b_ms = statistics.median(p[1] for p in pairs) * 1e3
         grammar_us = statistics.median(p[2] for p in pairs) * 1e6
-        masks = constrained._masks
+        masks = constrained.tokens.masks
         masked = masks.masked_rows / max(1, masks.masked_rows + masks.kept_rows)
         print(f"{batch:5d} {len(pairs):5d} {a_ms:9.2f} ms {b_ms:11.2f} ms {statistics.median(ratios):7.4f} "
               f"{percentile(ratios, 0.1):6.3f}-{percentile(ratios, 0.9):.3f} {statistics.median(cpu):9.4f} "

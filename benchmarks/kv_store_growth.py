@@ -8,7 +8,7 @@ arrive one after another; each wave is prefilled in one step, decodes ``--decode
 so its generations stay parked in store rows while the next wave runs (8 x 16 = 128 rows at the end). Two
 engines on the same model, alternated per repetition:
   reserved  the default on CPU: the store sits in a reservation of address space and grows by widening a view;
-  copy      ``reserve_store = False``: a growth allocates a larger zeroed buffer and copies the store into it.
+  copy      ``engine.rows.reserve = False``: a growth allocates a larger zeroed buffer and copies the store into it.
 Printed per mode (medians over --reps): the burst's wall time, its longest step, the store growths that copied,
 and the process's resident memory (RSS, /proc) at the end of the burst and after every generation is released,
 against its level before the burst. Ratios are copy / reserved, measured in the same run.
@@ -34,7 +34,7 @@ MODES = ("reserved", "copy")
 def burst(loaded, reserve: bool, args) -> dict[str, float]:
     """One burst on a fresh engine; its wall time, longest step, copying growths and RSS figures."""
     engine = TransformersEngine(loaded)
-    engine.reserve_store = reserve
+    engine.rows.reserve = reserve
     gc.collect()
     base = rss_mb()
     steps, copies, reservation = [], 0, None
@@ -48,14 +48,14 @@ def burst(loaded, reserve: bool, args) -> dict[str, float]:
             t0 = time.perf_counter()
             engine.step(ids)
             steps.append(time.perf_counter() - t0)
-            now = engine._store.reservation     # changes only when a growth reallocates and copies
+            now = engine.rows.store.reservation     # changes only when a growth reallocates and copies
             copies += reservation is not None and now != reservation
             reservation = now
         for gen_id in ids:
             engine.suspend(gen_id)
     wall = time.perf_counter() - start
     held = rss_mb() - base
-    rows = engine._store.rows
+    rows = engine.rows.store.rows
     for gen_id in list(engine._gens):
         engine.release(gen_id)
     engine.close()

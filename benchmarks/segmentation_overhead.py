@@ -8,13 +8,10 @@ real forward passes, fixed content) as one batch. After every token the new toke
 engine's text stream) and the new text fed to the skill set's incremental segmenter (core.skills
 StatementSegmenter), as the scheduler's _absorb does. When a segment becomes executable the generation is
 suspended, sits out ``--pause`` steps (its robot executes) and is resumed; a finished generation is released.
-Four row modes of the engine, reps interleaved: compact with parked rows in a sliding decode window
-(default), the same with the window fixed at rows [0, B), gaps (leavers stay in place as gap rows of the decode
-range: no copies, a wasted decode row each), compact with rows cloned out (the old path).
-Generation time = the engine's step times (row copies and gap rows included). The overhead shown counts
-the row copies (timed inside the steps), and then also the gap rows' decode compute: gap row-steps times
-the measured extra step time of one gap row (same live rows with and without gaps, interleaved steps).
-Load-independent counts: row copies and KV tokens copied, gap row-steps. mean [min-max] over --reps.
+Two row modes of the engine, reps interleaved: parked rows in a decode window that slides to where the fewest
+rows must move (default), and the same with the window fixed at rows [0, B) (``engine.rows.slide_window = False``).
+Generation time = the engine's step times (row copies included). The overhead shown counts the row copies (timed
+inside the steps). Load-independent counts: row copies and KV tokens copied. mean [min-max] over --reps.
 Times are this thread's CPU time with --threads 1 on CPU (other jobs on a shared box not counted), wall
 time otherwise.
 """
@@ -66,7 +63,8 @@ def run_once(engine: TransformersEngine, traces: list[int], pause: int) -> dict[
                    forced_ids=plan_ids(engine, tr.plan))
         tracks[gid] = {"seg": skills.segmenter(), "text": engine.text_stream(), "ids": [], "segments": 0}
     arrange_s = [0.0]
-    inner = engine._arrange
+    rows = engine.rows
+    inner = rows.arrange
 
     def timed_arrange(gens):                      # the row copies a membership change costs
         bk.sync(dev)
@@ -76,10 +74,10 @@ def run_once(engine: TransformersEngine, traces: list[int], pause: int) -> dict[
         arrange_s[0] += clock() - t0
         return changed
 
-    engine._arrange = timed_arrange
+    rows.arrange = timed_arrange
     copied = [0, 0]                               # row copies, KV tokens copied (load-independent)
     copy_s = [0.0]                                # time in the copies themselves
-    store_cls, evict = SlotKV, engine._evict
+    store_cls, clone_out = SlotKV, rows.clone_out
 
     def counting(name, tokens):
         inner_fn = getattr(store_cls, name)
@@ -97,15 +95,14 @@ def run_once(engine: TransformersEngine, traces: list[int], pause: int) -> dict[
         saved[name], wrapped = counting(name, tokens)
         setattr(store_cls, name, wrapped)
 
-    def counted_evict(gen, to_host):
+    def counted_clone_out(gen, to_host, pin):
         copied[0] += 1
         copied[1] += gen.kv_len
         t0 = clock()
-        evict(gen, to_host)
+        clone_out(gen, to_host, pin)
         copy_s[0] += clock() - t0
 
-    engine._evict = counted_evict
-    gap_rows0 = engine.gap_row_steps
+    rows.clone_out = counted_clone_out
     running, paused, done = list(tracks), {}, set()
     gen_s = stop_s = susp_s = 0.0
     steps = 0
@@ -144,60 +141,22 @@ def run_once(engine: TransformersEngine, traces: list[int], pause: int) -> dict[
                 susp_s += clock() - t0
                 running.remove(gid)
                 paused[gid] = pause
-    engine._arrange = inner
-    del engine._evict
+    del rows.arrange, rows.clone_out
     for name, fn in saved.items():
         setattr(store_cls, name, fn)
     segments = sum(t["segments"] for t in tracks.values())
     tokens = sum(t["tokens"] for t in tracks.values())
     return {"gen": gen_s, "stop": stop_s, "suspend": susp_s, "arrange": arrange_s[0], "copy": copy_s[0],
             "segments": segments, "tokens": tokens, "copies": copied[0], "copied_tokens": copied[1],
-            "gap_rows": engine.gap_row_steps - gap_rows0, "steps": steps,
-            "prefills": len(tracks)}
-
-
-def gap_row_cost(loaded, traces: list[int], gaps: int = 2, steps: int = 40) -> float:
-    """Measured extra step time of one gap row: the same live rows (the prompts of ``traces``; 5 when 7)
-    decoded with ``gaps`` parked rows inside
-    the range (one engine) and compact (another engine that never had them), steps interleaved; median of
-    the per-step differences, per gap row."""
-    skill_sets = load_skill_sets()
-    prompts = [skill_sets[get_trace(t).robot_type].build_prompt(get_trace(t).task, get_trace(t).context)
-               for t in traces]
-    with_gaps, compact = TransformersEngine(loaded), TransformersEngine(loaded)
-    with_gaps.park_rows, with_gaps.decode_gaps, with_gaps.gap_rent_steps = True, True, 10**9
-    parked = {f"p{i}" for i in range(1, 2 * gaps, 2)}          # every other row from the second on
-    for i, text in enumerate(prompts):
-        for engine in (with_gaps, compact):
-            if engine is compact and f"p{i}" in parked:
-                continue
-            engine.add(f"p{i}", engine.encode(text), 10**4, forced_ids=bk.endless(loaded))
-    live = [f"p{i}" for i in range(len(prompts)) if f"p{i}" not in parked]
-    with_gaps.step([f"p{i}" for i in range(len(prompts))])
-    compact.step(live)
-    for gid in parked:
-        with_gaps.suspend(gid)
-    diffs = []
-    for k in range(steps + 2):
-        t0 = clock()
-        with_gaps.step(live)
-        t1 = clock()
-        compact.step(live)
-        a, b = t1 - t0, clock() - t1
-        assert with_gaps._store.gaps == gaps
-        if k >= 2:
-            diffs.append((a - b) / gaps)
-    return max(bk.median(diffs), 0.0)
+            "steps": steps}
 
 
 TRACES = [1, 2, 3, 6, 9, 10, 11]
 STORES = {"warm": "warm KV store (kept between runs, as in a busy server)",
           "fresh": "fresh KV store each run (an idle engine gives its store back; first touches page-fault)"}
-VARIANTS = {   # name: (park_rows, decode_gaps, slide_window)
-    "compact, parked rows, sliding window (default)": (True, False, True),
-    "compact, parked rows, window fixed at [0, B)": (True, False, False),
-    "gaps, rows stay put": (True, True, True),
-    "compact, cloned out": (False, False, False),
+VARIANTS = {   # name: slide_window
+    "parked rows, sliding window (default)": True,
+    "parked rows, window fixed at [0, B)": False,
 }
 
 
@@ -206,13 +165,11 @@ def spread(xs: list[float], fmt: str = "{:.2%}") -> str:
     return f"{fmt.format(statistics.mean(xs))} [{fmt.format(min(xs))}-{fmt.format(max(xs))}]"
 
 
-def report(name: str, rs: list[dict[str, float]], gap_cost: float) -> dict[str, list[float]]:
+def report(name: str, rs: list[dict[str, float]]) -> list[float]:
     """Print one variant's figures (mean [min-max] over reps); return its per-rep overhead shares."""
     r0 = rs[0]
-    live_rows = r0["tokens"] - r0["prefills"]      # decoded rows (a prefill emits each first token)
     share = {k: [r[k] / r["gen"] for r in rs] for k in ("stop", "suspend", "arrange")}
     total = [(r["stop"] + r["suspend"] + r["arrange"]) / r["gen"] for r in rs]
-    bound = [t + r["gap_rows"] * gap_cost / r["gen"] for t, r in zip(total, rs)]
     wall = [(r["gen"] + r["stop"] + r["suspend"]) / r["tokens"] for r in rs]
     print(f"[{name}] {r0['tokens']:.0f} tokens, {r0['segments']:.0f} segments, {r0['steps']:.0f} steps per run")
     print(f"  generation (engine steps)        {spread([r['gen'] * 1e3 for r in rs], '{:.0f}')} ms")
@@ -221,11 +178,9 @@ def report(name: str, rs: list[dict[str, float]], gap_cost: float) -> dict[str, 
     copy = [r["copy"] / r["gen"] for r in rs]
     print(f"  row placement (inside the steps) {spread(share['arrange'])}   of which the copies {spread(copy)}")
     print(f"  row copies / KV tokens copied    {r0['copies']:.0f} / {r0['copied_tokens']:.0f}   (load-independent)")
-    print(f"  gap rows decoded / live rows     {r0['gap_rows']:.0f} / {live_rows:.0f}   (load-independent)")
     print(f"  OVERHEAD with the KV copies      {spread(total)}   (target <= 2%)")
-    print(f"  ... + gap rows' decode compute   {spread(bound)}   (gap rows x measured cost of one)")
     print(f"  time per token (all in)          {spread([w * 1e3 for w in wall], '{:.3f}')} ms")
-    return {"total": total, "bound": bound}
+    return total
 
 
 def main() -> None:
@@ -248,24 +203,21 @@ def main() -> None:
     engines = {}
     for store, keep in stores.items():
         engines[store] = TransformersEngine(loaded)
-        engines[store].keep_idle_store = keep
+        engines[store].rows.keep_when_idle = keep
     runs: dict[tuple[str, str], list[dict[str, float]]] = {(st, v): [] for st in stores for v in VARIANTS}
     for rep in range(args.reps + 1):              # interleaved, first rep is warm-up
         for store, engine in engines.items():
-            for name, (park, gaps, slide) in VARIANTS.items():
-                engine.park_rows, engine.decode_gaps, engine.slide_window = park, gaps, slide
+            for name, slide in VARIANTS.items():
+                engine.rows.slide_window = slide
                 r = run_once(engine, args.traces, args.pause)
                 if rep:
                     runs[store, name].append(r)
-    gap_cost = gap_row_cost(loaded, TRACES)
-    print(f"one gap row adds {gap_cost * 1e3:.3f} ms to a decode step (median of 40 interleaved step pairs)")
     for store in stores:
         print(f"=== {STORES[store]}")
-        shares = {name: report(name, runs[store, name], gap_cost) for name in VARIANTS}
-        names = list(VARIANTS)
-        for name, base in ((names[0], names[1]), (names[0], names[3]), (names[1], names[3]), (names[2], names[3])):
-            ratio = [a / b for a, b in zip(shares[name]["bound"], shares[base]["bound"])]
-            print(f"{name} / {base}, overhead with copies and gap compute: {spread(ratio, '{:.2f}x')}")
+        shares = {name: report(name, runs[store, name]) for name in VARIANTS}
+        sliding, fixed = VARIANTS
+        ratio = [a / b for a, b in zip(shares[sliding], shares[fixed])]
+        print(f"{sliding} / {fixed}, overhead with copies: {spread(ratio, '{:.2f}x')}")
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def decode_all(engine: TransformersEngine, prompts: list[list[int]], ratios: lis
             live -= ev.step(sorted(live, key=int)).finished
         for g in ids:
             out = engine.output_ids(g)
-            if out and out[-1] in engine._eos_ids:
+            if out and out[-1] in engine.tokens.eos_ids:
                 out = out[:-1]
             texts.append(engine.decode(out).strip())
             ev.release(g)

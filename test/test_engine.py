@@ -65,22 +65,12 @@ def test_suspend_resume_at_arbitrary_points_is_token_exact(tiny):
     assert engine.output_ids("g") == solo_greedy(tiny, ids, 40)
 
 
-ROW_MODES = {   # park_rows, decode_gaps, slide_window
-    "gaps": (True, True, True), "compact": (True, False, True), "compact-fixed": (True, False, False),
-    "cloned": (False, False, False)}
-
-
-def make_mode(tiny, mode: str, **kw) -> TransformersEngine:
-    engine = make(tiny, **kw)
-    engine.park_rows, engine.decode_gaps, engine.slide_window = ROW_MODES[mode]
-    return engine
-
-
 def test_a_leaver_stays_parked_in_the_store_and_rejoins_token_exact(tiny):
     ids = [prompt(10 + i, 11 + 4 * i) for i in range(4)]
     outs = {}
-    for mode in ROW_MODES:
-        engine = make_mode(tiny, mode)
+    for slide in (True, False):
+        engine = make(tiny)
+        engine.rows.slide_window = slide
         for i, p in enumerate(ids):
             engine.add(f"g{i}", p, 24)
         engine.step([f"g{i}" for i in range(4)])
@@ -90,43 +80,39 @@ def test_a_leaver_stays_parked_in_the_store_and_rejoins_token_exact(tiny):
             engine.suspend(leaver)
             others = [f"g{i}" for i in range(4) if f"g{i}" != leaver]
             engine.step(others)
-            gen = engine._gens[leaver]
-            if mode == "gaps":                 # kept in place, a gap inside the decode range
-                assert gen.kv is None and gen.row == row and engine._store.gaps == 1
-            elif mode == "compact":            # not copied: the window of the 3 others moved away from it
-                assert gen.kv is None and gen.row == row and not engine._lo <= row < engine._lo + 3
-            elif mode == "compact-fixed":      # parked in a store row outside the window [0, 3)
-                assert gen.kv is None and gen.row is not None and gen.row >= 3 and engine._lo == 0
-            else:
-                assert gen.row is None and gen.kv is not None
+            gen, lo = engine._gens[leaver], engine.rows.lo
+            if slide:                          # not copied: the window of the 3 others moved away from it
+                assert gen.kv is None and gen.row == row and not lo <= row < lo + 3
+            else:                              # parked in a store row outside the window [0, 3)
+                assert gen.kv is None and gen.row is not None and gen.row >= 3 and lo == 0
             engine.step(others)
             engine.resume(leaver)
             engine.step([f"g{i}" for i in range(4)])
-        outs[mode] = [engine.output_ids(f"g{i}") for i in range(4)]
-    assert outs["gaps"] == outs["compact"] == outs["compact-fixed"] == outs["cloned"]
+        outs[slide] = [engine.output_ids(f"g{i}") for i in range(4)]
+    assert outs[True] == outs[False]
     for i in range(4):
-        assert outs["gaps"][i] == solo_greedy(tiny, ids[i], 24)[:len(outs["gaps"][i])]
+        assert outs[True][i] == solo_greedy(tiny, ids[i], 24)[:len(outs[True][i])]
 
 
 @pytest.mark.parametrize("slide", [True, False])
 def test_a_leaver_at_the_edge_of_the_window_moves_no_kv_when_the_window_slides(tiny, slide):
-    engine = make_mode(tiny, "compact")
-    engine.slide_window = slide
+    engine = make(tiny)
+    engine.rows.slide_window = slide
     ids = {f"g{i}": prompt(20 + i, 8 + 3 * i) for i in range(4)}
     for gid, p in ids.items():
         engine.add(gid, p, 20)
     engine.step(list(ids))
     engine.step(list(ids))
-    assert engine._lo == 0 and all(g is not None for g in engine._slots[:4])
-    bottom = engine._slots[0].gen_id
+    assert engine.rows.lo == 0 and all(g is not None for g in engine.rows.slots[:4])
+    bottom = engine.rows.slots[0].gen_id
     others = [g for g in ids if g != bottom]
-    before = engine._store.moves
+    before = engine.rows.store.moves
     engine.suspend(bottom)
     engine.step(others)
     # sliding: the window becomes rows [1, 4) and nothing moves; fixed at [0, 3): the leaver moves out and the
     # generation in row 3 moves down into row 0
-    assert engine._store.moves - before == (0 if slide else 2)
-    assert engine._lo == (1 if slide else 0)
+    assert engine.rows.store.moves - before == (0 if slide else 2)
+    assert engine.rows.lo == (1 if slide else 0)
     engine.resume(bottom)
     while not all(engine._gens[g].finished for g in ids):
         engine.step([g for g in ids if not engine._gens[g].finished])
@@ -134,14 +120,15 @@ def test_a_leaver_at_the_edge_of_the_window_moves_no_kv_when_the_window_slides(t
         assert engine.output_ids(gid) == solo_greedy(tiny, p, 20), gid
 
 
-@pytest.mark.parametrize("mode", list(ROW_MODES))
-def test_random_churn_of_a_multi_row_batch_is_token_exact_in_every_row_mode(tiny, mode):
-    """Generations leave and rejoin at random, finish and are released while others arrive (gaps open, persist
-    past the rent and get compacted, are filled by newcomers and by rejoiners; a newcomer takes a released
-    generation's row); every generation still equals its solo greedy output."""
+@pytest.mark.parametrize("slide", [True, False], ids=["sliding-window", "fixed-window"])
+def test_random_churn_of_a_multi_row_batch_is_token_exact(tiny, slide):
+    """Generations leave and rejoin at random, finish and are released while others arrive (parked rows move out
+    of the window and back, a newcomer takes a released generation's row); every generation still equals its solo
+    greedy output."""
     rng = random.Random(11)
     specs = {f"g{i}": (prompt(40 + i, rng.randrange(3, 40)), rng.randrange(10, 45)) for i in range(7)}
-    engine = make_mode(tiny, mode)
+    engine = make(tiny)
+    engine.rows.slide_window = slide
     arrivals = {gid: 3 * i for i, gid in enumerate(specs)}
     out_of_batch: dict[str, int] = {}
     done: set[str] = set()
@@ -171,34 +158,6 @@ def test_random_churn_of_a_multi_row_batch_is_token_exact_in_every_row_mode(tiny
     assert done == set(specs)
     for gid, (ids, max_new) in specs.items():
         assert outputs[gid] == solo_greedy(tiny, ids, max_new), gid
-    if mode == "gaps":
-        assert engine.gap_row_steps > 0
-
-
-def test_gap_rows_keep_their_kv_and_cost_no_copies(tiny):
-    """With decode_gaps a parked generation inside the decode range is neither moved nor written; a gap that
-    outlives gap_rent_steps is compacted away."""
-    engine = make_mode(tiny, "gaps")
-    for i in range(3):
-        engine.add(f"g{i}", prompt(60 + i, 9 + 5 * i), 60)
-    engine.step(["g0", "g1", "g2"])
-    engine.step(["g0", "g1", "g2"])
-    parked = engine._gens["g1"]
-    engine.suspend("g1")
-    before = engine._store.read_row(parked.row, engine._store.capacity).clone()
-    for _ in range(engine.gap_rent_steps):
-        engine.step(["g0", "g2"])
-        assert engine._store.active == 3 and engine._store.gaps == 1
-    assert torch.equal(engine._store.read_row(parked.row, engine._store.capacity), before)
-    assert engine.gap_row_steps == engine.gap_rent_steps
-    engine.step(["g0", "g2"])                 # the rent is paid: rows compacted, g1 parked out of the window
-    assert engine._store.active == 2 and engine._store.gaps == 0
-    assert not engine._lo <= parked.row < engine._lo + 2
-    engine.resume("g1")
-    while not all(engine._gens[g].finished for g in ("g0", "g1", "g2")):
-        engine.step([g for g in ("g0", "g1", "g2") if not engine._gens[g].finished])
-    for i in range(3):
-        assert engine.output_ids(f"g{i}") == solo_greedy(tiny, prompt(60 + i, 9 + 5 * i), 60)
 
 
 def test_resume_never_prefills_again(tiny):
@@ -494,11 +453,11 @@ def test_chunked_prefill_stays_within_the_step_budget_mixes_with_decodes_and_is_
 def test_an_idle_engine_keeps_its_store_only_when_asked(tiny):
     for keep in (False, True):
         engine = make(tiny)
-        engine.keep_idle_store = keep
+        engine.rows.keep_when_idle = keep
         engine.add("a", prompt(70, 12), 8)
         run_to_end(engine, "a")
         engine.release("a")
-        assert (engine._store is not None) == keep
+        assert (engine.rows.store is not None) == keep
         engine.add("b", prompt(71, 15), 20)             # the kept store (rows of a released plan) serves anew
         assert run_to_end(engine, "b") == solo_greedy(tiny, prompt(71, 15), 20)
 
@@ -508,23 +467,23 @@ def test_the_cpu_store_grows_inside_its_reservation_without_a_copy_and_stays_tok
     columns by widening a view of the same memory (the buffer's data pointer stays), and every output still equals
     its solo greedy one. With the reservation off (ablation) the same joins reallocate the buffer."""
     reserved, copying = make(tiny), make(tiny)
-    copying.reserve_store = False
+    copying.rows.reserve = False
     for engine in (reserved, copying):
         engine.add("g0", prompt(80, 10), 12)
         engine.step(["g0"])
-    first = reserved._store
-    ptrs = {e: e._store.buffer.data_ptr() for e in (reserved, copying)}
+    first = reserved.rows.store
+    ptrs = {e: e.rows.store.buffer.data_ptr() for e in (reserved, copying)}
     rows, cols = first.rows, first.capacity
-    assert first.reservation[0] >= 256 and copying._store.reservation == (copying._store.rows, copying._store.capacity)
+    assert first.reservation[0] >= 256 and copying.rows.store.reservation == (copying.rows.store.rows, copying.rows.store.capacity)
     ids = {f"g{i}": prompt(80 + i, 8 + 2 * i) for i in range(1, 13)}      # longer prompts: the columns grow too
     for engine in (reserved, copying):
         for g, p in ids.items():
             engine.add(g, p, 12)
         engine.step(list(ids))
-    store = reserved._store
+    store = reserved.rows.store
     assert store is first and store.rows > rows and store.capacity > cols
     assert store.buffer.data_ptr() == ptrs[reserved] and store.reservation == first.reservation
-    assert copying._store.rows == store.rows and copying._store.buffer.data_ptr() != ptrs[copying]
+    assert copying.rows.store.rows == store.rows and copying.rows.store.buffer.data_ptr() != ptrs[copying]
     for g, p in ids.items():
         assert run_to_end(reserved, g) == solo_greedy(tiny, p, 12), g
 
@@ -554,19 +513,19 @@ def test_a_reserved_store_is_made_at_its_size_kept_when_idle_and_never_grown_bel
     for engine in (grown, reserved):
         engine.add("g0", prompt(80, 10), 12)
         engine.step(["g0"])
-    first = reserved._store
-    assert first.rows >= 16 and first.capacity >= 120 and grown._store.rows == 8
+    first = reserved.rows.store
+    assert first.rows >= 16 and first.capacity >= 120 and grown.rows.store.rows == 8
     ids = {f"g{i}": prompt(80 + i, 8 + i) for i in range(1, 13)}
     for engine in (grown, reserved):
         for g, p in ids.items():
             engine.add(g, p, 12)
         engine.step(list(ids))
-    assert reserved._store.buffer is first.buffer and grown._store.rows == 16   # only the default one grew
+    assert reserved.rows.store.buffer is first.buffer and grown.rows.store.rows == 16   # only the default one grew
     for g, p in ids.items():
         assert run_to_end(reserved, g) == solo_greedy(tiny, p, 12), g
     for g in ["g0", *ids]:
         reserved.release(g)
-    assert reserved._store is first
+    assert reserved.rows.store is first
 
 
 class LayerTrip:

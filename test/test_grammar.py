@@ -256,7 +256,7 @@ def test_constrained_generations_survive_suspension_offload_and_preemption_token
             engine.release(k)
     assert suspended >= 10 and offloaded >= 5
     assert done == {k: alone[k] for k in keys}
-    assert len(engine._grammars) == 2     # the drone grammar compiled once for its two generations, the arm's
+    assert len(engine.tokens.grammars) == 2     # the drone grammar compiled once for its two generations, the arm's
 
 
 class LayerTrip:
@@ -401,7 +401,7 @@ def test_the_scheduler_decodes_constrained_goals_under_their_grammar_and_ends_an
     engine = TransformersEngine(smollm2)
     scheduler = PlanScheduler(engine, make_policy("fcfs", max_batch=4), SKILLS, load_exec_models(), time.monotonic)
     scheduler.prepare_grammars()          # as the server does at configure: drone and arm (chat has none)
-    assert len(engine._grammars) == 2
+    assert len(engine.tokens.grammars) == 2
     for rid, key, unconstrained in (("arm", "a2", False), ("drone", "d1", True)):
         robot, task, scene = TASKS[key]
         goal = GoalFields(f"{robot}_1", robot, task, context=scene, urgency_class="normal",
@@ -459,8 +459,8 @@ def test_greedy_rows_whose_top_token_the_grammar_allows_skip_the_mask_and_emit_t
     outputs = []
     for every_row in (False, True):
         engine = TransformersEngine(smollm2)
-        engine._grammar_compiler()
-        masks = engine._masks
+        engine.tokens.grammar_compiler()
+        masks = engine.tokens.masks
         if every_row:
             masks.greedy_tokens = lambda logits, matchers: (masks.apply(logits, matchers), logits.argmax(-1).tolist())[1]
         for key in TASKS:

@@ -155,7 +155,8 @@ def test_an_announced_urgent_request_ends_the_transformers_step_in_flight_and_ru
     gate before layer 2 ends the step; the next step prefills the urgent request; both plans are whole."""
     torch = pytest.importorskip("torch")
     from timely_llm_ros.engine.loader import build_random_model
-    from timely_llm_ros.engine.transformers_engine import TransformersEngine, decoder_layers
+    from timely_llm_ros.engine.layer_gate import decoder_layers
+    from timely_llm_ros.engine.transformers_engine import TransformersEngine
 
     torch.set_num_threads(1)
     loaded = build_random_model("tiny", device="cpu", seed=3)
@@ -224,7 +225,8 @@ def test_the_simulator_on_a_real_engine_cuts_a_step_when_an_arrival_comes_due_mi
     pytest.importorskip("torch")
     from timely_llm_ros.core.sim.clock import WallClock
     from timely_llm_ros.engine.loader import build_random_model
-    from timely_llm_ros.engine.transformers_engine import TransformersEngine, decoder_layers
+    from timely_llm_ros.engine.layer_gate import decoder_layers
+    from timely_llm_ros.engine.transformers_engine import TransformersEngine
 
     loaded = build_random_model("tiny", device="cpu", seed=4)
     engine = TransformersEngine(loaded)

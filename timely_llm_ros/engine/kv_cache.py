@@ -4,9 +4,7 @@ Buffer ``[layers, 2, rows, kv_heads, capacity, head_dim]``. A generation residen
 keeps its ``n`` tokens left-aligned in columns ``[0, n)`` and appends at column ``n``; rows are
 independent, so a generation joins or leaves the batch by copying only its own row. A decode
 step runs over a window of rows ``[lo, lo + active)``: each row writes its new key/value at its own
-column (one indexed write per layer) and attention reads a view masked to each row's length. Rows of that range
-may be gaps (a parked generation, or an empty row): they ride along in the forward with a dummy
-token, attend to one column, write nothing and do not advance, so their KV stays untouched.
+column (one indexed write per layer) and attention reads a view masked to each row's length.
 
 On CPU the buffer can be a view of a larger reservation of address space (``lazy_zeros``): growing within it
 only widens the view, so a burst claiming rows costs no reallocation and no copy, and only pages that are
@@ -103,13 +101,9 @@ class _SlotLayer(CacheLayerMixin):
                 keys[s.prefill_index, :, :q] = key_states
                 values[s.prefill_index, :, :q] = value_states
             return key_states, value_states
-        rows, cols = s.store_index, s.write_cols                       # one new token per live row
-        if s.gaps:                                                     # gap rows write nothing
-            keys[rows, :, cols] = key_states[s.row_index, :, 0]
-            values[rows, :, cols] = value_states[s.row_index, :, 0]
-        else:
-            keys[rows, :, cols] = key_states[:, :, 0]
-            values[rows, :, cols] = value_states[:, :, 0]
+        rows, cols = s.store_index, s.lengths_t                        # one new token per row, at its length
+        keys[rows, :, cols] = key_states[:, :, 0]
+        values[rows, :, cols] = value_states[:, :, 0]
         end, lo = s.max_length + 1, s.lo
         return keys[lo:lo + s.active, :, :end], values[lo:lo + s.active, :, :end]
 
@@ -142,13 +136,9 @@ class SlotKV(Cache):
         self.lo = 0                            # first row of the decode window
         self.lengths: list[int] = []           # tokens of the active rows (host copy)
         self.max_length = 0
-        self.lengths_t = torch.zeros(0, dtype=torch.long, device=self.device)
-        self.row_index = torch.zeros(0, dtype=torch.long, device=self.device)   # live rows of the window
-        self.store_index = self.row_index      # the same rows as store rows (row_index + lo)
-        self.write_cols = self.lengths_t       # column each live row appends at
-        self.gaps = 0                          # rows of the decode range that are not live
+        self.lengths_t = torch.zeros(0, dtype=torch.long, device=self.device)   # the same, on the device
+        self.store_index = torch.zeros(0, dtype=torch.long, device=self.device)  # store rows of the window
         self.moves = 0                         # row moves so far (load-independent cost of placement)
-        self._live: set[int] = set()
         self._cols = torch.arange(capacity, device=self.device)
         super().__init__(layers=[_SlotLayer(self, i) for i in range(shape.layers)])
 
@@ -228,25 +218,18 @@ class SlotKV(Cache):
     def end_prefill(self) -> None:
         self.prefill_rows, self.prefill_offset = None, 0
 
-    def begin_decode(self, lengths: Sequence[int | None], changed: bool, lo: int = 0) -> torch.Tensor:
-        """The next forward appends one token to each live row of [lo, lo + len(lengths)); ``None`` marks a gap
-        row (it attends to column 0 only and keeps its KV). ``changed`` must be set whenever the rows, their
-        generations or ``lo`` differ from the previous decode. Returns the 4D additive mask
-        ``[rows, 1, 1, columns]`` (0 where a row attends, -inf elsewhere)."""
+    def begin_decode(self, lengths: Sequence[int], changed: bool, lo: int = 0) -> torch.Tensor:
+        """The next forward appends one token to each row of [lo, lo + len(lengths)), whose generations hold
+        ``lengths`` tokens. ``changed`` must be set whenever the rows, their generations or ``lo`` differ from the
+        previous decode. Returns the 4D additive mask ``[rows, 1, 1, columns]`` (0 where a row attends, -inf
+        elsewhere)."""
         self.prefill_rows = None
         if changed:
-            self.lo = lo
-            live = [r for r, n in enumerate(lengths) if n is not None]
-            self._live = set(live)
-            self.active, self.gaps = len(lengths), len(lengths) - len(live)
-            self.lengths_t = torch.tensor([0 if n is None else n for n in lengths], dtype=torch.long,
-                                          device=self.device)
-            self.row_index = torch.tensor(live, dtype=torch.long, device=self.device) if self.gaps else \
-                torch.arange(self.active, device=self.device)
-            self.store_index = self.row_index + lo if lo else self.row_index
-        self.lengths = [0 if n is None else n for n in lengths]
+            self.lo, self.active = lo, len(lengths)
+            self.lengths_t = torch.tensor(lengths, dtype=torch.long, device=self.device)
+            self.store_index = torch.arange(lo, lo + self.active, device=self.device)
+        self.lengths = list(lengths)
         self.max_length = max(self.lengths)
-        self.write_cols = self.lengths_t[self.row_index] if self.gaps else self.lengths_t
         cols = self._cols[:self.max_length + 1]
         blocked = cols[None, :] > self.lengths_t[:, None]
         # additive (0 / -inf), made once per step: SDPA would convert a boolean mask again in every layer
@@ -258,11 +241,7 @@ class SlotKV(Cache):
         return self.lengths_t[:, None]
 
     def end_decode(self) -> None:
-        """Commit the appended column of every live row (gap rows keep their length)."""
-        if self.gaps:
-            self.lengths_t[self.row_index] += 1
-            self.lengths = [n + 1 if r in self._live else n for r, n in enumerate(self.lengths)]
-        else:
-            self.lengths_t += 1
-            self.lengths = [n + 1 for n in self.lengths]
+        """Commit the appended column of every row of the window."""
+        self.lengths_t += 1
+        self.lengths = [n + 1 for n in self.lengths]
         self.max_length += 1

@@ -1,4 +1,5 @@
-"""SnapKV-style choice of which prompt KV columns to keep (TimeBill's prompt-KV eviction, real engine).
+"""TimeBill's prompt-KV eviction in the transformers engine: which prompt columns to keep (SnapKV-style), and
+dropping the others from a generation's KV wherever it lives.
 
 Score of a prompt column = the attention the last window (up to 32) of kept prompt tokens pays to it, summed
 over window queries, heads and layers. The window is always kept; the highest-scoring other columns fill the
@@ -13,6 +14,10 @@ from __future__ import annotations
 import torch
 from transformers import AttentionInterface
 from transformers.cache_utils import DynamicCache
+
+from ..core.engine import EngineError
+from .generation_state import GenerationState
+from .slot_rows import SlotRows
 
 WINDOW = 32
 _PROBE = "timely_snapkv_probe"
@@ -75,3 +80,36 @@ def snapkv_keep(model, kv: torch.Tensor, tokens: list[int], positions: list[int]
     _scores.clear()
     top = torch.topk(score, keep - w).indices
     return torch.cat([top.sort().values.to(dev), torch.arange(prefix, n, device=dev)])
+
+
+@torch.inference_mode()
+def evict_prompt_kv(model, gen: GenerationState, ratio: float, rows: SlotRows, device: torch.device,
+                    pin: bool) -> int:
+    """Drop ``ratio`` of the prompt KV a prefilled generation holds now, keeping the columns its last prompt window
+    attends to most (``snapkv_keep``) and the window itself; its output KV is untouched and its later tokens keep
+    their original positions. Works wherever the KV lives (store row, own tensor, host; pinned again when ``pin``).
+    Returns the prompt columns kept."""
+    if not 0.0 <= ratio < 1.0:
+        raise EngineError(f"evict_prompt_kv: ratio must be in [0, 1), got {ratio}")
+    if not gen.prefilled:
+        raise EngineError(f"evict_prompt_kv: generation {gen.gen_id!r} is not prefilled yet; evict after its prefill")
+    p = gen.prompt_kv
+    keep = max(1, round(p * (1.0 - ratio)))
+    if keep >= p:
+        return p
+    kv = rows.store.read_row(gen.row, gen.kv_len) if gen.row is not None else gen.kv
+    positions = gen.kept_pos if gen.kept_pos is not None else list(range(p))
+    tokens = [gen.prompt[i] for i in positions]
+    idx = snapkv_keep(model, kv[..., :p, :].to(device), tokens, positions, keep)
+    idx_all = torch.cat([idx, torch.arange(p, gen.kv_len, device=idx.device)])
+    kept = kv.index_select(-2, idx_all.to(kv.device))
+    if gen.row is not None:
+        rows.store.write_row(gen.row, kept)
+        rows.lengths_changed()
+    else:
+        gen.kv = kept.pin_memory() if gen.offloaded and pin else kept
+    new_len = kept.shape[-2]
+    gen.pos_offset += gen.kv_len - new_len
+    gen.kv_len, gen.prompt_kv = new_len, keep
+    gen.kept_pos = [positions[i] for i in idx.tolist()]
+    return keep
