@@ -102,8 +102,11 @@ def _load(node):
         robot_types.skill_sets, robot_types.exec_models, time.monotonic, node.plan_rule)
     if p.engine_process:
         log.info(f"engine runs in process {stack.engine.pid}")
-    for level, line in stack.report():
-        getattr(log, level)(line)
+    for level, line in stack.report():   # one call site per severity: rclpy refuses to change a site's severity
+        if level == "warning":
+            log.warning(line)
+        else:
+            log.info(line)
     node.stack, node.scheduler, node.fit = stack, stack.scheduler, stack.fit
     node.skill_sets, node.urgency_classes = stack.setup.skill_sets, dict(stack.urgency_classes)
     check = stack.class_check
