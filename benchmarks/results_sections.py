@@ -103,6 +103,12 @@ SECTIONS: tuple[Section, ...] = (
         "TimeBill's adaptive ratio; the share of valid plans, over 5 seeds.",
         "benchmarks/timebill_eviction.py", (), cost="regular", minutes=3),
     Section(
+        "engine_workload", "timely, vllm and vllm-stream on the real engine: a WID1-shaped workload",
+        "WID1's shape on the embedded planner in real time (docs/replay.md): 8 events a second, up to 8 tasks each, 600 "
+        "drones, 60 s of arrivals, max batch 16, one torch thread; every policy gets a fresh engine on the same "
+        "workload. One seed: real time on a shared machine, so indicative.",
+        "benchmarks/engine_workload.py", ("--out", "{out}"), cost="regular", minutes=5, plots=("utility.png",)),
+    Section(
         "plan_quality", "Plan quality: the embedded planner, SmolLM2 without and with the grammar",
         "The labelled evaluation set (config/eval: 165 drone and 156 arm tasks, docs/plan_quality.md) through the "
         "server's generation path (fcfs, up to 8 generations a step, one torch thread), each plan checked: parses "
@@ -112,6 +118,12 @@ SECTIONS: tuple[Section, ...] = (
         "benchmarks/plan_quality.py",
         ("--configs", "embedded,smollm2,smollm2-grammar", "--by-kind", "--out", "{out}"),
         cost="long", minutes=60, drop=("[",), discard=(), plots=("plan_quality.png",)),
+    Section(
+        "plan_quality_heldout", "Plan quality of the embedded planner on its own held-out split",
+        "300 tasks of the embedded planner's held-out corpus split (unseen template x object pairs of its training "
+        "templates; keys: the reference's string arguments the prompt shows), the same path and checks as above.",
+        "benchmarks/plan_quality.py", ("--corpus-heldout", "300", "--out", "{out}"), cost="regular", minutes=1,
+        drop=("[",)),
     Section(
         "grammar_backends", "Which grammar library: xgrammar, llguidance, outlines-core",
         "Compile time, mask-fill time per row at 1, 8 and 16 rows, and correctness (reference plans accepted, "
@@ -148,7 +160,19 @@ SECTIONS: tuple[Section, ...] = (
         "prompt_cache", "Time to first segment with and without the cached system prompt (SmolLM2)",
         "Two engines on the same weights, one keeping the robot type's system-prompt KV, alternated over 6 new drone "
         "tasks; request arrival to its first executable segment, and whether both wrote the same segment.",
-        "benchmarks/prompt_cache.py", ("--model", "smollm2", "--reps", "6"), cost="regular", minutes=2),
+        "benchmarks/prompt_cache.py", ("--model", "smollm2", "--robot", "drone", "--reps", "6"), cost="regular",
+        minutes=2),
+    Section(
+        "prompt_cache_arm", "Time to first segment with and without the cached system prompt (SmolLM2, arm)",
+        "As above for the arm's requests.",
+        "benchmarks/prompt_cache.py", ("--model", "smollm2", "--robot", "arm", "--reps", "6"), cost="regular",
+        minutes=2),
+    Section(
+        "prompt_style", "Where a chat model's worked examples go (SmolLM2)",
+        "13 tasks written for this check (none from config/fleet_tasks.yaml or the evaluation set), greedy, no "
+        "grammar, with the skill sets' worked examples in the system text and as user/assistant turns: plans that "
+        "parse, plans naming the task's key, prompt and output tokens.",
+        "benchmarks/prompt_style.py", ("--model", "smollm2"), cost="regular", minutes=3),
     Section(
         "ros_burst_smollm2", "The urgent burst through the ROS server on SmolLM2, beside the simulator",
         "Real processes over DDS on loopback (server with SmolLM2 under its grammar, one torch thread; one executor "

@@ -111,8 +111,7 @@ class SkillExecutorNode(Node):
                                     **deep_queues(100, server=True))
         self._timer = (self.create_timer(self.feedback_period_s, self._periodic_feedback, callback_group=self._group)
                        if self.feedback_period_s > 0 else None)
-        # the timer runs only while a segment runs: an idle robot's timer woke the executor for nothing
-        # (benchmarks/executor_host_idle.py)
+        # the timer runs only while a segment runs: an idle robot's timer would wake the executor for nothing
         self._pause_feedback()
         self._status = StatusPublisher(self, self.declare_parameter("status_period_s", 0.0, ParameterDescriptor(
             description="executor_status is published on every change and, when > 0, again every this many seconds "
