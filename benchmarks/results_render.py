@@ -15,11 +15,12 @@ HEADER = """# Measured results
 Every figure of the project, each with the command that made it and the machine it ran on. This file is written by
 `make bench` (benchmarks/results.py) from the raw outputs in [docs/results/](results/); do not edit it by hand.
 
-    make bench                      # re-runs every section but the long ones (about 45 min on 2 cores)
-    make bench QUICK=1              # re-runs only the fast sections (simulator, overheads: a few minutes)
+    make bench                      # re-runs every section but the long ones ({regular})
+    make bench QUICK=1              # re-runs only the fast sections ({fast})
     make bench RERUN=plan_quality   # also re-runs a long section (RERUN=all: everything)
     make bench RENDER=1             # re-runs nothing; rewrites this file from docs/results/
 
+(Durations: the sum of the stored runs' wall times on the machines they name; the long sections take {long}.)
 Sections not re-run by the invocation that wrote this file show their stored run (its machine and date are given).
 Each benchmark measures the variants it compares side by side in one run (alternated, repeated); seeds, where they
 apply, give mean [min-max] over the seeds. No GPU has run any of these: the CUDA paths (`--device cuda`,
@@ -142,12 +143,22 @@ def section_md(s: Section, folder: Path, rerun: bool, repo: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def wall_s(s: Section, results: Path) -> float:
+    """The section's stored run's wall time, else its nominal minutes."""
+    record = results / s.name / "run.json"
+    return json.loads(record.read_text())["wall_s"] if record.exists() else 60.0 * s.minutes
+
+
 def render(sections: tuple[Section, ...], rerun: set[str], results: Path, repo: Path) -> str:
     """The whole document."""
-    toc = ["| section | cost | this invocation |", "|---|---|---|"]
+    toc = ["| section | cost | wall time | this invocation |", "|---|---|---|---|"]
+    total = {"fast": 0.0, "regular": 0.0, "long": 0.0}
     for s in sections:
         state = "re-ran" if s.name in rerun else ("stored run" if (results / s.name / "run.json").exists() else "none")
         anchor = "".join(c for c in s.title.lower().replace(" ", "-") if c.isalnum() or c in "-_")
-        toc.append(f"| [{s.title}](#{anchor}) | {s.cost}, ~{s.minutes:g} min | {state} |")
+        total[s.cost] += wall_s(s, results)
+        toc.append(f"| [{s.title}](#{anchor}) | {s.cost} | {_minutes(wall_s(s, results))} | {state} |")
     body = [section_md(s, results / s.name, s.name in rerun, repo) for s in sections]
-    return HEADER + "\n" + "\n".join(toc) + "\n\n" + "\n".join(body)
+    header = HEADER.format(fast=_minutes(total["fast"]), regular=_minutes(total["fast"] + total["regular"]),
+                           long=_minutes(total["long"]))
+    return header + "\n" + "\n".join(toc) + "\n\n" + "\n".join(body)
