@@ -183,7 +183,7 @@ SECTIONS: tuple[Section, ...] = (
         "against the ROS order.",
         "benchmarks/ros_burst.py",
         ("--model", "smollm2", "--seeds", "1,2,3", "--policies", _BURST_POLICIES, "--out", "{out}"),
-        cost="long", minutes=60, show=("summary.md",), discard=("*.server.log", "*.outcomes.csv", "*step_trace*"),
+        cost="long", minutes=60, show=("summary.md",), discard=("*.server.log",),
         plots=("ros_vs_sim.png",), ros=True),
     Section(
         "feedback_value", "Does completion feedback matter? timely vs timely-open-loop on SmolLM2",
@@ -200,7 +200,7 @@ SECTIONS: tuple[Section, ...] = (
         "benchmarks/ros_burst.py",
         ("--seeds", "1,2,3,4,5", "--policies", "timely,timely-nointerrupt,edf-admit,edf,vllm-stream,fcfs",
          "--out", "{out}"),
-        cost="regular", minutes=10, show=("summary.md",), discard=("*.server.log", "*.outcomes.csv", "*step_trace*"),
+        cost="regular", minutes=10, show=("summary.md",), discard=("*.server.log",),
         plots=("ros_vs_sim.png",), ros=True),
     Section(
         "goal_intake", "Goal intake: a burst of 200 dry-run goals at once",
