@@ -65,6 +65,7 @@ def run_section(section: Section) -> dict:
     argv = section.argv(folder.relative_to(REPO))
     env = dict(os.environ, PYTHONPATH=str(REPO))
     print(f"== {section.name}: {' '.join(argv)}", flush=True)
+    at_start = machine()
     t0 = time.monotonic()
     with open(folder / "stdout.txt", "w", encoding="utf-8") as out:
         proc = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -72,7 +73,8 @@ def run_section(section: Section) -> dict:
     for pattern in section.discard:               # per-run logs and traces that the document does not use
         for path in folder.glob(pattern):
             path.unlink() if path.is_file() else shutil.rmtree(path)
-    record = {"command": section.command(), "machine": machine(), "wall_s": round(wall, 1), "exit_status": proc.returncode,
+    record = {"command": section.command(), "machine": at_start, "wall_s": round(wall, 1),
+              "load_average_1min_at_end": round(os.getloadavg()[0], 2), "exit_status": proc.returncode,
               "date": time.strftime("%Y-%m-%d", time.gmtime())}
     (folder / "run.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print(f"   exit {proc.returncode} after {wall:.0f} s", flush=True)

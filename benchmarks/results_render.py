@@ -128,8 +128,10 @@ def section_md(s: Section, folder: Path, rerun: bool, repo: Path) -> str:
     how = "re-ran by this `make bench`" if rerun else \
         f"read from the stored run in [docs/results/{s.name}/](results/{s.name}/) (`make bench RERUN={s.name}` re-runs it)"
     status = "" if record["exit_status"] == 0 else f" **Exited {record['exit_status']}: the run failed.**"
+    end_load = f", {record['load_average_1min_at_end']} at the end" if "load_average_1min_at_end" in record else ""
     lines += [f"Ran {record['date']}, {_minutes(record['wall_s'])}, {how}; load average "
-              f"{record['machine']['load_average_1min']} at the start.{status}",
+              f"{record['machine']['load_average_1min']} at the start{end_load} (other jobs shared the machine "
+              f"when it exceeds its {record['machine']['logical_cpus']} CPUs).{status}",
               f"Machine: {describe(record['machine'])}.", ""]
     if s.name in PLOTTERS:
         PLOTTERS[s.name](folder)
