@@ -138,7 +138,8 @@ def section_md(s: Section, folder: Path, rerun: bool, repo: Path) -> str:
     sources = [folder / f for f in s.show if (folder / f).exists()] or [folder / "stdout.txt"]
     for path in sources:
         if path.exists():
-            lines += [_md_output(path.read_text(encoding="utf-8", errors="replace"), s.drop), ""]
+            text = path.read_text(encoding="utf-8", errors="replace").replace(f"{repo}/", "")  # paths in the repo
+            lines += [_md_output(text, s.drop), ""]
     pngs = sorted(folder.glob("*.png")) if "*" in s.plots else [folder / p for p in s.plots]
     for png in (p for p in pngs if p.exists()):
         lines += [f"![{png.stem}]({png.relative_to(repo / 'docs').as_posix()})", ""]
