@@ -13,7 +13,7 @@ help:
 	@echo "make demo   set up .venv, build the interfaces, run the demo fleet (4 drones + 1 arm)"
 	@echo "           make demo ENGINE=vllm runs the same fleet on the vLLM engine; MODEL=smollm2 on SmolLM2-135M"
 	@echo "make test   set up if needed, run the whole test suite"
-	@echo "make bench regenerate docs/results.md (about 45 min; QUICK=1: the fast sections only; RERUN=name,...|all:"
+	@echo "make bench regenerate docs/results.md (QUICK=1: the fast sections only; RERUN=name,...|all:"
 	@echo "           also the long ones, read from docs/results/ otherwise; RENDER=1: rewrite it from stored runs)"
 	@echo "make model  retrain the embedded default planner model (not needed: it is committed)"
 	@echo "make colcon-test  colcon build + colcon test of the package against .venv (colcon in build/colcon_venv)"

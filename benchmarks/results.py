@@ -12,12 +12,13 @@ document says, per section, whether this invocation re-ran it or read the stored
 
 Which sections run:
   default        every section but the long ones (cost "long": the ROS burst on SmolLM2, the full plan-quality pass),
-                 which are read from their stored runs; about 45 minutes on a 2-core machine;
-  --quick        only the fast ones (cost "fast": the simulator and the overhead benchmarks), a few minutes;
+                 which are read from their stored runs;
+  --quick        only the fast ones (cost "fast": the simulator and the overhead benchmarks);
   --rerun        also these long sections (all: every section);
   --only         exactly these sections;
   --render-only  none: rewrite docs/results.md from the stored runs.
-ROS sections use the caller's ROS_DOMAIN_ID (run them on a domain no other process uses).
+docs/results.md's header sums each mode's wall time from the stored runs. ROS sections use the caller's
+ROS_DOMAIN_ID (run them on a domain no other process uses).
 """
 from __future__ import annotations
 
