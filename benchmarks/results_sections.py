@@ -88,6 +88,13 @@ SECTIONS: tuple[Section, ...] = (
         "(target <= 2%), mean [min-max] over 5 repetitions, this thread's CPU time.",
         "benchmarks/segmentation_overhead.py", ("--reps", "5", "--threads", "1"), cost="fast", minutes=3),
     Section(
+        "engine_resume_embedded", "Suspend/resume vs re-prefill on the embedded planner (~1,500 tokens)",
+        "A generation with a 1,536-token prompt suspended after 32 tokens comes back from device memory, from host "
+        "memory, or by a fresh prefill of prompt + generated tokens (past the planner's 512 positions: the times hold, the "
+        "tokens mean nothing); time to its next token, medians, interleaved. Targets: <= 5% of the re-prefill from device "
+        "memory, <= 15% from host memory.",
+        "benchmarks/engine_resume.py", (), cost="fast", minutes=1),
+    Section(
         "engine_overhead", "Engine step vs a bare model forward (embedded planner)",
         "The transformers engine's decode step against the bare forward it runs on the same batch (target <= 15%), "
         "and against a plain transformers DynamicCache.",
