@@ -132,7 +132,8 @@ def section_md(s: Section, folder: Path, rerun: bool, repo: Path) -> str:
     lines += [f"Ran {record['date']}, {_minutes(record['wall_s'])}, {how}; load average "
               f"{record['machine']['load_average_1min']} at the start{end_load} (other jobs shared the machine "
               f"when it exceeds its {record['machine']['logical_cpus']} CPUs).{status}",
-              f"Machine: {describe(record['machine'])}.", ""]
+              f"Machine: {describe(record['machine'])}.", *([f"**Note:** {record['note']}"] if record.get("note") else []),
+              ""]
     if s.name in PLOTTERS:
         PLOTTERS[s.name](folder)
     sources = [folder / f for f in s.show if (folder / f).exists()] or [folder / "stdout.txt"]
