@@ -110,7 +110,7 @@ def plot_plan_quality(folder: Path) -> None:
 
 
 PLOTTERS = {"ros_burst_smollm2": plot_ros_vs_sim, "ros_burst_embedded": plot_ros_vs_sim,
-            "plan_quality": plot_plan_quality, "plan_quality_grammar": plot_plan_quality}
+            "plan_quality": plot_plan_quality}
 
 
 def _minutes(seconds: float) -> str:

@@ -124,13 +124,7 @@ SECTIONS: tuple[Section, ...] = (
         "step to its end in a batch of 8. Plans are deterministic (greedy), so one pass per configuration.",
         "benchmarks/plan_quality.py",
         ("--configs", "embedded,smollm2,smollm2-grammar", "--by-kind", "--out", "{out}"),
-        cost="long", minutes=60, drop=("[",), discard=(), plots=("plan_quality.png",)),
-    Section(
-        "plan_quality_grammar", "Plan quality: SmolLM2 under the skill grammar",
-        "The same set, path and checks as above for SmolLM2 with decoding constrained to each robot type's skill "
-        "grammar (docs/engine.md), run on its own.",
-        "benchmarks/plan_quality.py", ("--configs", "smollm2-grammar", "--by-kind", "--out", "{out}"),
-        cost="long", minutes=30, drop=("[",), plots=("plan_quality.png",)),
+        cost="long", minutes=60, drop=("[",), plots=("plan_quality.png",)),
     Section(
         "plan_quality_heldout", "Plan quality of the embedded planner on its own held-out split",
         "300 tasks of the embedded planner's held-out corpus split (unseen template x object pairs of its training "
