@@ -20,7 +20,9 @@ Every figure of the project, each with the command that made it and the machine 
     make bench RERUN=plan_quality   # also re-runs a long section (RERUN=all: everything)
     make bench RENDER=1             # re-runs nothing; rewrites this file from docs/results/
 
-(Durations: the sum of the stored runs' wall times on the machines they name; the long sections take {long}.)
+(Durations: the sum of the stored runs' wall times on the machines they name; the long sections take {long}. A run
+made while other jobs shared the machine, as each section's load average shows, takes several times what it takes on
+an idle one.)
 Sections not re-run by the invocation that wrote this file show their stored run (its machine and date are given).
 Each benchmark measures the variants it compares side by side in one run (alternated, repeated); seeds, where they
 apply, give mean [min-max] over the seeds. No GPU has run any of these: the CUDA paths (`--device cuda`,
