@@ -13,7 +13,8 @@ help:
 	@echo "make demo   set up .venv, build the interfaces, run the demo fleet (2 arms + 3 drones), draw build/demo/timeline.png"
 	@echo "           make demo ENGINE=vllm runs the same fleet on the vLLM engine; MODEL=smollm2 on SmolLM2-135M"
 	@echo "make test   set up if needed, run the whole test suite"
-	@echo "make bench  run the benchmarks (simulated policies, engine micro-benchmarks)"
+	@echo "make bench regenerate docs/results.md (QUICK=1: the fast sections only; RERUN=name,...|all:"
+	@echo "           also the long ones, read from docs/results/ otherwise; RENDER=1: rewrite it from stored runs)"
 	@echo "make model  retrain the embedded default planner model (not needed: it is committed)"
 	@echo "make colcon-test  colcon build + colcon test of the package against .venv (colcon in build/colcon_venv)"
 	@echo "make stress reliability suite on loopback (STRESS_SOAK_S=60 for a short soak; docs/stress.md)"
@@ -44,9 +45,13 @@ demo-image: demo
 test: setup
 	$(PY) -m pytest test -q -p no:cacheprovider
 
+# docs/results.md and its plots from the benchmark scripts (benchmarks/results.py; ROS sections use ROS_DOMAIN_ID).
+QUICK  ?=
+RERUN  ?=
+RENDER ?=
 bench: setup
-	$(PY) benchmarks/compare_policies.py --workload WID1 --out out/bench_wid1
-	$(PY) benchmarks/scheduling_overhead.py
+	PYTHONPATH=$(CURDIR) $(PY) benchmarks/results.py $(if $(QUICK),--quick) $(if $(RERUN),--rerun $(RERUN)) \
+	  $(if $(RENDER),--render-only)
 
 model: setup
 	$(PY) -m timely_llm_ros.model.train --out models/default_planner

@@ -58,6 +58,8 @@ def paired(closed: list[float], opened: list[float]) -> str:
 
 def ros_rows(path: Path) -> list[str]:
     """The paired figures of ros_burst.py runs (source ros) of both policies."""
+    if not path.is_file():
+        return [f"- {path}: no such file (run ros_burst.py --policies timely,timely-open-loop first)"]
     rows = [r for r in csv.DictReader(path.open()) if r["source"] == "ros" and r["policy"] in POLICIES]
     seeds = sorted({int(r["seed"]) for r in rows})
     get = {(r["policy"], int(r["seed"])): r for r in rows}

@@ -2,9 +2,7 @@
 
 Why: a forward pass of a small model is mostly Python (module calls, op dispatch), so it needs the GIL, and in the
 ROS server it shares the GIL with the node's threads (goal intake, feedback, the executors' clients). Serialised,
-their Python work stretches every engine step: next to one Python thread holding the GIL a quarter, half or three
-quarters of the time, a decode step of the embedded planner (batch 16) took 1.34x, 2.10x and 3.94x its time alone,
-while the same work in another process cost nothing (benchmarks/engine_process.py). A child process has its own
+their Python work stretches every engine step, the more the longer they hold the GIL. A child process has its own
 GIL, so the node's threads and the forward pass run on two cores.
 
 The scheduler does not change: this is an Engine whose calls run in the child, in order, on the real engine

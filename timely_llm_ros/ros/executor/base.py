@@ -88,8 +88,7 @@ class SkillExecutorNode(Node):
                                     **deep_queues(100, server=True))
         self._timer = (self.create_timer(self.feedback_period_s, self._periodic_feedback, callback_group=self._group)
                        if self.feedback_period_s > 0 else None)
-        # the timer runs only while a segment runs: an idle robot's timer woke the executor for nothing
-        # (benchmarks/executor_host_idle.py)
+        # the timer runs only while a segment runs: an idle robot's timer would wake the executor for nothing
         self._pause_feedback()
         self._status = StatusPublisher(self, p.status_period_s, self._status_snapshot)
         self._worker = threading.Thread(target=self._dispatch_loop, name="segment-dispatch", daemon=True)
