@@ -38,8 +38,7 @@ class SlotRows:
         # keep the store when the last generation is released: its pages stay mapped, so the next busy period's
         # first writes and row moves do not page-fault (a fresh row costs ~4x a warm one on CPU)
         self.keep_when_idle = self.min_rows > 0
-        # CPU: the store sits in a reservation of address space (False: growths allocate and copy; ablation,
-        # benchmarks/kv_store_growth.py)
+        # CPU: the store sits in a reservation of address space (False: growths allocate and copy; an ablation)
         self.reserve = True
         # the window goes where the fewest rows must move (False: always [0, B); ablation,
         # benchmarks/segmentation_overhead.py)
