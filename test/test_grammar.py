@@ -473,3 +473,26 @@ def test_greedy_rows_whose_top_token_the_grammar_allows_skip_the_mask_and_emit_t
         if not every_row:
             assert masks.kept_rows >= 10 and masks.masked_rows >= 4
     assert outputs[0] == outputs[1]
+
+
+def test_a_masked_greedy_row_takes_its_best_allowed_token_from_the_candidates_or_else_through_the_mask(compiler):
+    """Rows whose top token the grammar forbids: the best allowed token among the highest logits is the one the
+    full mask's argmax gives; a row with no allowed token among them goes through the mask kernel, with the same
+    result."""
+    from timely_llm_ros.engine.grammar import CANDIDATES, RowMasks
+
+    vocab = compiler.vocab_size
+    matchers = [compiler.matcher(grammar(key)) for key in TASKS][:3]
+    masks = RowMasks(vocab)
+    masks._fill(matchers)
+    allowed = [[t for t in range(vocab) if (int(masks._host[i, t >> 5]) >> (t & 31)) & 1] for i in range(3)]
+    forbidden = [sorted(set(range(vocab)) - set(a)) for a in allowed]
+    logits = torch.randn(3, vocab, generator=torch.Generator().manual_seed(7))
+    logits[0, forbidden[0][0]] = 50.0                                  # row 0: an allowed token 2nd-5th best
+    logits[0, allowed[0][-1]] = 40.0
+    logits[1, forbidden[1][:CANDIDATES + 5]] = 60.0 + torch.arange(CANDIDATES + 5.0)   # row 1: none in the candidates
+    logits[2, allowed[2][0]] = 70.0                                    # row 2: its top token is allowed
+    reference = logits.clone()
+    masks.apply(reference, matchers)
+    assert masks.greedy_tokens(logits.clone(), matchers) == reference.argmax(-1).tolist()
+    assert (masks.masked_rows, masks.kept_rows, masks.kernel_rows) == (2, 1, 1)
