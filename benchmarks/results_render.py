@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -30,6 +31,9 @@ benchmarks/gpu_engine.py's table, the official vLLM build) are untested on hardw
 """
 
 
+_PROGRESS_BAR = re.compile(r"\d+%\|.*\| \d+/\d+ \[")   # a tqdm line ("  5%|#   | 12/240 [00:03<...]")
+
+
 def _md_output(text: str, drop: tuple[str, ...]) -> str:
     """A script's standard output as markdown: its tables as tables, the rest as preformatted text."""
     blocks: list[str] = []
@@ -45,7 +49,7 @@ def _md_output(text: str, drop: tuple[str, ...]) -> str:
         table.clear()
 
     for line in text.splitlines():
-        if drop and line.startswith(drop):
+        if (drop and line.startswith(drop)) or _PROGRESS_BAR.search(line):
             continue
         if line.lstrip().startswith("|"):
             if plain:
