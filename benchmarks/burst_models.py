@@ -17,7 +17,6 @@ simulator set up as the server sets itself up for that model.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -137,20 +136,14 @@ class ServedModel:
 def _write_plan(engine, setup, grammar: bool, task) -> dict:
     """One task's plan written alone, greedy, as the server prompts (and constrains) it."""
     from timely_llm_ros.core.skills.grammar import plan_grammar
+    from timely_llm_ros.engine.benchkit import generate_alone
 
     ss = setup.skill_sets[task.robot_type]
     prompt = setup.prompts(ss, task.task, task.context)
-    engine.add("probe", prompt, ss.max_plan_tokens, grammar=plan_grammar(ss) if grammar else None)
-    ids, t0 = [], time.perf_counter()
-    while True:
-        r = engine.step(["probe"])
-        ids.append(r.tokens["probe"])
-        if "probe" in r.finished:
-            break
-    seconds = time.perf_counter() - t0
-    engine.release("probe")
-    text = engine.decode([i for i in ids if i != engine.eos_token_id]).strip()
-    return {"robot_type": task.robot_type, "prompt_tokens": len(prompt), "tokens": len(ids), "seconds": seconds,
+    text, tokens, seconds = generate_alone(engine, prompt, ss.max_plan_tokens,
+                                           grammar=plan_grammar(ss) if grammar else None)
+    text = text.strip()
+    return {"robot_type": task.robot_type, "prompt_tokens": len(prompt), "tokens": tokens, "seconds": seconds,
             "valid": not ss.validate_plan(text), "plan": text}
 
 

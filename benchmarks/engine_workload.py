@@ -113,24 +113,17 @@ def make_engine(loaded, steps: list | None = None):
 
 def probe_plans(loaded, skill_sets, workload: Workload, forced: bool) -> dict[int, dict]:
     """Generate each trace's plan alone (also warms the engine up): tokens, seconds, whether it parses."""
+    from timely_llm_ros.engine.benchkit import generate_alone
+
     engine = make_engine(loaded)
     out = {}
     for tid in sorted({t.trace_id for t in workload.tasks}):
         task = next(t for t in workload.tasks if t.trace_id == tid)
         ss = skill_sets[task.robot_type]
         prompt = engine.encode(ss.build_prompt(task.task, task.context))
-        engine.add("probe", prompt, ss.max_plan_tokens,
-                   forced_ids=engine.encode(" " + task.plan) if forced else None)
-        ids, t0 = [], time.perf_counter()
-        while True:
-            r = engine.step(["probe"])
-            ids.append(r.tokens["probe"])
-            if "probe" in r.finished:
-                break
-        secs = time.perf_counter() - t0
-        engine.release("probe")
-        text = engine.decode([i for i in ids if i != engine.eos_token_id])
-        out[tid] = {"prompt_tokens": len(prompt), "tokens": len(ids), "seconds": secs,
+        text, tokens, secs = generate_alone(engine, prompt, ss.max_plan_tokens,
+                                            forced_ids=engine.encode(" " + task.plan) if forced else None)
+        out[tid] = {"prompt_tokens": len(prompt), "tokens": tokens, "seconds": secs,
                     "valid": not ss.validate_plan(text), "plan": text.strip()}
     return out
 

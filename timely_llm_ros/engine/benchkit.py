@@ -94,3 +94,20 @@ def median(xs: list[float]) -> float:
 
 def ms(x: float) -> str:
     return f"{x * 1e3:8.2f} ms"
+
+
+def generate_alone(engine, prompt: list[int], max_new_tokens: int, **add: object) -> tuple[str, int, float]:
+    """One generation run alone to its end (``add``: the engine's add() options, e.g. grammar, forced_ids): its text
+    without stop tokens, its token count and the seconds its steps took."""
+    engine.add("alone", prompt, max_new_tokens, **add)
+    ids, t0 = [], time.perf_counter()
+    try:
+        while True:
+            step = engine.step(["alone"])
+            ids.append(step.tokens["alone"])
+            if "alone" in step.finished:
+                break
+        seconds = time.perf_counter() - t0
+    finally:
+        engine.release("alone")
+    return engine.decode([i for i in ids if i != engine.eos_token_id]), len(ids), seconds
