@@ -98,26 +98,31 @@ class RowMasks:
 
     def greedy_tokens(self, logits: torch.Tensor, matchers: Sequence[xgr.GrammarMatcher | None]) -> list[int]:
         """Each row's argmax, a constrained row's among the tokens its grammar allows: its highest-ranked allowed
-        token. A row whose highest logit is allowed keeps it; a row whose is not takes the best allowed one among
-        its CANDIDATES highest logits, read from the filled bitmask; only a row with none allowed there goes through
-        the mask kernel (~140-200 us a row of 49,152 logits on this CPU: more than a decode step's share can carry)
-        and a second argmax."""
+        token. One top-k of the batch's logits gives every row its best CANDIDATES tokens; a constrained row takes
+        the first of them its filled bitmask allows, and only a row with none allowed there goes through the mask
+        kernel (~140-200 us a row of 49,152 logits on this CPU: more than a decode step's share can carry) and a
+        second argmax."""
         rows = self._fill(matchers)
-        top = logits.argmax(-1).tolist()
-        masked = [i for i in rows if not (int(self._host[i, top[i] >> 5]) >> (top[i] & 31)) & 1]
-        self.masked_rows += len(masked)
-        self.kept_rows += len(rows) - len(masked)
-        if not masked:
+        candidates = logits.topk(min(CANDIDATES, logits.shape[-1]), dim=-1).indices   # [rows, K], best first
+        top = candidates[:, 0].tolist()
+        if not rows:
             return top
-        candidates = logits[masked].topk(min(CANDIDATES, logits.shape[-1]), dim=-1).indices   # best first
-        allowed = (self._host[masked].gather(1, candidates >> 5) >> (candidates & 31)) & 1
+        constrained = candidates[rows]
+        allowed = (self._host[rows].gather(1, constrained >> 5) >> (constrained & 31)) & 1
+        kept = allowed[:, 0].tolist()
         found = allowed.any(-1).tolist()
         # argmax of 0/1 is the first 1: the best allowed candidate (index 0, unused, where none is allowed)
-        chosen = candidates.gather(1, allowed.argmax(-1, keepdim=True)).squeeze(1).tolist()
-        unresolved = [i for i, ok in zip(masked, found) if not ok]
-        for i, ok, token in zip(masked, found, chosen):
+        chosen = constrained.gather(1, allowed.argmax(-1, keepdim=True)).squeeze(1).tolist()
+        unresolved = []
+        for i, top_allowed, ok, token in zip(rows, kept, found, chosen):
+            if top_allowed:
+                self.kept_rows += 1
+                continue
+            self.masked_rows += 1
             if ok:
                 top[i] = token
+            else:
+                unresolved.append(i)
         if unresolved:
             self.kernel_rows += len(unresolved)
             self._mask(logits, unresolved, len(matchers))
