@@ -34,7 +34,9 @@ def run(tmp_path_factory):
     (folder / "tasks.yaml").write_text(yaml.safe_dump(TASKS))
     (folder / "params.yaml").write_text(yaml.safe_dump({
         "/**/timely_server": {"ros__parameters": {
-            "num_threads": 1, "max_batch": 4, "expected_agents": ["arm_1", "drone_1", "drone_2"],
+            # one generation a step: the urgent request cannot join the batch beside the others, so whichever of them
+            # is generating when it arrives is suspended for it (with room in the batch that depended on timing)
+            "num_threads": 1, "max_batch": 1, "expected_agents": ["arm_1", "drone_1", "drone_2"],
             "step_trace_csv": str(folder / "steps.csv")}},
         "/**/executor": {"ros__parameters": {"time_scale": 0.1}},
         "/**/fleet_workload": {"ros__parameters": {
