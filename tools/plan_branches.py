@@ -25,7 +25,8 @@ from timely_llm_ros.core.policies import make_policy  # noqa: E402
 from timely_llm_ros.core.request import PlanRequest  # noqa: E402
 from timely_llm_ros.core.scene import Scene, load_scene  # noqa: E402
 from timely_llm_ros.core.scene_run import run_plan  # noqa: E402
-from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, SegmentReady  # noqa: E402
+from timely_llm_ros.core.dry_run import plan_dry  # noqa: E402
+from timely_llm_ros.core.scheduler import PlanScheduler  # noqa: E402
 from timely_llm_ros.core.skills import SkillSet, load_skill_sets  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
 from timely_llm_ros.paths import config_dir  # noqa: E402
@@ -43,16 +44,7 @@ def generate_plans(tasks: list[tuple[str, dict]], model_path: str | None) -> lis
         req = PlanRequest(req_id=f"t{i}", agent_id=f"{robot_type}_1", robot_type=robot_type, task=entry["task"],
                           context=entry.get("context", ""), tuf=DEFAULT_URGENCY_CLASSES[entry["urgency"]],
                           arrival=time.monotonic(), urgency=entry["urgency"])
-        events, outcome = sched.submit(req), None
-        while outcome is None:
-            for ev in events:
-                if isinstance(ev, SegmentReady):   # dry: each segment counts as executed at once
-                    now = time.monotonic()
-                    sched.on_execution_started(ev.req_id, ev.segment.index, now)
-                    events.extend(sched.on_execution_finished(ev.req_id, ev.segment.index, now))
-                elif isinstance(ev, RequestFinished):
-                    outcome = ev.outcome
-            events = sched.step() if outcome is None else []
+        outcome = plan_dry(sched, req)
         plans.append(outcome.plan_text.strip())
     return plans
 

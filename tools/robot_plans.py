@@ -22,7 +22,8 @@ from timely_llm_ros.core.models import model_spec  # noqa: E402
 from timely_llm_ros.core.policies import make_policy  # noqa: E402
 from timely_llm_ros.core.request import PlanRequest  # noqa: E402
 from timely_llm_ros.core.robot_types import load_robot_types  # noqa: E402
-from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, SegmentReady  # noqa: E402
+from timely_llm_ros.core.dry_run import plan_dry  # noqa: E402
+from timely_llm_ros.core.scheduler import PlanScheduler  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
 
 
@@ -47,16 +48,7 @@ def plan_tasks(robot_type: str, tasks: list[dict], skills_dir: str, model: str) 
                           context=str(entry.get("scene", "")), tuf=DEFAULT_URGENCY_CLASSES["normal"],
                           arrival=time.monotonic(), urgency="normal", max_new_tokens=skill_set.max_plan_tokens,
                           constrained=spec.grammar and skill_set.mode == "statements")
-        events, outcome = scheduler.submit(req), None
-        while outcome is None:
-            for ev in events:
-                if isinstance(ev, SegmentReady):     # dry: each segment counts as run at once
-                    now = time.monotonic()
-                    scheduler.on_execution_started(ev.req_id, ev.segment.index, now)
-                    events.extend(scheduler.on_execution_finished(ev.req_id, ev.segment.index, now))
-                elif isinstance(ev, RequestFinished):
-                    outcome = ev.outcome
-            events = scheduler.step() if outcome is None else []
+        outcome = plan_dry(scheduler, req)
         out.append((outcome.plan_text.strip(), outcome.error_code.name))
     return out
 

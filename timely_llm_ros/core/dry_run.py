@@ -1,0 +1,25 @@
+"""One request planned to its end with nothing executed: each segment counts as run the moment it is ready (what the
+server's dry_run goals do), for the tools that show what a model writes."""
+from __future__ import annotations
+
+import time
+
+from .events import RequestFinished, SegmentReady
+from .outcome import RequestOutcome
+from .request import PlanRequest
+from .scheduler import PlanScheduler
+
+
+def plan_dry(scheduler: PlanScheduler, req: PlanRequest) -> RequestOutcome:
+    """Submit ``req`` and step ``scheduler`` until it ends, each of its segments executed at once; its outcome."""
+    events, outcome = scheduler.submit(req), None
+    while outcome is None:
+        for ev in events:
+            if isinstance(ev, SegmentReady):
+                now = time.monotonic()
+                scheduler.on_execution_started(ev.req_id, ev.segment.index, now)
+                events.extend(scheduler.on_execution_finished(ev.req_id, ev.segment.index, now))
+            elif isinstance(ev, RequestFinished):
+                outcome = ev.outcome
+        events = scheduler.step() if outcome is None else []
+    return outcome
