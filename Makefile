@@ -28,14 +28,14 @@ setup:
 	@$(PY) -c "import timely_llm_ros.action, timely_llm_ros.core.scheduler; print('[setup] timely_llm_ros ready')"
 
 # The demo run writes the server's step trace and the workload's events into DEMO_OUT, and draws them as one picture
-# (timely_llm_ros/demo_timeline.py). `make demo-image` copies that picture to docs/images/ for the README.
+# (tools/demo_timeline.py). `make demo-image` copies that picture to docs/images/ for the README.
 DEMO_OUT ?= build/demo
 demo: setup
 	@rm -f $(DEMO_OUT)/steps.csv $(DEMO_OUT)/events.csv $(DEMO_OUT)/timeline.png
 	$(VENV)/bin/timely_bringup --fleet config/fleet/demo.yaml $(if $(ENGINE),--set timely_server.engine=$(ENGINE)) \
 	  $(if $(MODEL),--set timely_server.model=$(MODEL)) --set timely_server.step_trace_csv=$(abspath $(DEMO_OUT))/steps.csv \
 	  --set fleet_workload.events_csv=$(abspath $(DEMO_OUT))/events.csv
-	$(PY) -m timely_llm_ros.demo_timeline $(DEMO_OUT)
+	$(PY) -m tools.demo_timeline $(DEMO_OUT)
 
 .PHONY: demo-image
 demo-image: demo
@@ -54,7 +54,7 @@ bench: setup
 	  $(if $(RENDER),--render-only)
 
 model: setup
-	$(PY) -m timely_llm_ros.model.train --out models/default_planner
+	$(PY) -m tools.embedded_planner.train --out models/default_planner
 
 clean:
 	rm -rf build out .pytest_cache

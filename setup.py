@@ -11,11 +11,10 @@ setup(
     include_package_data=False,
     entry_points={
         "console_scripts": [
-            "timely_server = timely_llm_ros.ros.server_node:main",
-            "robot_executor = timely_llm_ros.ros.executor_node:main",
-            "fleet_workload = timely_llm_ros.ros.workload_node:main",
-            "timely_bringup = timely_llm_ros.ros.bringup:main",
-            "timely_train_model = timely_llm_ros.model.train:main",
+            "timely_server = timely_llm_ros.ros.server.node:main",
+            "robot_executor = timely_llm_ros.ros.executor.node:main",
+            "fleet_workload = timely_llm_ros.ros.fleet.workload_node:main",
+            "timely_bringup = timely_llm_ros.ros.fleet.bringup:main",
         ]
     },
 )

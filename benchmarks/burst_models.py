@@ -25,7 +25,7 @@ import yaml
 from timely_llm_ros.core.fit import HardwareFit, PlanShape, derive, plan_shapes, profile_measurements, scale_classes
 from timely_llm_ros.core.fit import unmet_classes
 from timely_llm_ros.core.tuf import TimeUtility
-from timely_llm_ros.core.workload import Workload
+from timely_llm_ros.evaluation.workload import Workload
 
 NETWORK_DELAY_S = 0.008
 
@@ -116,9 +116,9 @@ class ServedModel:
 
     def simulator(self, policy, latency, seed: int, time_scale: float, classes: dict[str, TimeUtility]):
         """A Simulator of this model on ``latency``: its token counts, its prompts' cached prefixes."""
-        from timely_llm_ros.core.sim.clock import VirtualClock
-        from timely_llm_ros.core.sim.sim_engine import SimEngine
-        from timely_llm_ros.core.sim.simulator import Simulator
+        from timely_llm_ros.evaluation.sim.clock import VirtualClock
+        from timely_llm_ros.evaluation.sim.sim_engine import SimEngine
+        from timely_llm_ros.evaluation.sim.simulator import Simulator
 
         clock = VirtualClock()
         engine = SimEngine(latency, clock, tokenizer=self.tokens) if self.tokens is not None else None

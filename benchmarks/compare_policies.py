@@ -33,15 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from report import parse_seeds, write_csv  # noqa: E402
 
 from timely_llm_ros.core.composition import PolicyChoice, build_policy  # noqa: E402
-from timely_llm_ros.core.metrics import by_urgency, request_utility, summarize  # noqa: E402
+from timely_llm_ros.evaluation.metrics import by_urgency, request_utility, summarize  # noqa: E402
 from timely_llm_ros.core.policies import POLICIES, make_policy  # noqa: E402
 from timely_llm_ros.core.request import RequestState  # noqa: E402
 from timely_llm_ros.core.scheduler import SchedulerConfig  # noqa: E402
-from timely_llm_ros.core.sim import LatencyModel, load_latency_model  # noqa: E402
-from timely_llm_ros.core.sim.simulator import ExecNoise, Simulator  # noqa: E402
+from timely_llm_ros.evaluation.sim import LatencyModel, load_latency_model  # noqa: E402
+from timely_llm_ros.evaluation.sim.simulator import ExecNoise, Simulator  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
-from timely_llm_ros.core.workload import generate, load_spec, load_workload  # noqa: E402
-from timely_llm_ros.core.workload.generator import Workload, burst  # noqa: E402
+from timely_llm_ros.evaluation.workload import generate, load_spec, load_workload  # noqa: E402
+from timely_llm_ros.evaluation.workload.generator import Workload, burst  # noqa: E402
 
 DEFAULT_POLICIES = ("timely,timely-fixed,timely-nodrop,timely-open-loop,timely-nopreempt,timely-nointerrupt,"
                     "timely-mixed-steps,"

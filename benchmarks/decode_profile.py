@@ -39,9 +39,9 @@ def parse(argv=None) -> argparse.Namespace:
 def layer_timer(engine) -> tuple[dict[int, list[float]], list]:
     """Wall time of each decoder layer's forward, per call, from hooks on the engine's model."""
     try:
-        from timely_llm_ros.engine.layer_gate import decoder_layers
+        from timely_llm_ros.engine.transformers.layer_gate import decoder_layers
     except ImportError:                       # a checkout from before the engine's split into modules
-        from timely_llm_ros.engine.transformers_engine import decoder_layers
+        from timely_llm_ros.engine.transformers.engine import decoder_layers
 
     spans: dict[int, list[float]] = collections.defaultdict(list)
     started: dict[int, float] = {}

@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from timely_llm_ros.engine import benchkit as bk  # noqa: E402
-from timely_llm_ros.engine.transformers_engine import TransformersEngine  # noqa: E402
+from timely_llm_ros.engine.transformers.engine import TransformersEngine  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from timely_llm_ros.engine import benchkit as bk  # noqa: E402
-from timely_llm_ros.engine.transformers_engine import TransformersEngine  # noqa: E402
+from timely_llm_ros.engine.transformers.engine import TransformersEngine  # noqa: E402
 
 
 def leave_batch(engine: TransformersEngine, offload: bool) -> None:

@@ -276,8 +276,8 @@ def workload_part(args, rows: list[dict]) -> None:
     """engine_workload.py's WID1-shaped workload on both engines (one seed: it runs in real time)."""
     import engine_workload as ew
 
-    from timely_llm_ros.core.metrics import summarize
-    from timely_llm_ros.core.sim.simulator import Simulator
+    from timely_llm_ros.evaluation.metrics import summarize
+    from timely_llm_ros.evaluation.sim.simulator import Simulator
     from timely_llm_ros.core.skills import load_skill_sets
 
     wargs = ew.parse_args(["--duration", str(args.workload_s), "--eps", str(args.eps), "--drain", "20"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from timely_llm_ros.core.evalset import EvalTask
+from timely_llm_ros.evaluation.evalset import EvalTask
 
 HEADER = """\
 # Plan-quality evaluation set, arm (one skill call per statement, config/skills/arm.yaml). Written by

@@ -35,8 +35,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from timely_llm_ros.engine import benchkit as bk  # noqa: E402
-from timely_llm_ros.engine.loader import LoadedModel, build_random_model, load_pretrained, random_config  # noqa: E402
-from timely_llm_ros.engine.transformers_engine import TransformersEngine  # noqa: E402
+from timely_llm_ros.engine.transformers.loader import LoadedModel, build_random_model, load_pretrained, random_config  # noqa: E402
+from timely_llm_ros.engine.transformers.engine import TransformersEngine  # noqa: E402
 
 ROWS: list[tuple[str, str, str, str, str]] = []      # shape, part, case, measured, reference / ratio
 

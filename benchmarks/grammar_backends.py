@@ -45,7 +45,7 @@ from timely_llm_ros.core.skills import SkillSet, load_skill_sets  # noqa: E402
 from timely_llm_ros.core.skills import grammar as G  # noqa: E402
 from timely_llm_ros.core.skills.minispec import parse  # noqa: E402
 from timely_llm_ros.engine.models import weights_folder  # noqa: E402
-from timely_llm_ros.model.corpus import generate  # noqa: E402
+from tools.embedded_planner.corpus import generate  # noqa: E402
 
 ROBOTS = ("drone", "arm")
 HAND_INVALID = {
@@ -328,7 +328,7 @@ def apply_time(lib, compiled, plans_ids: list[list[int]], reps: int = 200) -> fl
 
 def vllm_accepts(text: str) -> str:
     """vLLM's own validation of a grammar request, for its xgrammar and guidance backends."""
-    from timely_llm_ros.engine.vllm_engine import configure_environment
+    from timely_llm_ros.engine.vllm.engine import configure_environment
 
     configure_environment()
     from vllm.sampling_params import SamplingParams, StructuredOutputsParams

@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from timely_llm_ros.core.models import model_spec  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.skills.grammar import plan_grammar  # noqa: E402
-from timely_llm_ros.engine.loader import load_pretrained  # noqa: E402
+from timely_llm_ros.engine.transformers.loader import load_pretrained  # noqa: E402
 from timely_llm_ros.engine.models import weights_folder  # noqa: E402
-from timely_llm_ros.engine import token_choice  # noqa: E402
-from timely_llm_ros.engine.transformers_engine import TransformersEngine  # noqa: E402
+from timely_llm_ros.engine.transformers import token_choice  # noqa: E402
+from timely_llm_ros.engine.transformers.engine import TransformersEngine  # noqa: E402
 
 TASKS = [
     ("drone", "find a toy under the bed", "room: bedroom; objects: bed, chair, cup"),

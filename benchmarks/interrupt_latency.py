@@ -26,8 +26,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from timely_llm_ros.engine import benchkit as bk  # noqa: E402
-from timely_llm_ros.engine.layer_gate import decoder_layers  # noqa: E402
-from timely_llm_ros.engine.transformers_engine import TransformersEngine  # noqa: E402
+from timely_llm_ros.engine.transformers.layer_gate import decoder_layers  # noqa: E402
+from timely_llm_ros.engine.transformers.engine import TransformersEngine  # noqa: E402
 
 
 def gate_cost(loaded, batch: int, context: int, steps: int) -> dict[str, float]:

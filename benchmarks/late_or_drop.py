@@ -26,15 +26,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from report import parse_seeds  # noqa: E402
 
-from timely_llm_ros.core.metrics import request_utility  # noqa: E402
+from timely_llm_ros.evaluation.metrics import request_utility  # noqa: E402
 from timely_llm_ros.core.policies import make_policy  # noqa: E402
 from timely_llm_ros.core.policies.timely import options_from_skill_sets  # noqa: E402
 from timely_llm_ros.core.request import RequestState  # noqa: E402
-from timely_llm_ros.core.sim import load_latency_model  # noqa: E402
-from timely_llm_ros.core.sim.simulator import Simulator  # noqa: E402
+from timely_llm_ros.evaluation.sim import load_latency_model  # noqa: E402
+from timely_llm_ros.evaluation.sim.simulator import Simulator  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
-from timely_llm_ros.core.workload.generator import WorkloadTask, lookup_trace  # noqa: E402
+from timely_llm_ros.evaluation.workload.generator import WorkloadTask, lookup_trace  # noqa: E402
 
 SETTINGS = {"drop/drop": ("drop", "drop"), "serve/drop": ("serve", "drop"), "serve/serve": ("serve", "serve")}
 

@@ -7,7 +7,7 @@ benchmarks/evalset_drone.py and benchmarks/evalset_arm.py.
 
 A task kind is a list of phrasings, a scene drawn from word tables and a rule writing the reference plan in the
 project's plan conventions (each file's header states them). The phrasings are the project's own and none is a
-template of the embedded planner's corpus (timely_llm_ros/model/corpus.py); ``overlap`` measures that, and
+template of the embedded planner's corpus (tools/embedded_planner/corpus.py); ``overlap`` measures that, and
 test/test_evalset.py keeps it at zero. Within each kind every third task (the first, fourth, ...) is ``dev``, the
 rest ``test``. Deterministic: the same tables and seed write the same files.
 """
@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import evalset_arm  # noqa: E402
 import evalset_drone  # noqa: E402
 
-from timely_llm_ros.core.evalset import EvalTask, eval_dir, load_eval_tasks  # noqa: E402
-from timely_llm_ros.core.plan_checks import string_arguments  # noqa: E402
+from timely_llm_ros.evaluation.evalset import EvalTask, eval_dir, load_eval_tasks  # noqa: E402
+from timely_llm_ros.evaluation.plan_checks import string_arguments  # noqa: E402
 
 SEED = 30
 AN = re.compile(r"\b([Aa]) ([aeiou])")   # "a umbrella" -> "an umbrella"
@@ -73,7 +73,7 @@ def _template_regex(template: str) -> re.Pattern:
 
 def corpus_templates() -> list[str]:
     """Every task template of the embedded planner's corpus: its phrasing lists and its inline motion tasks."""
-    from timely_llm_ros.model import corpus
+    from tools.embedded_planner import corpus
 
     lists = ["FIND", "CHECK_TWO", "ON_FURN", "UNDER_FURN", "PURPOSE", "APPROACH", "PROBE", "INJURY", "COLLISION",
              "EVADE", "STACK", "TOWER", "CLEAN", "CLASSIFY", "MOVE_TO", "GREETINGS", "SEE", "IS_THERE"]
@@ -96,7 +96,7 @@ class Overlap:
 
 def overlap(tasks: list[EvalTask], sample: int = 50_000) -> Overlap:
     """Measure the overlap of ``tasks`` with the corpus (template matches, verbatim texts, object vocabulary)."""
-    from timely_llm_ros.model import corpus
+    from tools.embedded_planner import corpus
 
     patterns = [_template_regex(t) for t in corpus_templates()]
     examples = corpus.generate(sample, seed=0)

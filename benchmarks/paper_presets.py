@@ -37,13 +37,13 @@ from timely_llm_ros.core.policies import make_policy  # noqa: E402
 from timely_llm_ros.core.policies.timely import options_from_skill_sets  # noqa: E402
 from timely_llm_ros.core.request import RequestState  # noqa: E402
 from timely_llm_ros.core.scheduler import RequestOutcome  # noqa: E402
-from timely_llm_ros.core.sim import LatencyModel  # noqa: E402
-from timely_llm_ros.core.sim.clock import VirtualClock  # noqa: E402
-from timely_llm_ros.core.sim.sim_engine import SimEngine  # noqa: E402
-from timely_llm_ros.core.sim.simulator import Simulator  # noqa: E402
+from timely_llm_ros.evaluation.sim import LatencyModel  # noqa: E402
+from timely_llm_ros.evaluation.sim.clock import VirtualClock  # noqa: E402
+from timely_llm_ros.evaluation.sim.sim_engine import SimEngine  # noqa: E402
+from timely_llm_ros.evaluation.sim.simulator import Simulator  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES, TimeUtility  # noqa: E402
-from timely_llm_ros.core.workload.generator import WorkloadTask  # noqa: E402
+from timely_llm_ros.evaluation.workload.generator import WorkloadTask  # noqa: E402
 from timely_llm_ros.engine.routed import RoutedEngine  # noqa: E402
 
 ALL_POLICIES = "fcfs,vllm-stream,edf,timely,slice,semantic,rtlm,timebill"
@@ -173,7 +173,7 @@ RTLM_RATE, RTLM_BATCH = 3.0, 4   # near saturation of the primary (max batch 4, 
 
 
 def rtlm_tasks(seed: int, n: int = 120, rate: float | None = None) -> list[PaperTask]:
-    from timely_llm_ros.model.corpus import generate, split
+    from tools.embedded_planner.corpus import generate, split
 
     rng = random.Random(seed)
     _, held = split(generate(2000, 0))
@@ -265,7 +265,7 @@ BUDGETS = (3.0, 4.0, 5.0, 6.0)
 
 def timebill_tasks(seed: int, budget: float, n: int = 40, rate: float = 0.5) -> list[PaperTask]:
     """Planner corpus tasks with long retrieved contexts (8k-16k prompt tokens) and a hard budget each."""
-    from timely_llm_ros.model.corpus import generate, split
+    from tools.embedded_planner.corpus import generate, split
 
     rng = random.Random(seed)
     _, held = split(generate(2000, 0))
@@ -307,8 +307,8 @@ def run_timebill(policies: list[str], seeds: list[int], latency: LatencyModel,
 def run_wid(name: str) -> Callable:
     """TimelyLLM's preset `name` (config/workloads), seeds 1..n: mean time utility, urgent utility, response time."""
     def run(policies: list[str], seeds: list[int], latency: LatencyModel) -> list[dict]:
-        from timely_llm_ros.core.metrics import by_urgency, summarize
-        from timely_llm_ros.core.workload import load_spec, generate
+        from timely_llm_ros.evaluation.metrics import by_urgency, summarize
+        from timely_llm_ros.evaluation.workload import load_spec, generate
 
         rows = []
         for pol in policies:
@@ -347,7 +347,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     p.add_argument("--out", default="out/paper_presets")
     args = p.parse_args(list(argv) if argv is not None else None)
     from timely_llm_ros.core.policies import POLICIES
-    from timely_llm_ros.core.sim import load_latency_model
+    from timely_llm_ros.evaluation.sim import load_latency_model
 
     policies = [s.strip() for s in args.policies.split(",") if s.strip()]
     unknown = [s for s in policies if s not in POLICIES and s not in VARIANTS]

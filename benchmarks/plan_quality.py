@@ -9,7 +9,7 @@ configuration's model entry (config/models.yaml), driven by core.scheduler.PlanS
 policy with up to --max-batch generations per step, each goal validated as the server validates it, as a dry
 run (as the server's dry_run goals: no robot, every segment counts as executed the moment it is generated).
 Segmentation, the plan-length caps and the error codes are therefore exactly
-the server's. Each plan is then checked (core/plan_checks.py: parses, known skills, keys, exact, same skills).
+the server's. Each plan is then checked (evaluation/plan_checks.py: parses, known skills, keys, exact, same skills).
 
 Prints, per configuration and robot type, the rates, the mean generated tokens per plan, the seconds per plan
 (the pass's wall time over its plans: batched throughput) and the mean latency of a plan (its first engine step
@@ -34,10 +34,10 @@ from typing import Any, Callable, Mapping, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from timely_llm_ros.core.errors import ErrorCode, RequestError  # noqa: E402
-from timely_llm_ros.core.evalset import SPLITS, EvalTask, load_eval_tasks  # noqa: E402
+from timely_llm_ros.evaluation.evalset import SPLITS, EvalTask, load_eval_tasks  # noqa: E402
 from timely_llm_ros.core.exec_time import load_exec_models  # noqa: E402
 from timely_llm_ros.core.models import model_spec  # noqa: E402
-from timely_llm_ros.core.plan_checks import (CHECKS, PlanCheck, called_skills, check_plan, rates,  # noqa: E402
+from timely_llm_ros.evaluation.plan_checks import (CHECKS, PlanCheck, called_skills, check_plan, rates,  # noqa: E402
                                              string_arguments)
 from timely_llm_ros.core.composition import PolicyChoice  # noqa: E402
 from timely_llm_ros.core.request import RequestState  # noqa: E402
@@ -148,7 +148,7 @@ def corpus_heldout_tasks(n: int) -> list[EvalTask]:
     """``n`` drone and arm tasks from the embedded planner's own held-out split (model/corpus.py: unseen
     template x object pairs), as a reference point measured with the same path and checks. Their key objects are
     the reference plan's string arguments that the prompt shows; a plan without any has its last skill as key."""
-    from timely_llm_ros.model.evaluate import heldout_examples
+    from tools.embedded_planner.evaluate import heldout_examples
 
     examples = [e for e in heldout_examples(2 * n) if e.robot_type in ("drone", "arm")][:n]
     tasks = []

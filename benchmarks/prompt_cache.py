@@ -31,9 +31,9 @@ from timely_llm_ros.core.request import PlanRequest  # noqa: E402
 from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, SegmentReady  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
-from timely_llm_ros.engine.loader import load_pretrained  # noqa: E402
+from timely_llm_ros.engine.transformers.loader import load_pretrained  # noqa: E402
 from timely_llm_ros.engine.models import weights_folder  # noqa: E402
-from timely_llm_ros.engine.transformers_engine import TransformersEngine  # noqa: E402
+from timely_llm_ros.engine.transformers.engine import TransformersEngine  # noqa: E402
 from timely_llm_ros.stack import StackOptions, build_stack  # noqa: E402
 
 

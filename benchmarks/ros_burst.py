@@ -10,7 +10,7 @@ Real processes over DDS on loopback, per seed: one server node (one torch thread
 expected) and one simulated executor host for all agents; a 4-goal warm-up replay, then per policy (order rotated
 per seed) the runtime parameter `policy` is set and the replay client (`workload_node`, `workload_file:=` the seed's
 workload YAML, `results_csv:=`) sends the workload. Server and host get SIGINT at the end and must exit 0; the
-client must exit 0 (every goal answered). Workload: `engine_workload.py --shape burst` (core.workload.generator.burst:
+client must exit 0 (every goal answered). Workload: `engine_workload.py --shape burst` (evaluation.workload.generator.burst:
 burst at 1 s, corpus phrasing for the drone traces, the model writes every plan), its arm and urgent counts times K.
 
 Scaled to the planner's speed (--scale auto): a burst is an overload when its urgent requests alone need more engine
@@ -29,10 +29,10 @@ of the profile: core/fit.py). The urgency classes are the configured ones, excep
 cannot meet on the profile (SmolLM2 here: the urgent class's 0.2 s ERT) is scaled to --class-scale x that time
 (core/fit.py scale_classes); the server loads the same classes from a file, so both sides score the same TUFs, and
 --scale auto reads their urgent zero crossing. Its profile: --profile, default config/latency/<model>-cpu.yaml
-(engine/profiler.py), build/latency/embedded_planner.yaml for the embedded planner.
+(engine/transformers/profiler.py), build/latency/embedded_planner.yaml for the embedded planner.
 
 The same workloads go through the discrete-event simulator twice:
-  sim-embedded: a latency profile of the embedded planner measured on this machine (engine/profiler.py, written to
+  sim-embedded: a latency profile of the embedded planner measured on this machine (engine/transformers/profiler.py, written to
       build/latency/embedded_planner.yaml when missing), each trace's plan as the model writes it alone (greedy),
       prompts of the real length, and the policy options the server gives (online G);
   sim-as-run: sim-embedded on the machine the ROS runs had: the server writes a step trace (step_trace_csv, one
@@ -69,7 +69,7 @@ import engine_workload as ew  # noqa: E402
 from burst_models import ServedModel, write_classes  # noqa: E402
 from report import cpu_seconds, parse_seeds, write_csv  # noqa: E402
 
-from timely_llm_ros.core.workload import Workload, save_workload  # noqa: E402
+from timely_llm_ros.evaluation.workload import Workload, save_workload  # noqa: E402
 from tools.stress.procs import Child  # noqa: E402
 
 DEFAULT_POLICIES = "timely,edf-admit,edf,vllm-stream,fcfs"
@@ -147,9 +147,9 @@ def urgent_horizon_s(classes=None) -> float:
 
 def preset_load(seeds: list[int], max_batch: int) -> float:
     """The 4090 burst preset's urgent demand in zero crossings (mean over seeds; its plans in simulator tokens)."""
-    from timely_llm_ros.core.sim.latency_model import load_latency_model
-    from timely_llm_ros.core.sim.tokenizer import PieceTokenizer
-    from timely_llm_ros.core.workload.generator import burst
+    from timely_llm_ros.core.latency_model import load_latency_model
+    from timely_llm_ros.evaluation.sim.tokenizer import PieceTokenizer
+    from timely_llm_ros.evaluation.workload.generator import burst
 
     latency, tok = load_latency_model(REPO / "config/latency/llama3-8b-rtx4090.yaml"), PieceTokenizer()
     return mean(urgent_demand_s(burst(seed), latency, max_batch, lambda t: tok.count(" " + t.plan) + 1,
@@ -189,7 +189,7 @@ class RosSession:
     def __init__(self, agents: list[tuple[str, str]], seed: int, first_policy: str, args, trace: Path) -> None:
         names = [a for a, _ in agents]
         self.args = args
-        self.server = Child("server", "timely_llm_ros.ros.server_node",
+        self.server = Child("server", "timely_llm_ros.ros.server.node",
                             ["--ros-args", "-r", "__node:=timely_server", "-p", f"policy:={first_policy}",
                              "-p", "num_threads:=1", "-p", f"max_batch:={args.max_batch}",
                              "-p", f"expected_agents:=[{','.join(names)}]", "-p", f"step_trace_csv:={trace}",
@@ -241,7 +241,7 @@ class RosSession:
         """Run the replay client to its end; (its outcome rows, its exit code, the server's CPU seconds meanwhile)."""
         mark = len(self.server.tail)
         cpu0 = cpu_seconds(self.server.proc.pid)
-        client = Child("client", "timely_llm_ros.ros.workload_node",
+        client = Child("client", "timely_llm_ros.ros.fleet.workload_node",
                        ["--ros-args", "-p", f"workload_file:={workload_yaml}", "-p", f"results_csv:={csv_out}",
                         "-p", f"result_timeout_s:={self.args.result_timeout}"], "replaying", nice=self.args.robots_nice)
         try:
@@ -310,13 +310,13 @@ def ensure_profile(path: Path, model: str = "embedded") -> Path:
 
     if model != "embedded":
         if not path.exists():
-            raise SystemExit(f"no latency profile {path}: make one (python -m timely_llm_ros.engine.profiler --model "
+            raise SystemExit(f"no latency profile {path}: make one (python -m timely_llm_ros.engine.transformers.profiler --model "
                              f"<its folder> --threads 1 --out {path}) or pass --profile")
         return path
     if not path.exists() or "layers" not in (yaml.safe_load(path.read_text(encoding="utf-8")) or {}):
         print(f"profiling the embedded planner into {path} (one torch thread)", flush=True)
         path.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "timely_llm_ros.engine.profiler", "--out", str(path), "--threads", "1",
+        subprocess.run([sys.executable, "-m", "timely_llm_ros.engine.transformers.profiler", "--out", str(path), "--threads", "1",
                         "--prefill-lengths", "16", "32", "64", "128", "256", "--batches", "1", "2", "4", "8", "16",
                         "--contexts", "64", "128", "256"], check=True, cwd=REPO)
     return path
@@ -350,8 +350,8 @@ def sim_model(policy: str, seed: int, workload: Workload, served: ServedModel, l
 
 def sim_4090(policy: str, seed: int, args):
     import compare_policies as cp
-    from timely_llm_ros.core.sim.latency_model import load_latency_model
-    from timely_llm_ros.core.workload.generator import burst
+    from timely_llm_ros.core.latency_model import load_latency_model
+    from timely_llm_ros.evaluation.workload.generator import burst
 
     w = burst(seed)
     result = cp.run_one(policy, args.max_batch, w, load_latency_model(REPO / "config/latency/llama3-8b-rtx4090.yaml"),
@@ -539,7 +539,7 @@ def sim_source(model: str) -> str:
 def prepare(args, workload: Workload):
     """(the model's latency profile, the served model with its plans, the urgency classes of the run, whether any
     class was scaled to the profile)."""
-    from timely_llm_ros.core.sim.latency_model import load_latency_model
+    from timely_llm_ros.core.latency_model import load_latency_model
     from timely_llm_ros.core.urgency import load_urgency_classes
 
     path = ensure_profile(profile_path(args), args.model)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from timely_llm_ros.core.metrics import time_select  # noqa: E402
+from timely_llm_ros.evaluation.metrics import time_select  # noqa: E402
 from timely_llm_ros.core.policies import SchedulingContext, make_policy  # noqa: E402
 from timely_llm_ros.core.request import Generation, PlanRequest, Segment  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402

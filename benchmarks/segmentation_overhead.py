@@ -3,7 +3,7 @@ resume, and the KV row copies a batch change costs), as a share of generation ti
 
     .venv/bin/python benchmarks/segmentation_overhead.py --reps 5 --threads 1 [--traces 1 2 6] [--pause 2]
 
-The plans of the TimelyLLM traces (core.workload.lrtrace) are replayed through the engine (forced_ids:
+The plans of the TimelyLLM traces (evaluation.workload.lrtrace) are replayed through the engine (forced_ids:
 real forward passes, fixed content) as one batch. After every token the new token is detokenized (the
 engine's text stream) and the new text fed to the skill set's incremental segmenter (core.skills
 StatementSegmenter), as the scheduler's _absorb does. When a segment becomes executable the generation is
@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
-from timely_llm_ros.core.workload.lrtrace import get_trace  # noqa: E402
+from timely_llm_ros.evaluation.workload.lrtrace import get_trace  # noqa: E402
 from timely_llm_ros.engine import benchkit as bk  # noqa: E402
-from timely_llm_ros.engine.kv_cache import SlotKV  # noqa: E402
-from timely_llm_ros.engine.transformers_engine import TransformersEngine  # noqa: E402
+from timely_llm_ros.engine.transformers.kv_cache import SlotKV  # noqa: E402
+from timely_llm_ros.engine.transformers.engine import TransformersEngine  # noqa: E402
 
 
 def clock() -> float:

@@ -28,10 +28,10 @@ from report import parse_seeds  # noqa: E402
 
 from timely_llm_ros.core.predictors.ete import alpha_star, wcet_tokens  # noqa: E402
 from timely_llm_ros.core.eviction import EvictingEngine  # noqa: E402
-from timely_llm_ros.engine.loader import load_pretrained  # noqa: E402
-from timely_llm_ros.engine.transformers_engine import TransformersEngine  # noqa: E402
-from timely_llm_ros.model.corpus import BLOCKS, FILLER_OBJECTS  # noqa: E402
-from timely_llm_ros.model.evaluate import heldout_examples, plan_checker  # noqa: E402
+from timely_llm_ros.engine.transformers.loader import load_pretrained  # noqa: E402
+from timely_llm_ros.engine.transformers.engine import TransformersEngine  # noqa: E402
+from tools.embedded_planner.corpus import BLOCKS, FILLER_OBJECTS  # noqa: E402
+from tools.embedded_planner.evaluate import heldout_examples, plan_checker  # noqa: E402
 from timely_llm_ros.paths import default_model_dir  # noqa: E402
 
 RATIOS = (0.0, 0.25, 0.5, 0.75, 0.95)

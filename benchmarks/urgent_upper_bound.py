@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import compare_policies as cp  # noqa: E402
 from report import parse_seeds  # noqa: E402
-from timely_llm_ros.core.sim import load_latency_model  # noqa: E402
-from timely_llm_ros.core.sim.tokenizer import PieceTokenizer  # noqa: E402
+from timely_llm_ros.evaluation.sim import load_latency_model  # noqa: E402
+from timely_llm_ros.evaluation.sim.tokenizer import PieceTokenizer  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
 
 

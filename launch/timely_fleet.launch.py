@@ -20,8 +20,8 @@ from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
 from launch_ros.parameter_descriptions import Parameter
 
-from timely_llm_ros.ros.fleet_description import load_fleet
-from timely_llm_ros.ros.launch_lifecycle import managed_server
+from timely_llm_ros.ros.fleet.description import load_fleet
+from timely_llm_ros.ros.fleet.launch_lifecycle import managed_server
 
 PACKAGE = "timely_llm_ros"
 

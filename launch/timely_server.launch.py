@@ -15,7 +15,7 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode
 from launch_ros.parameter_descriptions import Parameter
 
-from timely_llm_ros.ros.launch_lifecycle import managed_server
+from timely_llm_ros.ros.fleet.launch_lifecycle import managed_server
 
 PACKAGE = "timely_llm_ros"
 

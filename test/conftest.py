@@ -1,9 +1,13 @@
 """Test session setup: each session gets its own ROS domain on loopback, logs under build/."""
 import os
 import random
+import sys
 from pathlib import Path
 
 import pytest
+
+# the repository root: tests import tools/ (the embedded planner's trainer, the demo timeline) besides the package
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 os.environ.setdefault("ROS_DOMAIN_ID", str(random.Random(os.getpid()).randint(1, 100)))
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")

@@ -95,7 +95,8 @@ class NodeProcess:
                 self.proc.wait(5)
 
 
-def start_server(*params: str, ready: str = "timely_server ready", group: int | None = None) -> NodeProcess:
+def start_server(*params: str, ready: str = "timely_server ready", group: int | None = None,
+                 ready_timeout: float = 90.0) -> NodeProcess:
     """The real server; TIMELY_TEST_MODEL_PATH runs the suite against another local model directory, and
     TIMELY_TEST_SERVER_PARAMS (space-separated name:=value) with other server parameters (e.g. engine_process:=true)."""
     args = ["-r", "__node:=timely_server", "-p", "num_threads:=1"]  # steadier than 2 on a shared 2-core box
@@ -105,14 +106,14 @@ def start_server(*params: str, ready: str = "timely_server ready", group: int | 
         args += ["-p", extra]
     for p in params:
         args += ["-p", p]
-    node = NodeProcess("timely_llm_ros.ros.server_node", args, ready, group)
-    node.wait_ready()
+    node = NodeProcess("timely_llm_ros.ros.server.node", args, ready, group)
+    node.wait_ready(ready_timeout)
     return node
 
 
 def start_executor(agent: str, robot_type: str, time_scale: float, group: int | None = None,
                    params: tuple[str, ...] = ()) -> NodeProcess:
-    node = NodeProcess("timely_llm_ros.ros.executor_node",
+    node = NodeProcess("timely_llm_ros.ros.executor.node",
                        ["-r", f"__ns:=/{agent}", "-r", "__node:=executor", "-p", f"robot_type:={robot_type}",
                         "-p", f"time_scale:={time_scale}", *[a for p in params for a in ("-p", p)]],
                        "executor ready", group)

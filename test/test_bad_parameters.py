@@ -14,11 +14,11 @@ CASES = [
     (["timely_llm_ros.ros.executor.host", "--agents", "d1:drone", "--ros-args", "-p", "time_scale:=1"],
      "parameter time_scale is a DOUBLE, got the INTEGER '1': write 1.0, a ROS double needs the decimal point "
      "(-p time_scale:=1.0, or time_scale: 1.0 in a params file)"),
-    (["timely_llm_ros.ros.server_node", "--ros-args", "-p", "autostart:=false", "-p", "state_period_s:=2"],
+    (["timely_llm_ros.ros.server.node", "--ros-args", "-p", "autostart:=false", "-p", "state_period_s:=2"],
      "(-p state_period_s:=2.0, or state_period_s: 2.0 in a params file)"),
-    (["timely_llm_ros.ros.server_node", "--ros-args", "-p", "autostart:=false", "-p", "max_batch:=0"],
+    (["timely_llm_ros.ros.server.node", "--ros-args", "-p", "autostart:=false", "-p", "max_batch:=0"],
      "parameter value rejected: Parameter max_batch out of range. Min: 1, Max: 256"),
-    (["timely_llm_ros.ros.server_node", "--ros-args", "-p", "autostart:=false", "-p", "policy:=3"],
+    (["timely_llm_ros.ros.server.node", "--ros-args", "-p", "autostart:=false", "-p", "policy:=3"],
      "parameter policy is a STRING, got the INTEGER '3': give policy a string value"),
 ]
 
@@ -37,11 +37,11 @@ def test_a_bad_parameter_ends_the_node_with_a_line_that_says_what_to_write(argv,
 
 ROS_ARGS_CASES = [
     # a command line rcl itself rejects, before any node exists: (module and arguments, what the line must say)
-    (["timely_llm_ros.ros.server_node", "--ros-args", "-p", "policy=edf"],
+    (["timely_llm_ros.ros.server.node", "--ros-args", "-p", "policy=edf"],
      "'-p policy=edf'", "set a parameter as -p name:=value"),
     (["timely_llm_ros.ros.executor.host", "--agents", "d1:drone", "--ros-args", "--params-file", "/nonexistent.yaml"],
      "'--params-file /nonexistent.yaml'", "--params-file must name a readable ROS params file"),
-    (["timely_llm_ros.ros.workload_node", "--ros-args", "--log-level", "loud"],
+    (["timely_llm_ros.ros.fleet.workload_node", "--ros-args", "--log-level", "loud"],
      "'--log-level loud'", "--log-level takes debug, info, warn, error or fatal"),
 ]
 
@@ -65,7 +65,7 @@ def test_a_command_line_rcl_rejects_ends_the_node_with_what_to_write(argv, names
 ], ids=["agent-without-type", "missing-tasks-file", "unknown-contention-agent"])
 def test_a_workload_file_or_entry_it_cannot_use_ends_the_node_with_one_line(param, says):
     """The workload node reads files and entries in its constructor; a bad one was a ValueError traceback."""
-    proc = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.workload_node", "--ros-args", "-p", param],
+    proc = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.fleet.workload_node", "--ros-args", "-p", param],
                           cwd=REPO, env=ros_env(), capture_output=True, text=True, timeout=60)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]

@@ -10,10 +10,10 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from timely_llm_ros.core.workload.bag import (CORPUS_PHRASING, RunRecord, format_comparison,  # noqa: E402
+from timely_llm_ros.evaluation.workload.bag import (CORPUS_PHRASING, RunRecord, format_comparison,  # noqa: E402
                                               main as bag_cli,
                                               read_bag, read_results, write_bag, write_run_bag)
-from timely_llm_ros.core.workload.generator import Workload, WorkloadSpec, WorkloadTask  # noqa: E402
+from timely_llm_ros.evaluation.workload.generator import Workload, WorkloadSpec, WorkloadTask  # noqa: E402
 from timely_llm_ros.paths import default_model_dir  # noqa: E402
 
 from ros_harness import NodeProcess, start_executor, start_server  # noqa: E402
@@ -90,7 +90,7 @@ def replay(tmp_path_factory):
         nodes.append(start_server("executor_timeout_s:=5.0", "executor_discovery_timeout_s:=3.0"))
         for agent, robot in (("drone_1", "drone"), ("drone_2", "drone"), ("arm_1", "arm")):
             nodes.append(start_executor(agent, robot, 0.05))
-        node = NodeProcess("timely_llm_ros.ros.workload_node",
+        node = NodeProcess("timely_llm_ros.ros.fleet.workload_node",
                            ["-p", f"workload_file:={workload_bag}", "-p", f"record_bag:={results_bag}",
                             "-p", "result_timeout_s:=120.0"], "replaying")
         nodes.append(node)

@@ -25,9 +25,11 @@ import rclpy
 import yaml
 from rclpy.node import Node
 
-from timely_llm_ros.ros import bringup, process_signals
-from timely_llm_ros.ros.fleet_children import build_children
-from timely_llm_ros.ros.fleet_description import apply_overrides, load_fleet, parse_fleet, write_node_params
+from timely_llm_ros.ros import process_signals
+
+from timely_llm_ros.ros.fleet import bringup
+from timely_llm_ros.ros.fleet.children import build_children
+from timely_llm_ros.ros.fleet.description import apply_overrides, load_fleet, parse_fleet, write_node_params
 
 DEMO = Path(__file__).resolve().parent.parent / "config" / "fleet" / "demo.yaml"
 DEMO_PARAMS = DEMO.parent.parent / "demo_fleet.yaml"
@@ -132,8 +134,8 @@ def test_demo_fleet_gives_server_and_one_executor_per_robot(tmp_path):
 def test_default_entry_points_run_the_node_modules(tmp_path):
     children = build_children(load_fleet(DEMO), tmp_path / "p.yaml")
     modules = [c.argv[c.argv.index("-m") + 1] for c in children]
-    assert modules == ["timely_llm_ros.ros.server_node"] + ["timely_llm_ros.ros.executor_node"] * 5 + [
-        "timely_llm_ros.ros.workload_node"]
+    assert modules == ["timely_llm_ros.ros.server.node"] + ["timely_llm_ros.ros.executor.node"] * 5 + [
+        "timely_llm_ros.ros.fleet.workload_node"]
     assert all(c.argv[0] == sys.executable for c in children)
 
 
@@ -381,7 +383,7 @@ def test_real_fleet_comes_up_through_the_lifecycle_and_leaves_no_temp_folder(tmp
     temp.mkdir()
     # the bringup runs as its own process, as a user starts it, with TMPDIR pointing at a private folder so
     # anything it leaves behind is seen
-    run = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.bringup", "--fleet", str(fleet),
+    run = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.fleet.bringup", "--fleet", str(fleet),
                           "--set", "fleet_workload.stagger_s=0.0"], env={**os.environ, "TMPDIR": str(temp)},
                          capture_output=True, text=True, timeout=300)
     out = run.stdout + run.stderr
@@ -415,7 +417,7 @@ def test_nodes_stop_when_the_bringup_is_killed(tmp_path):
     temp = tmp_path / "tmp"
     temp.mkdir()
     # --set: the nodes get a merged params file, which must not outlive the bringup either
-    proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.ros.bringup", "--fleet", str(fleet),
+    proc = subprocess.Popen([sys.executable, "-m", "timely_llm_ros.ros.fleet.bringup", "--fleet", str(fleet),
                              "--set", "timely_server.max_batch=3"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "TMPDIR": str(temp)})

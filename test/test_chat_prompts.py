@@ -14,15 +14,15 @@ from timely_llm_ros.core.policies import make_policy
 from timely_llm_ros.core.policies.timely import options_from_skill_sets
 from timely_llm_ros.core.request import PlanRequest
 from timely_llm_ros.core.scheduler import PlanScheduler
-from timely_llm_ros.core.sim.clock import VirtualClock
+from timely_llm_ros.evaluation.sim.clock import VirtualClock
 from timely_llm_ros.core.skills import load_skill_sets
 from timely_llm_ros.core.token_limits import segment_texts
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
-from timely_llm_ros.engine.loader import load_pretrained
+from timely_llm_ros.engine.transformers.loader import load_pretrained
 from timely_llm_ros.engine.model_setup import model_setup
 from timely_llm_ros.engine.models import weights_folder
-from timely_llm_ros.engine.prefix_cache import common_prefix
-from timely_llm_ros.engine.transformers_engine import TransformersEngine
+from timely_llm_ros.engine.transformers.prefix_cache import common_prefix
+from timely_llm_ros.engine.transformers.engine import TransformersEngine
 from timely_llm_ros.paths import default_model_dir
 
 SMOL = model_spec("smollm2")

@@ -1,4 +1,4 @@
-"""ClientHost (ros/client_host.py): the server's per-robot ActionClients on a node of their own, spun on their own
+"""ClientHost (ros/server/client_host.py): the server's per-robot ActionClients on a node of their own, spun on their own
 thread by rclpy's EventsExecutor or a SingleThreadedExecutor. Our ActionClient's guarantees (handshake before the
 first goal, every feedback before the result) must hold there too, the node must keep its own name whatever the
 server's command line remaps, and close() must leave no thread behind."""
@@ -17,7 +17,7 @@ from rclpy.qos import QoSProfile
 
 from timely_llm_ros.action import ExecuteSegment
 from timely_llm_ros.ros.action_client import ActionClient
-from timely_llm_ros.ros.client_host import ClientHost
+from timely_llm_ros.ros.server.client_host import ClientHost
 from ros_harness import feedback_then_success, start_server, wait
 
 

@@ -1,4 +1,4 @@
-"""Imports point one way: the core (timely_llm_ros/core) imports no engine, model or ROS module and neither rclpy,
+"""Imports point one way: the core (timely_llm_ros/core) imports no engine, evaluation or ROS module and neither rclpy,
 torch nor transformers, and no module of the package imports itself back through others (no import cycle)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "timely_llm_ros"
-FORBIDDEN_IN_CORE = ("timely_llm_ros.engine", "timely_llm_ros.model", "timely_llm_ros.ros", "rclpy", "torch",
+FORBIDDEN_IN_CORE = ("timely_llm_ros.engine", "timely_llm_ros.evaluation", "timely_llm_ros.ros", "rclpy", "torch",
                      "transformers", "vllm")
 
 

@@ -14,7 +14,7 @@ pytest.importorskip("rclpy")
 
 from ros_harness import REPO, ros_env  # noqa: E402
 
-from timely_llm_ros import demo_timeline  # noqa: E402
+from tools import demo_timeline  # noqa: E402
 from timely_llm_ros.core.step_trace import read_step_trace  # noqa: E402
 
 TASKS = {
@@ -48,7 +48,7 @@ def run(tmp_path_factory):
     (folder / "fleet.yaml").write_text(yaml.safe_dump({"bringup": {
         "params_file": "params.yaml", "stop_grace_s": 10.0,
         "executors": [{"agent": a, "robot_type": a.split("_")[0]} for a in ("arm_1", "drone_1", "drone_2")]}}))
-    done = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.bringup", "--fleet", str(folder / "fleet.yaml")],
+    done = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.fleet.bringup", "--fleet", str(folder / "fleet.yaml")],
                           env=ros_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]

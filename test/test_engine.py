@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from timely_llm_ros.engine import EngineError
-from timely_llm_ros.engine.loader import build_random_model
-from timely_llm_ros.engine.sampling import SamplingParams
-from timely_llm_ros.engine.transformers_engine import TransformersEngine
+from timely_llm_ros.engine.transformers.loader import build_random_model
+from timely_llm_ros.engine.transformers.sampling import SamplingParams
+from timely_llm_ros.engine.transformers.engine import TransformersEngine
 
 
 @pytest.fixture(scope="module")
@@ -339,7 +339,7 @@ def byte_level_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from timely_llm_ros.engine.loader import HFTokenizer
+    from timely_llm_ros.engine.transformers.loader import HFTokenizer
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -491,7 +491,7 @@ def test_the_cpu_store_grows_inside_its_reservation_without_a_copy_and_stays_tok
 def test_a_growth_that_fits_the_reservation_is_clamped_to_it_and_one_past_it_copies_the_rows():
     """Amortised growth asks for more than needed (rows x2, columns x1.5 + headroom); when what is needed fits the
     reservation the growth stops at its edge instead of leaving it, and a growth past it copies every row."""
-    from timely_llm_ros.engine.kv_cache import KVShape, SlotKV
+    from timely_llm_ros.engine.transformers.kv_cache import KVShape, SlotKV
 
     store = SlotKV(KVShape(2, 2, 4, torch.float32), "cpu", rows=8, capacity=100, reserve=(16, 120))
     kv = torch.arange(2 * 2 * 2 * 30 * 4, dtype=torch.float32).view(2, 2, 2, 30, 4)

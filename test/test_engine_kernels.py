@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from transformers.integrations.sdpa_attention import repeat_kv
 
-from timely_llm_ros.engine.loader import build_random_model, load_pretrained
-from timely_llm_ros.engine.packed_linear import FusedLinearPart, PackedLinear, pack_linears, packing_available
-from timely_llm_ros.engine.slot_attention import slot_attention
-from timely_llm_ros.engine.transformers_engine import TransformersEngine
+from timely_llm_ros.engine.transformers.loader import build_random_model, load_pretrained
+from timely_llm_ros.engine.transformers.packed_linear import FusedLinearPart, PackedLinear, pack_linears, packing_available
+from timely_llm_ros.engine.transformers.slot_attention import slot_attention
+from timely_llm_ros.engine.transformers.engine import TransformersEngine
 
 needs_onednn = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN (mkldnn)")
 

@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import make_evalset  # noqa: E402
 
-from timely_llm_ros.core.evalset import load_eval_tasks  # noqa: E402
-from timely_llm_ros.core.plan_checks import check_plan  # noqa: E402
+from timely_llm_ros.evaluation.evalset import load_eval_tasks  # noqa: E402
+from timely_llm_ros.evaluation.plan_checks import check_plan  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 
 TASKS = load_eval_tasks()

@@ -17,7 +17,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile  # noqa: E402
 from timely_llm_ros.action import ExecuteSegment  # noqa: E402
 from timely_llm_ros.msg import RobotState, Skill  # noqa: E402
 from timely_llm_ros.ros.executor.skills import SkillContext, SkillRegistry, skill  # noqa: E402
-from timely_llm_ros.ros.segment_dispatcher import CLIENT_QUEUES  # noqa: E402
+from timely_llm_ros.ros.server.segment_dispatcher import CLIENT_QUEUES  # noqa: E402
 
 from ros_harness import NodeProcess, SpinningActionClient, runs_on_robot, wait  # noqa: E402
 
@@ -149,7 +149,7 @@ def _wait(pred, timeout: float = 10.0) -> bool:
 def test_simulated_executor_faults_and_clean_exit_on_signal(sig):
     """abort_probability 1: FAILED with the reason; a hanging segment still ends when the process is signalled."""
     ns = f"sim_{sig.name.lower()}"
-    node = _start("timely_llm_ros.ros.executor_node", ns, "robot_type:=drone", "time_scale:=0.01",
+    node = _start("timely_llm_ros.ros.executor.node", ns, "robot_type:=drone", "time_scale:=0.01",
                   "abort_probability:=0.7", "hang_probability:=0.3", "seed:=3")
     client = _Client(ns)
     try:
@@ -178,7 +178,7 @@ def _pausable(ns: str, time_scale: float):
     """A simulated drone executor in its own process and a client with the server's queues (CLIENT_QUEUES: a
     burst of answers comes back at once; with rclpy's default of 10 this client itself dropped 19 of 30 once, in a
     full `make test`)."""
-    node = _start("timely_llm_ros.ros.executor_node", ns, "robot_type:=drone", f"time_scale:={time_scale}",
+    node = _start("timely_llm_ros.ros.executor.node", ns, "robot_type:=drone", f"time_scale:={time_scale}",
                   "queue_size:=100")
     client = _Client(ns, **CLIENT_QUEUES)
     try:
@@ -240,7 +240,7 @@ def test_a_plan_stops_at_a_segment_that_was_cancelled_or_failed(ending):
     separate cancel for it came, or to its end after a failure, although the plan past a failed step no longer
     holds. A segment of the same plan sent afterwards (the new plan after a failure) runs as usual."""
     fault = "abort_probability:=1.0" if ending == "failed" else "abort_probability:=0.0"
-    node = _start("timely_llm_ros.ros.executor_node", f"stop_{ending}", "robot_type:=drone", "time_scale:=1.0",
+    node = _start("timely_llm_ros.ros.executor.node", f"stop_{ending}", "robot_type:=drone", "time_scale:=1.0",
                   fault)
     client = _Client(f"stop_{ending}")
     try:
@@ -303,7 +303,7 @@ def test_two_plans_for_one_robot_never_interleave_and_the_robot_does_not_go_back
     """Plan b's segment arrives (with preempts, which the default plan_rule queue ignores) between plan a's segments
     0 and 1: the robot runs a0, a1, then b0, one at a time. a's segment 2, arriving after b took the robot, ends
     NOT_RUN."""
-    node = _start("timely_llm_ros.ros.executor_node", "one_plan", "robot_type:=drone", "time_scale:=0.25",
+    node = _start("timely_llm_ros.ros.executor.node", "one_plan", "robot_type:=drone", "time_scale:=0.25",
                   "log_timing:=true")
     client = _Client("one_plan")
     try:
@@ -325,7 +325,7 @@ def test_urgent_preempts_stops_the_running_plan_between_two_skills_and_its_segme
     """plan_rule urgent_preempts: a segment sent with preempts stops plan a after the skill in progress (a0 ends
     PREEMPTED having run one of its two calls), a's queued and later segments end PREEMPTED, plan u runs after a0
     has stopped."""
-    node = _start("timely_llm_ros.ros.executor_node", "preempting", "robot_type:=drone", "time_scale:=0.25",
+    node = _start("timely_llm_ros.ros.executor.node", "preempting", "robot_type:=drone", "time_scale:=0.25",
                   "log_timing:=true", "plan_rule:=urgent_preempts")
     client = _Client("preempting")
     try:

@@ -11,7 +11,7 @@ rclpy = pytest.importorskip("rclpy")
 
 from ros_harness import NodeProcess, start_executor, start_server  # noqa: E402
 
-from timely_llm_ros.ros.workload_node import executors_unmet  # noqa: E402
+from timely_llm_ros.ros.fleet.workload_node import executors_unmet  # noqa: E402
 
 
 def test_unmet_executors_are_the_driven_robots_the_server_still_lists():
@@ -29,7 +29,7 @@ def test_first_goals_wait_until_the_server_has_met_their_executors():
     try:
         nodes.append(start_server("expected_agents:=[drone_1,drone_2]", "executor_discovery_timeout_s:=30.0"))
         nodes.append(start_executor("drone_1", "drone", 0.05))
-        workload = NodeProcess("timely_llm_ros.ros.workload_node",
+        workload = NodeProcess("timely_llm_ros.ros.fleet.workload_node",
                                ["-r", "__node:=fleet_workload", "-p", "agents:=['drone_1:drone','drone_2:drone']",
                                 "-p", "requests_per_agent:=1", "-p", "stagger_s:=0.0"], "no ready line")
         nodes.append(workload)
@@ -52,7 +52,7 @@ def test_a_run_that_executes_no_plan_exits_1_and_says_how_its_goals_ended():
     nodes = []
     try:
         nodes.append(start_server("executor_discovery_timeout_s:=1.0"))
-        workload = NodeProcess("timely_llm_ros.ros.workload_node",
+        workload = NodeProcess("timely_llm_ros.ros.fleet.workload_node",
                                ["-r", "__node:=fleet_workload", "-p", "agents:=['ghost_1:drone']",
                                 "-p", "requests_per_agent:=2", "-p", "stagger_s:=0.0"], "no ready line")
         nodes.append(workload)

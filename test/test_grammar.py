@@ -11,17 +11,17 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from timely_llm_ros.core.evalset import load_eval_tasks
+from timely_llm_ros.evaluation.evalset import load_eval_tasks
 from timely_llm_ros.core.models import model_spec
 from timely_llm_ros.core.skills import load_skill_sets
 from timely_llm_ros.core.skills.grammar import max_statements, plan_grammar
 from timely_llm_ros.core.skills.minispec import parse
 from timely_llm_ros.core.engine import EngineError
 from timely_llm_ros.engine.grammar import GrammarCompiler
-from timely_llm_ros.engine.loader import load_pretrained
+from timely_llm_ros.engine.transformers.loader import load_pretrained
 from timely_llm_ros.engine.models import weights_folder
-from timely_llm_ros.engine.transformers_engine import TransformersEngine
-from timely_llm_ros.model.corpus import generate
+from timely_llm_ros.engine.transformers.engine import TransformersEngine
+from tools.embedded_planner.corpus import generate
 from timely_llm_ros.paths import config_dir, default_model_dir
 
 SKILLS = load_skill_sets()

@@ -1,12 +1,12 @@
 """The plan interpreter (core/skills/interpreter.py) on programs parsed with the drone's skill set, its skills answered
-by a simulated scene (core/scene.py): every statement form, the plan-scoped state, and the errors a robot can hit."""
+by a simulated scene (evaluation/scene.py): every statement form, the plan-scoped state, and the errors a robot can hit."""
 from __future__ import annotations
 
 import pytest
 
 from timely_llm_ros.core.request import SkillCall
-from timely_llm_ros.core.scene import Scene, load_scene
-from timely_llm_ros.core.scene_skills import act
+from timely_llm_ros.evaluation.scene import Scene, load_scene
+from timely_llm_ros.evaluation.scene_skills import act
 from timely_llm_ros.core.skills import load_skill_sets
 from timely_llm_ros.core.skills.interpreter import Interpreter, PlanError, PlanState, Stopped, format_value
 from timely_llm_ros.core.skills.minispec import parse

@@ -16,13 +16,13 @@ from timely_llm_ros.core.policies import make_policy
 from timely_llm_ros.core.request import Generation, PlanRequest, RequestState
 from timely_llm_ros.core.runtime import SchedulerThread
 from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, SegmentReady
-from timely_llm_ros.core.sim import LatencyModel
-from timely_llm_ros.core.sim.simulator import Simulator
+from timely_llm_ros.evaluation.sim import LatencyModel
+from timely_llm_ros.evaluation.sim.simulator import Simulator
 from timely_llm_ros.core.skills import load_skill_sets
 from timely_llm_ros.core.step_trace import StepRecord, StepTraceWriter, load_factors, read_step_trace
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
-from timely_llm_ros.core.workload import get_trace
-from timely_llm_ros.core.workload.generator import WorkloadTask
+from timely_llm_ros.evaluation.workload import get_trace
+from timely_llm_ros.evaluation.workload.generator import WorkloadTask
 
 # a prefill costs 1e-4 s a token and nothing else: a 3,000-token prompt is a 0.3 s step, a 200-token one 0.02 s
 LAT = LatencyModel(prefill_a=0.0, prefill_b=1e-4, prefill_c=0.0, decode_base=0.02, decode_per_seq=0.0,
@@ -154,9 +154,9 @@ def test_an_announced_urgent_request_ends_the_transformers_step_in_flight_and_ru
     urgent request is posted and announced (from the forward itself, at layer 1, so the moment is exact). The
     gate before layer 2 ends the step; the next step prefills the urgent request; both plans are whole."""
     torch = pytest.importorskip("torch")
-    from timely_llm_ros.engine.loader import build_random_model
-    from timely_llm_ros.engine.layer_gate import decoder_layers
-    from timely_llm_ros.engine.transformers_engine import TransformersEngine
+    from timely_llm_ros.engine.transformers.loader import build_random_model
+    from timely_llm_ros.engine.transformers.layer_gate import decoder_layers
+    from timely_llm_ros.engine.transformers.engine import TransformersEngine
 
     torch.set_num_threads(1)
     loaded = build_random_model("tiny", device="cpu", seed=3)
@@ -223,10 +223,10 @@ def test_the_simulator_on_a_real_engine_cuts_a_step_when_an_arrival_comes_due_mi
     prefill forward is in flight (held at layer 1 until 0.08 s, so the order is certain) ends that step at the next
     layer; both plans still run whole, the urgent one's first."""
     pytest.importorskip("torch")
-    from timely_llm_ros.core.sim.clock import WallClock
-    from timely_llm_ros.engine.loader import build_random_model
-    from timely_llm_ros.engine.layer_gate import decoder_layers
-    from timely_llm_ros.engine.transformers_engine import TransformersEngine
+    from timely_llm_ros.evaluation.sim.clock import WallClock
+    from timely_llm_ros.engine.transformers.loader import build_random_model
+    from timely_llm_ros.engine.transformers.layer_gate import decoder_layers
+    from timely_llm_ros.engine.transformers.engine import TransformersEngine
 
     loaded = build_random_model("tiny", device="cpu", seed=4)
     engine = TransformersEngine(loaded)
@@ -257,9 +257,9 @@ def test_a_driver_that_is_dropped_frees_its_engine_without_the_cycle_collector()
     import weakref
 
     pytest.importorskip("torch")
-    from timely_llm_ros.core.sim.clock import WallClock
-    from timely_llm_ros.engine.loader import build_random_model
-    from timely_llm_ros.engine.transformers_engine import TransformersEngine
+    from timely_llm_ros.evaluation.sim.clock import WallClock
+    from timely_llm_ros.engine.transformers.loader import build_random_model
+    from timely_llm_ros.engine.transformers.engine import TransformersEngine
 
     loaded = build_random_model("tiny", device="cpu", seed=5)
     gc.collect()

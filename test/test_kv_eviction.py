@@ -7,8 +7,8 @@ from transformers.cache_utils import DynamicCache
 
 from timely_llm_ros.engine import EngineError
 from timely_llm_ros.core.eviction import EvictingEngine, with_policy_eviction
-from timely_llm_ros.engine.loader import load_pretrained
-from timely_llm_ros.engine.transformers_engine import TransformersEngine
+from timely_llm_ros.engine.transformers.loader import load_pretrained
+from timely_llm_ros.engine.transformers.engine import TransformersEngine
 from timely_llm_ros.paths import default_model_dir
 
 TASKS = ["search under the chair for a candle", "help me find the wallet", "is there a backpack below the bench?"]

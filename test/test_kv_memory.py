@@ -107,7 +107,7 @@ def test_kv_returns_to_baseline_after_rounds_with_the_cycle_collector_off():
 def test_lazy_zeros_costs_address_space_until_written_and_gives_memory_back_when_freed():
     """A 2 GiB lazy_zeros tensor (the CPU slot store's reservation) reads as zeros and adds almost nothing to
     resident memory; writing 64 MiB of it adds about that much; freeing it returns the memory (collector off)."""
-    from timely_llm_ros.engine.kv_cache import lazy_zeros
+    from timely_llm_ros.engine.transformers.kv_cache import lazy_zeros
 
     def rss() -> float:
         return _rss_bytes() / 2**20

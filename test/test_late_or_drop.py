@@ -7,11 +7,11 @@ import pytest
 from timely_llm_ros.core.policies import make_policy
 from timely_llm_ros.core.policies.timely import options_from_skill_sets
 from timely_llm_ros.core.request import Generation, PlanRequest, RequestState
-from timely_llm_ros.core.sim import load_latency_model
-from timely_llm_ros.core.sim.simulator import Simulator
+from timely_llm_ros.evaluation.sim import load_latency_model
+from timely_llm_ros.evaluation.sim.simulator import Simulator
 from timely_llm_ros.core.skills import load_skill_sets
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
-from timely_llm_ros.core.workload.generator import WorkloadTask, lookup_trace
+from timely_llm_ros.evaluation.workload.generator import WorkloadTask, lookup_trace
 
 NORMAL, URGENT = DEFAULT_URGENCY_CLASSES["normal"], DEFAULT_URGENCY_CLASSES["urgent"]
 

@@ -27,7 +27,7 @@ def test_core_imports_without_ros_or_torch():
             "        if name.split('.')[0] in ('rclpy', 'torch', 'transformers'):\n"
             "            raise ImportError('blocked: ' + name)\n"
             "sys.meta_path.insert(0, Block())\n"
-            "import timely_llm_ros.core.scheduler, timely_llm_ros.core.sim.simulator, timely_llm_ros.core.policies\n"
+            "import timely_llm_ros.core.scheduler, timely_llm_ros.evaluation.sim.simulator, timely_llm_ros.core.policies\n"
             "from timely_llm_ros.core.policies import make_policy\n"
             "make_policy('timely'); print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)

@@ -21,7 +21,7 @@ def _evicted_share(policy: str, live_policy: str | None) -> dict[str, float]:
     """Configure a server with `policy`, set `live_policy` as `ros2 param set` does, serve one request with a
     0.5 s budget (TimeBill then evicts its largest share, 0.95, under its default step-time constants) and
     return the engine's eviction record (empty when the engine has none)."""
-    from timely_llm_ros.ros.server_node import PlanServerNode
+    from timely_llm_ros.ros.server.node import PlanServerNode
 
     context = rclpy.Context()
     rclpy.init(context=context)

@@ -12,9 +12,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from timely_llm_ros.core.skills.prompt import build_prompt  # noqa: E402
-from timely_llm_ros.model.corpus import generate, split  # noqa: E402
-from timely_llm_ros.model.evaluate import fallback_problems, plan_checker  # noqa: E402
-from timely_llm_ros.model.tokenizer import encode_example, train_tokenizer  # noqa: E402
+from tools.embedded_planner.corpus import generate, split  # noqa: E402
+from tools.embedded_planner.evaluate import fallback_problems, plan_checker  # noqa: E402
+from tools.embedded_planner.tokenizer import encode_example, train_tokenizer  # noqa: E402
 from timely_llm_ros.paths import config_dir, default_model_dir  # noqa: E402
 
 

@@ -8,7 +8,7 @@ import torch
 from timely_llm_ros.core.models import DEFAULT_PREFIX_CACHE_MB, ModelSpec, load_model_specs, model_spec
 from timely_llm_ros.core.skills import load_skill_sets
 from timely_llm_ros.core.skills.chat_prompt import chat_messages
-from timely_llm_ros.engine.loader import load_pretrained
+from timely_llm_ros.engine.transformers.loader import load_pretrained
 from timely_llm_ros.engine.models import convert_gguf, weights_folder
 
 

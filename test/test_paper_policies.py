@@ -9,10 +9,10 @@ import pytest
 
 from timely_llm_ros.core.policies import SchedulingContext, make_policy
 from timely_llm_ros.core.request import Generation, PlanRequest, RequestState
-from timely_llm_ros.core.sim.clock import VirtualClock
-from timely_llm_ros.core.sim.latency_model import LatencyModel
-from timely_llm_ros.core.sim.sim_engine import SimEngine
-from timely_llm_ros.core.sim.simulator import Simulator
+from timely_llm_ros.evaluation.sim.clock import VirtualClock
+from timely_llm_ros.core.latency_model import LatencyModel
+from timely_llm_ros.evaluation.sim.sim_engine import SimEngine
+from timely_llm_ros.evaluation.sim.simulator import Simulator
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
 from timely_llm_ros.engine.routed import RoutedEngine
 

@@ -1,10 +1,10 @@
-"""Plan-quality checks (core/plan_checks.py) on hand-made plans."""
+"""Plan-quality checks (evaluation/plan_checks.py) on hand-made plans."""
 import math
 
 import pytest
 
-from timely_llm_ros.core.evalset import EvalTask
-from timely_llm_ros.core.plan_checks import called_skills, check_plan, normalise, rates, string_arguments
+from timely_llm_ros.evaluation.evalset import EvalTask
+from timely_llm_ros.evaluation.plan_checks import called_skills, check_plan, normalise, rates, string_arguments
 from timely_llm_ros.core.skills import load_skill_sets
 
 SETS = load_skill_sets()

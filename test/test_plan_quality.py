@@ -12,8 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import plan_quality as pq  # noqa: E402
 
-from timely_llm_ros.core.evalset import load_eval_tasks  # noqa: E402
-from timely_llm_ros.core.plan_checks import check_plan  # noqa: E402
+from timely_llm_ros.evaluation.evalset import load_eval_tasks  # noqa: E402
+from timely_llm_ros.evaluation.plan_checks import check_plan  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 
 IDS = ("drone-find-000", "drone-injury-000", "arm-stack2-006")   # today the last one ends INVALID_PLAN

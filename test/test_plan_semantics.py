@@ -16,8 +16,8 @@ from action_msgs.msg import GoalStatus  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile  # noqa: E402
 
 from timely_llm_ros.action import ExecuteSegment, Plan  # noqa: E402
-from timely_llm_ros.core.scene import load_scene  # noqa: E402
-from timely_llm_ros.core.scene_run import run_plan, segment_texts  # noqa: E402
+from timely_llm_ros.evaluation.scene import load_scene  # noqa: E402
+from timely_llm_ros.evaluation.scene_run import run_plan, segment_texts  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.skills.interpreter import format_value  # noqa: E402
 from timely_llm_ros.msg import RobotState, Skill  # noqa: E402
@@ -180,7 +180,7 @@ def test_a_goal_without_text_runs_its_skill_list_as_sent(robots):
     ("scene:=nowhere", "scene 'nowhere': no such file"),
 ])
 def test_an_executor_without_a_language_or_scene_for_its_parameters_stops_at_start_up(param, says):
-    proc = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.executor_node", "--ros-args", "-p", param],
+    proc = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.executor.node", "--ros-args", "-p", param],
                           cwd=REPO, env=ros_env(), capture_output=True, text=True, timeout=60)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "Traceback" not in out and says in out, out[-3000:]

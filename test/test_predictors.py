@@ -9,7 +9,7 @@ import pytest
 from timely_llm_ros.core.predictors.features import rule_features
 from timely_llm_ros.core.predictors.length import BucketLengthPredictor, RuleLengthPredictor, predictor_dir
 from timely_llm_ros.core.predictors.mlp import MLP
-from timely_llm_ros.core.predictors.train import regression_metrics
+from timely_llm_ros.evaluation.predictor_training import regression_metrics
 
 
 def test_rule_features_pinned():

@@ -10,11 +10,11 @@ import pytest
 
 from timely_llm_ros.core.policies import make_policy
 from timely_llm_ros.core.request import RequestState
-from timely_llm_ros.core.sim import SimEngine, VirtualClock, load_latency_model
-from timely_llm_ros.core.sim.clock import WallClock
-from timely_llm_ros.core.sim.simulator import Simulator
-from timely_llm_ros.core.workload import get_trace
-from timely_llm_ros.core.workload.generator import WorkloadTask
+from timely_llm_ros.evaluation.sim import SimEngine, VirtualClock, load_latency_model
+from timely_llm_ros.evaluation.sim.clock import WallClock
+from timely_llm_ros.evaluation.sim.simulator import Simulator
+from timely_llm_ros.evaluation.workload import get_trace
+from timely_llm_ros.evaluation.workload.generator import WorkloadTask
 from timely_llm_ros.core.engine import Engine, StepResult
 
 LAT = load_latency_model("llama3-8b-rtx4090")

@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import urgent_upper_bound as ub  # noqa: E402
-from timely_llm_ros.core.sim import load_latency_model  # noqa: E402
+from timely_llm_ros.evaluation.sim import load_latency_model  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
 
 LAT = load_latency_model("llama3-8b-rtx4090")

@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import ros_burst as rb  # noqa: E402
 
-from timely_llm_ros.core.sim.latency_model import LatencyModel  # noqa: E402
-from timely_llm_ros.core.workload import Workload, WorkloadSpec, WorkloadTask  # noqa: E402
+from timely_llm_ros.core.latency_model import LatencyModel  # noqa: E402
+from timely_llm_ros.evaluation.workload import Workload, WorkloadSpec, WorkloadTask  # noqa: E402
 
 PLAN = {"u1": 10, "u2": 20, "u3": 30, "n1": 50}
 

@@ -43,7 +43,7 @@ def test_a_skill_set_without_a_profile_entry_stops_configure_with_a_message_nami
     profile = (ROVER_DIR / "exec_time" / "rover.yaml").read_text()
     _skills_dir(tmp_path, {}, {"rover": "".join(line for line in profile.splitlines(keepends=True)
                                                 if not line.startswith("  photo:"))})
-    proc = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.server_node", "--ros-args", "-p",
+    proc = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.server.node", "--ros-args", "-p",
                            f"skills_dir:={tmp_path}"], cwd=REPO, env=ros_env(), capture_output=True, text=True,
                           timeout=120)
     out = proc.stdout + proc.stderr
@@ -209,7 +209,7 @@ def test_a_requests_utility_so_far_is_the_eq3_sum_over_its_executed_segments():
     wait plus TUF_1 of each later one's."""
     from timely_llm_ros.core.request import Generation, PlanRequest, Segment
     from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
-    from timely_llm_ros.ros.state_message import utility_so_far
+    from timely_llm_ros.ros.server.state_message import utility_so_far
 
     tuf = DEFAULT_URGENCY_CLASSES["normal"]
     gen = Generation(PlanRequest("r", "drone_1", "drone", "look", tuf, arrival=0.0), prompt_ids=[1])

@@ -292,7 +292,7 @@ def test_unknown_agents_leave_no_action_client_on_the_server(fleet):
     for run in runs:
         status, result = run.result(30)
         assert result.error_code == R.EXECUTOR_UNAVAILABLE, result.error_message
-    # the server's per-robot clients live on its sibling node (segment_clients:=events, ros/client_host.py)
+    # the server's per-robot clients live on its sibling node (segment_clients:=events, ros/server/client_host.py)
     clients = {n for node in ("timely_server", "timely_server_segment_clients")
                for n, _ in get_action_client_names_and_types_by_node(client.node, node, "/")}
     assert "/drone_1/execute_segment" in clients       # known executors have one

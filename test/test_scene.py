@@ -1,4 +1,4 @@
-"""Simulated scenes (core/scene.py, core/scene_skills.py): what the drone sees from where it is, how its actions change
+"""Simulated scenes (evaluation/scene.py, evaluation/scene_skills.py): what the drone sees from where it is, how its actions change
 that, an arm's pick and drop, and how a scene is given (a file, a name in config/scenes, inline YAML)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 
 from timely_llm_ros.core.request import SkillCall
-from timely_llm_ros.core.scene import FOV_DEG, RANGE_M, SCAN_STEPS, Scene, load_scene
-from timely_llm_ros.core.scene_skills import act
+from timely_llm_ros.evaluation.scene import FOV_DEG, RANGE_M, SCAN_STEPS, Scene, load_scene
+from timely_llm_ros.evaluation.scene_skills import act
 
 
 def drone(scene: Scene, name: str, *args):

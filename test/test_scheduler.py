@@ -10,9 +10,9 @@ from timely_llm_ros.core.execution import SegmentStatus
 from timely_llm_ros.core.request import Generation, PlanRequest, RequestState, SkillCall
 from timely_llm_ros.core.scheduler import (PlanScheduler, RequestFinished, SchedulerConfig, SegmentReady,
                                            SegmentsWithdrawn, StateChanged)
-from timely_llm_ros.core.sim.clock import VirtualClock
-from timely_llm_ros.core.sim.latency_model import LatencyModel
-from timely_llm_ros.core.sim.sim_engine import SimEngine
+from timely_llm_ros.evaluation.sim.clock import VirtualClock
+from timely_llm_ros.core.latency_model import LatencyModel
+from timely_llm_ros.evaluation.sim.sim_engine import SimEngine
 from timely_llm_ros.core.skills import load_skill_sets
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
 
@@ -244,7 +244,7 @@ def test_timely_priority_follows_the_reported_completion():
 
 def test_timely_preempts_running_generations_mid_segment_for_an_urgent_arrival_and_resumes_them_exactly():
     from timely_llm_ros.core.policies.timely import options_from_skill_sets
-    from timely_llm_ros.core.sim import load_latency_model
+    from timely_llm_ros.evaluation.sim import load_latency_model
 
     lat = load_latency_model("llama3-8b-rtx4090")
     clock = VirtualClock()

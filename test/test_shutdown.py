@@ -28,7 +28,7 @@ def test_sigint_to_the_process_group_ends_every_process_cleanly_and_loses_no_goa
         nodes.append(server)
         nodes.append(start_executor("drone_1", "drone", 0.5, group=pgid))
         nodes.append(start_executor("arm_1", "arm", 0.5, group=pgid))
-        workload = NodeProcess("timely_llm_ros.ros.workload_node",
+        workload = NodeProcess("timely_llm_ros.ros.fleet.workload_node",
                                ["-p", "agents:=['drone_1:drone', 'arm_1:arm']", "-p", "requests_per_agent:=4",
                                 "-p", "stagger_s:=0.0", "-p", f"results_csv:={table}"], "fleet of", group=pgid)
         nodes.append(workload)

@@ -5,14 +5,14 @@ import math
 import pytest
 
 from timely_llm_ros.core.errors import ErrorCode
-from timely_llm_ros.core.metrics import by_urgency, summarize, time_select
+from timely_llm_ros.evaluation.metrics import by_urgency, summarize, time_select
 from timely_llm_ros.core.policies import SchedulingContext, make_policy
 from timely_llm_ros.core.request import Generation, PlanRequest, RequestState
-from timely_llm_ros.core.sim import LatencyModel, PieceTokenizer, SimEngine, VirtualClock, load_latency_model
-from timely_llm_ros.core.sim.simulator import simulate
+from timely_llm_ros.evaluation.sim import LatencyModel, PieceTokenizer, SimEngine, VirtualClock, load_latency_model
+from timely_llm_ros.evaluation.sim.simulator import simulate
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
-from timely_llm_ros.core.workload import WorkloadSpec, generate, get_trace
-from timely_llm_ros.core.workload.generator import WorkloadTask
+from timely_llm_ros.evaluation.workload import WorkloadSpec, generate, get_trace
+from timely_llm_ros.evaluation.workload.generator import WorkloadTask
 from timely_llm_ros.core.engine import EngineError
 
 LAT = load_latency_model("llama3-8b-rtx4090")
@@ -205,7 +205,7 @@ def test_closed_loop_next_task_follows_the_real_completion_and_noise_and_failure
     from dataclasses import replace
 
     from timely_llm_ros.core.scheduler import SchedulerConfig
-    from timely_llm_ros.core.sim.simulator import ExecNoise, Simulator
+    from timely_llm_ros.evaluation.sim.simulator import ExecNoise, Simulator
 
     first, second = burst([1, 3])
     second = replace(second, after=first.task_id, gap_s=0.5, arrival=99.0, agent_id=first.agent_id)

@@ -11,9 +11,9 @@ from timely_llm_ros.core.policies import make_policy
 from timely_llm_ros.core.request import PlanRequest
 from timely_llm_ros.core.runtime import SchedulerThread
 from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, SegmentReady
-from timely_llm_ros.core.sim.clock import VirtualClock
-from timely_llm_ros.core.sim.latency_model import LatencyModel
-from timely_llm_ros.core.sim.sim_engine import SimEngine
+from timely_llm_ros.evaluation.sim.clock import VirtualClock
+from timely_llm_ros.core.latency_model import LatencyModel
+from timely_llm_ros.evaluation.sim.sim_engine import SimEngine
 from timely_llm_ros.core.skills import load_skill_sets
 from timely_llm_ros.core.step_trace import StepRecord, StepTraceWriter, breakdown, load_factors, read_step_trace
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from timely_llm_ros.engine.vllm_engine import configure_environment
+from timely_llm_ros.engine.vllm.engine import configure_environment
 
 configure_environment()             # caches under build/, set before vLLM (and torch's compiler) are imported
 pytest.importorskip("vllm")
@@ -12,7 +12,7 @@ from timely_llm_ros.core.exec_time import load_exec_models  # noqa: E402
 from timely_llm_ros.core.policies import make_policy  # noqa: E402
 from timely_llm_ros.core.request import PlanRequest  # noqa: E402
 from timely_llm_ros.core.scheduler import PlanScheduler, SegmentReady  # noqa: E402
-from timely_llm_ros.core.sim.clock import VirtualClock  # noqa: E402
+from timely_llm_ros.evaluation.sim.clock import VirtualClock  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.skills.grammar import plan_grammar  # noqa: E402
 from timely_llm_ros.core.skills.minispec import parse  # noqa: E402
@@ -209,7 +209,8 @@ def test_ros_server_end_to_end_on_vllm(compiled):
     nodes = []
     try:
         nodes.append(start_server("engine:=vllm", "kv_budget_mb:=32.0", "vllm_block_size:=32", "max_batch:=2",
-                                  "expected_agents:=[drone_1]", f"vllm_compile:={str(compiled).lower()}"))
+                                  "expected_agents:=[drone_1]", f"vllm_compile:={str(compiled).lower()}",
+                                  ready_timeout=300.0 if compiled else 90.0))   # torch.compile: 80-90 s on a busy box
         nodes.append(start_executor("drone_1", "drone", 0.05))
         nodes[0].wait_for("all expected executors discovered", 30.0)
         with plan_client() as client:

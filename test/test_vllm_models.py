@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from timely_llm_ros.engine.vllm_engine import configure_environment
+from timely_llm_ros.engine.vllm.engine import configure_environment
 
 configure_environment()             # offline, in-process, caches under build/: before vLLM is imported
 pytest.importorskip("vllm")

@@ -5,11 +5,11 @@ import statistics
 import pytest
 
 from timely_llm_ros.core.exec_time import load_exec_models
-from timely_llm_ros.core.sim.tokenizer import PieceTokenizer
+from timely_llm_ros.evaluation.sim.tokenizer import PieceTokenizer
 from timely_llm_ros.core.skills import load_skill_sets
-from timely_llm_ros.core.workload import (TRACES, WorkloadSpec, generate, get_trace, load_spec, load_workload,
+from timely_llm_ros.evaluation.workload import (TRACES, WorkloadSpec, generate, get_trace, load_spec, load_workload,
                                           save_workload)
-from timely_llm_ros.core.workload.bag import read_bag, write_bag
+from timely_llm_ros.evaluation.workload.bag import read_bag, write_bag
 
 
 def test_eleven_traces_in_the_papers_categories():

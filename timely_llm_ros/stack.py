@@ -16,15 +16,15 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-from .core.composition import PolicyChoice, PolicySwitch, build_policy, build_scheduler, switch_policy
-from .core.engine import Engine
-from .core.engine_loop import Clock
-from .core.fit import ClassCheck, HardwareFit
-from .core.models import ModelSpec
-from .core.policies import Policy
-from .core.scheduler import PlanScheduler, SchedulerConfig
-from .core.tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
-from .engine.model_setup import ModelSetup, model_setup, setup_engine_options
+from timely_llm_ros.core.composition import PolicyChoice, PolicySwitch, build_policy, build_scheduler, switch_policy
+from timely_llm_ros.core.engine import Engine
+from timely_llm_ros.core.engine_loop import Clock
+from timely_llm_ros.core.fit import ClassCheck, HardwareFit
+from timely_llm_ros.core.models import ModelSpec
+from timely_llm_ros.core.policies import Policy
+from timely_llm_ros.core.scheduler import PlanScheduler, SchedulerConfig
+from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
+from timely_llm_ros.engine.model_setup import ModelSetup, model_setup, setup_engine_options
 
 
 @dataclass(frozen=True)
@@ -107,12 +107,12 @@ class Stack:
 
 def load_engine(spec: ModelSpec, choice: EngineChoice) -> Engine:
     """The model entry's weights on the chosen engine, with the entry's engine options (its prefix cache)."""
-    from .engine.models import weights_folder
+    from timely_llm_ros.engine.models import weights_folder
 
     if choice.own_process:
-        from .engine.process_engine import ProcessEngine as make_engine
+        from timely_llm_ros.engine.process_engine import ProcessEngine as make_engine
     else:
-        from .engine.factory import make_engine
+        from timely_llm_ros.engine.factory import make_engine
     dtype = choice.dtype if choice.dtype not in ("", "auto") else spec.dtype
     return make_engine(choice.kind, str(weights_folder(spec)), device=choice.device, dtype=dtype,
                        kv_budget_mb=choice.kv_budget_mb, num_threads=choice.num_threads, **dict(choice.options),
@@ -134,7 +134,7 @@ def warm_up(engine: Engine, prompt_ids: list[int], tokens: int = 4) -> None:
 def engine_provided(choice: PolicyChoice) -> PolicyChoice:
     """``choice`` with what the engine layer offers every policy: the semantic policy's text urgency classifier
     (MiniLM, loaded when first asked), unless the choice provides its own."""
-    from .engine.sentence_encoder import LazyUrgencyClassifier
+    from timely_llm_ros.engine.sentence_encoder import LazyUrgencyClassifier
 
     return replace(choice, provided={"classifier": LazyUrgencyClassifier(), **choice.provided})
 
@@ -155,7 +155,7 @@ def build_stack(options: StackOptions, skill_sets: Mapping[str, Any], exec_model
             warm_up(engine, prompt)
     fit, check, classes = None, None, options.urgency_classes
     if options.fit.enabled:
-        from .engine.hardware_fit import fit_engine
+        from timely_llm_ros.engine.hardware_fit import fit_engine
 
         fit, check = fit_engine(engine, setup.skill_sets, setup.prompts, options.urgency_classes,
                                 options.policy.network_delay_s or 0.0, options.policy.max_batch,

@@ -4,7 +4,7 @@
 
 The plans are what the planner generates for the tasks of config/fleet_tasks.yaml (the scheduler with the embedded
 planner, dry: no robot). Each drone and arm plan then runs, without ROS, as the simulated executor runs it
-(core/scene_run.py: the server's segments, the robot's interpreter, skills answered by the scene) in the empty room
+(evaluation/scene_run.py: the server's segments, the robot's interpreter, skills answered by the scene) in the empty room
 and in every scene of config/scenes that holds an object the plan names.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ sys.path.insert(0, str(REPO))
 from timely_llm_ros.core.exec_time import load_exec_models  # noqa: E402
 from timely_llm_ros.core.policies import make_policy  # noqa: E402
 from timely_llm_ros.core.request import PlanRequest  # noqa: E402
-from timely_llm_ros.core.scene import Scene, load_scene  # noqa: E402
-from timely_llm_ros.core.scene_run import run_plan  # noqa: E402
+from timely_llm_ros.evaluation.scene import Scene, load_scene  # noqa: E402
+from timely_llm_ros.evaluation.scene_run import run_plan  # noqa: E402
 from timely_llm_ros.core.dry_run import plan_dry  # noqa: E402
 from timely_llm_ros.core.scheduler import PlanScheduler  # noqa: E402
 from timely_llm_ros.core.skills import SkillSet, load_skill_sets  # noqa: E402

@@ -2,7 +2,7 @@
 
 What a team writes for its own robot type (docs/robots.md walks through it): one ``@skill`` method per skill of its
 skill set, moves in small time steps so a cancel stops the rover between two steps, queries (``sees``, ``dist``)
-answered by its camera -- here a simulated scene (parameter ``scene``, timely_llm_ros/core/scene.py) seen from the
+answered by its camera -- here a simulated scene (parameter ``scene``, timely_llm_ros/evaluation/scene.py) seen from the
 rover's pose --, and ``halt()``. The base class parses each segment with the skill set and runs it by its meaning
 (conditionals, loops, variables, returns), so the same plan takes different branches in different rooms.
 
@@ -17,7 +17,7 @@ import threading
 
 from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 
-from timely_llm_ros.core.scene import SCAN_STEP_DEG, SCAN_STEPS, load_scene
+from timely_llm_ros.evaluation.scene import SCAN_STEP_DEG, SCAN_STEPS, load_scene
 from timely_llm_ros.ros.executor import SkillContext, SkillExecutorNode, SkillFailed, run_executor, skill
 
 STEP_S = 0.02   # a move or turn advances the pose this often (and checks for a cancel)

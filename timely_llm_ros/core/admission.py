@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .request import Generation
+from timely_llm_ros.core.request import Generation
 
 
 def segment_deadline(gen: Generation) -> float:

@@ -1,12 +1,12 @@
 """What a robot's executor says it is and can do (its ExecutorStatus, as plain data), and the server's checks of a
-goal and of a generated segment against it (ROS-free: ros/robot_directory.py converts the messages)."""
+goal and of a generated segment against it (ROS-free: ros/server/robot_directory.py converts the messages)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable
 
-from .errors import ErrorCode, RequestError
-from .request import SkillCall
+from timely_llm_ros.core.errors import ErrorCode, RequestError
+from timely_llm_ros.core.request import SkillCall
 
 PLAN_RULES = ("queue", "urgent_preempts")
 DEFAULT_PLAN_RULE = "queue"

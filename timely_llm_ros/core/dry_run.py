@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from .events import RequestFinished, SegmentReady
-from .outcome import RequestOutcome
-from .request import PlanRequest
-from .scheduler import PlanScheduler
+from timely_llm_ros.core.events import RequestFinished, SegmentReady
+from timely_llm_ros.core.outcome import RequestOutcome
+from timely_llm_ros.core.request import PlanRequest
+from timely_llm_ros.core.scheduler import PlanScheduler
 
 
 def plan_dry(scheduler: PlanScheduler, req: PlanRequest) -> RequestOutcome:

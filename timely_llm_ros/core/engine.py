@@ -1,7 +1,7 @@
 """The engine interface the scheduler drives, one decode step at a time, and the text-stream protocol it reads
 each generation's output through.
 
-The core owns it: the engines in timely_llm_ros/engine implement it, and so does the simulator (core/sim).
+The core owns it: the engines in timely_llm_ros/engine implement it, and so does the simulator (evaluation/sim).
 Generations are identified by the request id. A step runs exactly the generations it is given: those not yet
 prefilled are prefilled (their first output token comes from the prefill), the others decode one token. With chunked
 prefill (step_token_budget set) a step decodes every prefilled generation and spends the rest of the budget on

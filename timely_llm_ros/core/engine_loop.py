@@ -12,12 +12,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .engine import Engine, EngineError
-from .engine import TextStream
-from .errors import ErrorCode
-from .policies.base import Policy, SchedulingContext
-from .request import Generation, PlanRequest, RequestState
-from .step_trace import StepRecord
+from timely_llm_ros.core.engine import Engine, EngineError
+from timely_llm_ros.core.engine import TextStream
+from timely_llm_ros.core.errors import ErrorCode
+from timely_llm_ros.core.policies.base import Policy, SchedulingContext
+from timely_llm_ros.core.request import Generation, PlanRequest, RequestState
+from timely_llm_ros.core.step_trace import StepRecord
 
 Clock = Callable[[], float]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from .errors import ErrorCode
-from .outcome import Progress, RequestOutcome
-from .request import RequestState, Segment
+from timely_llm_ros.core.errors import ErrorCode
+from timely_llm_ros.core.outcome import Progress, RequestOutcome
+from timely_llm_ros.core.request import RequestState, Segment
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .engine import Engine, EngineError, EngineWrapper, MemoryStats, StepResult
+from timely_llm_ros.core.engine import Engine, EngineError, EngineWrapper, MemoryStats, StepResult
 
 
 class EvictingEngine(EngineWrapper):

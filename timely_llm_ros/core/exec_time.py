@@ -13,8 +13,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from ..paths import config_dir
-from .request import SkillCall
+from timely_llm_ros.paths import config_dir
+from timely_llm_ros.core.request import SkillCall
 
 
 def _first_number(args: Sequence[Any]) -> float:

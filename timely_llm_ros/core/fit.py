@@ -26,10 +26,10 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
-from .sim.latency_model import LatencyModel
-from .skills.skill_set import SkillSet
-from .token_limits import segment_texts
-from .tuf import TimeUtility
+from timely_llm_ros.core.latency_model import LatencyModel
+from timely_llm_ros.core.skills.skill_set import SkillSet
+from timely_llm_ros.core.token_limits import segment_texts
+from timely_llm_ros.core.tuf import TimeUtility
 
 Encode = Callable[[str], list[int]]
 

@@ -1,4 +1,4 @@
-"""The server's health as an operator reads it (ROS-free; ros/state_message.py puts it on /diagnostics).
+"""The server's health as an operator reads it (ROS-free; ros/server/state_message.py puts it on /diagnostics).
 
 Requests that ended in the last ``window_s`` seconds are counted per urgency class (a goal with its own TUF counts
 as "custom"): done, dropped, failed (cancelled ones are the client's choice and are not counted). Levels:
@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from .request import RequestState
+from timely_llm_ros.core.request import RequestState
 
 OK, WARN, ERROR = "OK", "WARN", "ERROR"
 CUSTOM_CLASS = "custom"

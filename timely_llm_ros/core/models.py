@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from ..paths import config_dir, share_dir
+from timely_llm_ros.paths import config_dir, share_dir
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEFAULT_PREFIX_CACHE_MB = 256.0   # chat-template models: the shared system prompts of a few robot types (SmolLM2:

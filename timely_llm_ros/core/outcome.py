@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .errors import ErrorCode
-from .request import Generation, PlanRequest, RequestState, Segment
+from timely_llm_ros.core.errors import ErrorCode
+from timely_llm_ros.core.request import Generation, PlanRequest, RequestState, Segment
 
 
 @dataclass

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Protocol, Sequence
 
-from .skills.chat_prompt import chat_messages, shared_messages
-from .skills.skill_set import SkillSet
+from timely_llm_ros.core.skills.chat_prompt import chat_messages, shared_messages
+from timely_llm_ros.core.skills.skill_set import SkillSet
 
 EncodeChat = Callable[[Sequence[Mapping[str, str]], bool, bool], list[int]]
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from .tuf import TimeUtility
+from timely_llm_ros.core.tuf import TimeUtility
 
 
 class RequestState(str, Enum):

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from ..paths import config_dir
-from .exec_time import ExecTimeModel, load_exec_models
-from .skills import SkillSet, load_skill_sets
+from timely_llm_ros.paths import config_dir
+from timely_llm_ros.core.exec_time import ExecTimeModel, load_exec_models
+from timely_llm_ros.core.skills import SkillSet, load_skill_sets
 
 
 @dataclass

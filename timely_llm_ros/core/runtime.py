@@ -21,10 +21,10 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, Callable, Iterable
 
-from .engine import weak_method
-from .request import PlanRequest
-from .scheduler import Event, PlanScheduler
-from .step_trace import StepRecord
+from timely_llm_ros.core.engine import weak_method
+from timely_llm_ros.core.request import PlanRequest
+from timely_llm_ros.core.scheduler import Event, PlanScheduler
+from timely_llm_ros.core.step_trace import StepRecord
 
 log = logging.getLogger(__name__)
 

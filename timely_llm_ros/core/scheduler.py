@@ -20,19 +20,19 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping, Sequence
 
-from .engine import Engine
-from .engine_loop import Clock, EngineLoop, Track
-from .errors import ErrorCode, RequestError
-from .events import (Event, RequestFinished, SegmentGenerated, SegmentReady, SegmentsWithdrawn,  # noqa: F401
+from timely_llm_ros.core.engine import Engine
+from timely_llm_ros.core.engine_loop import Clock, EngineLoop, Track
+from timely_llm_ros.core.errors import ErrorCode, RequestError
+from timely_llm_ros.core.events import (Event, RequestFinished, SegmentGenerated, SegmentReady, SegmentsWithdrawn,  # noqa: F401
                      StateChanged)
-from .execution import ExecutionTracker, PlanPreempted, SegmentStatus
-from .execution.plan import OUT
-from .outcome import Progress, RequestOutcome, measure_outcome, progress_of  # noqa: F401  (re-exported)
-from .policies.base import Policy
-from .prompting import PromptEncoder, RawPrompts
-from .request import Generation, PlanRequest, RequestState, Segment, SkillCall
-from .scheduler_config import SchedulerConfig
-from .skills.grammar import plan_grammar
+from timely_llm_ros.core.execution import ExecutionTracker, PlanPreempted, SegmentStatus
+from timely_llm_ros.core.execution.plan import OUT
+from timely_llm_ros.core.outcome import Progress, RequestOutcome, measure_outcome, progress_of  # noqa: F401  (re-exported)
+from timely_llm_ros.core.policies.base import Policy
+from timely_llm_ros.core.prompting import PromptEncoder, RawPrompts
+from timely_llm_ros.core.request import Generation, PlanRequest, RequestState, Segment, SkillCall
+from timely_llm_ros.core.scheduler_config import SchedulerConfig
+from timely_llm_ros.core.skills.grammar import plan_grammar
 
 
 class PlanScheduler(EngineLoop):

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import IO, Iterable, Sequence
 
-from .sim.latency_model import LatencyModel
+from timely_llm_ros.core.latency_model import LatencyModel
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     latency = None
     if args.profile:
-        from .sim.latency_model import load_latency_model
+        from timely_llm_ros.core.latency_model import load_latency_model
         try:
             latency = load_latency_model(args.profile)
         except (OSError, KeyError, ValueError) as exc:

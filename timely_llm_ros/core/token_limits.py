@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from .models import ModelSpec, TokenLimits
-from .skills.skill_set import SkillSet
+from timely_llm_ros.core.models import ModelSpec, TokenLimits
+from timely_llm_ros.core.skills.skill_set import SkillSet
 
 Encode = Callable[[str], list[int]]
 

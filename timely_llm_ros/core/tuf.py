@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from .errors import ErrorCode, RequestError
+from timely_llm_ros.core.errors import ErrorCode, RequestError
 
 LATE_CHOICES = ("drop", "serve")
 

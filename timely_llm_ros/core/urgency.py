@@ -5,9 +5,9 @@ from pathlib import Path
 
 import yaml
 
-from ..paths import config_dir
-from .errors import RequestError
-from .tuf import TimeUtility, urgency_classes_from_config
+from timely_llm_ros.paths import config_dir
+from timely_llm_ros.core.errors import RequestError
+from timely_llm_ros.core.tuf import TimeUtility, urgency_classes_from_config
 
 
 def load_urgency_classes(path: Path | None = None) -> dict[str, TimeUtility]:

@@ -6,9 +6,9 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Mapping
 
-from .errors import ErrorCode, RequestError
-from .request import PlanRequest
-from .tuf import TimeUtility
+from timely_llm_ros.core.errors import ErrorCode, RequestError
+from timely_llm_ros.core.request import PlanRequest
+from timely_llm_ros.core.tuf import TimeUtility
 
 _AGENT_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/")
 # the agent's executor serves /<agent_id>/execute_segment, whose hidden action topics must stay within

@@ -1,7 +1,7 @@
 """LLM engines implementing the core's engine interface (core/engine.py)."""
 import os as _os
 
-from ..core.engine import Engine, EngineError, MemoryStats, StepResult
+from timely_llm_ros.core.engine import Engine, EngineError, MemoryStats, StepResult
 
 
 def _torch_cache_outside_tmp() -> None:
@@ -11,7 +11,7 @@ def _torch_cache_outside_tmp() -> None:
         return
     from pathlib import Path
 
-    from ..paths import share_dir
+    from timely_llm_ros.paths import share_dir
 
     build = share_dir() / "build"
     root = build if _os.access(build if build.exists() else build.parent, _os.W_OK) else \

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from .loader import LoadedModel, build_random_model, load_pretrained, random_config
+from timely_llm_ros.engine.transformers.loader import LoadedModel, build_random_model, load_pretrained, random_config
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +35,7 @@ def load_from_args(args: argparse.Namespace) -> LoadedModel:
         return build_random_model(random_config(args.random_config, layers=args.layers), args.device, args.dtype)
     if args.model:
         return load_pretrained(model_folder(args.model), args.device, args.dtype)
-    from ..paths import default_model_dir
+    from timely_llm_ros.paths import default_model_dir
 
     if (default_model_dir() / "config.json").is_file():
         return load_pretrained(default_model_dir(), args.device, args.dtype)
@@ -47,8 +47,8 @@ def model_folder(name_or_path: str) -> Path:
     says how to prepare an entry that is not converted yet."""
     if Path(name_or_path).is_dir():
         return Path(name_or_path)
-    from ..core.models import model_spec
-    from .models import weights_folder
+    from timely_llm_ros.core.models import model_spec
+    from timely_llm_ros.engine.models import weights_folder
 
     return weights_folder(model_spec(name_or_path), convert=False)
 

@@ -1,7 +1,7 @@
 """Build an engine by kind name (the server's ``engine`` parameter)."""
 from __future__ import annotations
 
-from ..core.engine import Engine
+from timely_llm_ros.core.engine import Engine
 
 
 def make_engine(kind: str, model_path: str | None = None, device: str = "auto", dtype: str = "auto",
@@ -19,7 +19,7 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
     many rows x token columns, made with the first generation and kept when idle, so its pages stay mapped;
     default 0, grown on demand and given back when idle).
 
-    kind "vllm": vLLM's engine in-process (engine/vllm_engine.py) on a model folder (None = the embedded
+    kind "vllm": vLLM's engine in-process (engine/vllm/engine.py) on a model folder (None = the embedded
     planner). kv_budget_mb sizes vLLM's KV pool (None = 256 MiB); dtype auto = float32 on CPU, bfloat16 on
     CUDA (never vLLM's own "auto"). Options: vllm_block_size (default 32), vllm_tensor_parallel_size,
     vllm_pipeline_parallel_size, vllm_max_num_seqs, vllm_distributed_executor_backend, vllm_max_model_len,
@@ -34,9 +34,9 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
         raise ValueError(f"unknown engine kind {kind!r}; this factory knows: transformers, vllm")
     import torch
 
-    from .loader import build_random_model, load_pretrained
-    from .sampling import SamplingParams
-    from .transformers_engine import TransformersEngine
+    from timely_llm_ros.engine.transformers.loader import build_random_model, load_pretrained
+    from timely_llm_ros.engine.transformers.sampling import SamplingParams
+    from timely_llm_ros.engine.transformers.engine import TransformersEngine
 
     if kw.get("num_threads"):
         torch.set_num_threads(int(kw.pop("num_threads")))
@@ -47,7 +47,7 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
         loaded = build_random_model(random_config, device, dtype, seed=sampling.seed)
     else:
         if not model_path:
-            from ..paths import default_model_dir
+            from timely_llm_ros.paths import default_model_dir
 
             model_path = str(default_model_dir())
         loaded = load_pretrained(model_path, device, dtype)
@@ -61,12 +61,12 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
 
 def _make_vllm(model_path: str | None, device: str, dtype: str, kv_budget_mb: float | None,
                vllm_kw: dict, kw: dict) -> Engine:
-    from .vllm_engine import VllmEngine, VllmOptions, kv_bytes_from_mb
+    from timely_llm_ros.engine.vllm.engine import VllmEngine, VllmOptions, kv_bytes_from_mb
 
     if kw.pop("random_config", None):
         raise ValueError("engine vllm needs a model folder (model_path); random_config is transformers-only")
     if not model_path:
-        from ..paths import default_model_dir
+        from timely_llm_ros.paths import default_model_dir
 
         model_path = str(default_model_dir())
     if dtype in ("", "auto", None):

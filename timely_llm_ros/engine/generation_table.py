@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Container, Sequence
 
-from ..core.engine import EngineError
+from timely_llm_ros.core.engine import EngineError
 
 
 def check_new(existing: Container[str], gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int) -> None:

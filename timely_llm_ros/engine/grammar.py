@@ -14,8 +14,8 @@ from typing import Iterable, Sequence
 import torch
 import xgrammar as xgr
 
-from ..core.engine import EngineError
-from .tokenizer import ByteTokenizer
+from timely_llm_ros.core.engine import EngineError
+from timely_llm_ros.engine.tokenizer import ByteTokenizer
 
 
 class GrammarCompiler:

@@ -19,11 +19,11 @@ from __future__ import annotations
 import time
 from typing import Callable, Mapping, Sequence
 
-from ..core.fit import ClassCheck, HardwareFit, Measurements, TypeTiming, check_classes, derive, plan_shapes
-from ..core.prompting import PromptEncoder
-from ..core.skills.skill_set import SkillSet
-from ..core.tuf import TimeUtility
-from ..core.engine import Engine, EngineError
+from timely_llm_ros.core.fit import ClassCheck, HardwareFit, Measurements, TypeTiming, check_classes, derive, plan_shapes
+from timely_llm_ros.core.prompting import PromptEncoder
+from timely_llm_ros.core.skills.skill_set import SkillSet
+from timely_llm_ros.core.tuf import TimeUtility
+from timely_llm_ros.core.engine import Engine, EngineError
 
 BATCHES = (4,)           # decode batch sizes measured beside batch 1 (the server: its max_batch, at most 8)
 LEAST, MOST = 3, 12      # samples of each kind of step: at least LEAST, more while they take under BUDGET_S in all

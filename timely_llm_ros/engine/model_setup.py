@@ -12,18 +12,18 @@ import functools
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..core.models import ModelSpec
-from ..core.prompting import ChatPrompts, PromptEncoder, RawPrompts
-from ..core.skills.skill_set import SkillSet
-from ..core.token_limits import EffectiveLimits, Encode, effective_limits, with_limits
-from ..core.engine import Engine
+from timely_llm_ros.core.models import ModelSpec
+from timely_llm_ros.core.prompting import ChatPrompts, PromptEncoder, RawPrompts
+from timely_llm_ros.core.skills.skill_set import SkillSet
+from timely_llm_ros.core.token_limits import EffectiveLimits, Encode, effective_limits, with_limits
+from timely_llm_ros.core.engine import Engine
 
 
 @functools.lru_cache(maxsize=1)
 def reference_encode() -> Encode:
     """encode() of the tokenizer the skill sets' limits are counted in: the embedded planner's."""
-    from ..paths import default_model_dir
-    from .tokenizer import load_tokenizer
+    from timely_llm_ros.paths import default_model_dir
+    from timely_llm_ros.engine.tokenizer import load_tokenizer
 
     return load_tokenizer(default_model_dir()).encode
 

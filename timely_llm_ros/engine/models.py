@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..core.models import GgufSource, ModelSpec, load_model_specs
-from ..paths import share_dir
+from timely_llm_ros.core.models import GgufSource, ModelSpec, load_model_specs
+from timely_llm_ros.paths import share_dir
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any, Sequence
 
-from ..core.engine import Engine, EngineError, MemoryStats, StepResult
-from .generation_table import check_new
+from timely_llm_ros.core.engine import Engine, EngineError, MemoryStats, StepResult
+from timely_llm_ros.engine.generation_table import check_new
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 600.0   # the child loads the model (vLLM may compile) before its first answer
@@ -223,7 +223,7 @@ def _memory(engine: Engine | None) -> MemoryStats | None:
 
 def _run(engine: Engine | None, op: str, args: tuple, settled: set[str]) -> Any:
     if op == "make":
-        from .factory import make_engine
+        from timely_llm_ros.engine.factory import make_engine
 
         kind, model_path, options = args
         made = make_engine(kind, model_path, **options)

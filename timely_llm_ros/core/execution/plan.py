@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
-from ..errors import ErrorCode
-from ..request import Segment
+from timely_llm_ros.core.errors import ErrorCode
+from timely_llm_ros.core.request import Segment
 
 
 class SegmentStatus(str, Enum):

@@ -26,12 +26,12 @@ import itertools
 import math
 from typing import Callable, Iterable, Union
 
-from ..errors import ErrorCode
-from ..events import SegmentReady, SegmentsWithdrawn
-from ..request import Segment
-from .plan import (OUT, PlanExecution, PlanPreempted, PlanView, Robot, SegmentExpired, SegmentStatus,
+from timely_llm_ros.core.errors import ErrorCode
+from timely_llm_ros.core.events import SegmentReady, SegmentsWithdrawn
+from timely_llm_ros.core.request import Segment
+from timely_llm_ros.core.execution.plan import (OUT, PlanExecution, PlanPreempted, PlanView, Robot, SegmentExpired, SegmentStatus,
                    TrackedSegment)
-from .robot_queue import PLAN_RULES
+from timely_llm_ros.core.execution.robot_queue import PLAN_RULES
 
 Clock = Callable[[], float]
 Out = Union[SegmentReady, SegmentsWithdrawn, PlanPreempted]

@@ -5,9 +5,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Mapping, Sequence
 
-from ..admission import kv_need_bytes
-from ..request import Generation
-from .options import PolicyOptions, options_from
+from timely_llm_ros.core.admission import kv_need_bytes
+from timely_llm_ros.core.request import Generation
+from timely_llm_ros.core.policies.options import PolicyOptions, options_from
 
 
 @dataclass

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from . import edf, fcfs, rtlm, semantic, slice, timebill, timely, timely_ablations  # noqa: F401  (registration)
-from .base import Policy
-from .options import PolicyOptions, option_names
-from .registry import POLICIES
+from timely_llm_ros.core.policies import edf, fcfs, rtlm, semantic, slice, timebill, timely, timely_ablations  # noqa: F401  (registration)
+from timely_llm_ros.core.policies.base import Policy
+from timely_llm_ros.core.policies.options import PolicyOptions, option_names
+from timely_llm_ros.core.policies.registry import POLICIES
 
 
 def policy_class(name: str) -> type[Policy]:

@@ -1,10 +1,10 @@
 """Segmented earliest-deadline-first: deadline = arrival + ERT for the first segment, E for later ones."""
 from __future__ import annotations
 
-from ..admission import segment_deadline
-from ..request import Generation
-from .base import Policy
-from .registry import register
+from timely_llm_ros.core.admission import segment_deadline
+from timely_llm_ros.core.request import Generation
+from timely_llm_ros.core.policies.base import Policy
+from timely_llm_ros.core.policies.registry import register
 
 
 @register

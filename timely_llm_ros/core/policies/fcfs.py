@@ -1,9 +1,9 @@
 """First-come-first-served policies (no deadline awareness)."""
 from __future__ import annotations
 
-from ..request import Generation
-from .base import Policy
-from .registry import register
+from timely_llm_ros.core.request import Generation
+from timely_llm_ros.core.policies.base import Policy
+from timely_llm_ros.core.policies.registry import register
 
 
 @register

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..request import Generation, PlanRequest
+from timely_llm_ros.core.request import Generation, PlanRequest
 
 NO_DEADLINE_S = 60.0   # a request whose utility never reaches zero still gets a finite deadline
 
@@ -29,7 +29,7 @@ class PredictedLengths:
         n = self._n.get(gen.req_id)
         if n is None:
             if self._predictor is None:
-                from ..predictors.length import default_bucket_predictor
+                from timely_llm_ros.core.predictors.length import default_bucket_predictor
 
                 self._predictor = default_bucket_predictor()
             n = self._n[gen.req_id] = int(self._predictor.predict(gen.req.task, gen.req.context))

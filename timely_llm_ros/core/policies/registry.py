@@ -2,7 +2,7 @@
 modules (core/policies/catalog.py lists them); this module imports none of them."""
 from __future__ import annotations
 
-from .base import Policy
+from timely_llm_ros.core.policies.base import Policy
 
 POLICIES: dict[str, type[Policy]] = {}
 

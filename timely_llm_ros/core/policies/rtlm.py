@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ..request import Generation
-from .base import Policy, SchedulingContext
-from .options import PolicyOptions
-from .predicted import hard_deadline
-from .registry import register
+from timely_llm_ros.core.request import Generation
+from timely_llm_ros.core.policies.base import Policy, SchedulingContext
+from timely_llm_ros.core.policies.options import PolicyOptions
+from timely_llm_ros.core.policies.predicted import hard_deadline
+from timely_llm_ros.core.policies.registry import register
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class RtlmPolicy(Policy):
 
     def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | RtlmOptions | None = None) -> None:
         super().__init__(max_batch, options)
-        from ..predictors.length import default_rule_predictor
+        from timely_llm_ros.core.predictors.length import default_rule_predictor
 
         o: RtlmOptions = self.options
         self.predictor = o.predictor or default_rule_predictor()

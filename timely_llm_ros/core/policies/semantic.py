@@ -25,12 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..admission import kv_need_bytes
-from ..request import Generation
-from .base import Policy, SchedulingContext
-from .options import PolicyOptions
-from .predicted import PredictedLengths
-from .registry import register
+from timely_llm_ros.core.admission import kv_need_bytes
+from timely_llm_ros.core.request import Generation
+from timely_llm_ros.core.policies.base import Policy, SchedulingContext
+from timely_llm_ros.core.policies.options import PolicyOptions
+from timely_llm_ros.core.policies.predicted import PredictedLengths
+from timely_llm_ros.core.policies.registry import register
 
 DEFAULT_CLASS_LEVELS = {"urgent": 1, "normal": 3}
 

@@ -26,10 +26,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..request import Generation
-from .base import Policy, SchedulingContext
-from .options import PolicyOptions
-from .registry import register
+from timely_llm_ros.core.request import Generation
+from timely_llm_ros.core.policies.base import Policy, SchedulingContext
+from timely_llm_ros.core.policies.options import PolicyOptions
+from timely_llm_ros.core.policies.registry import register
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class SlicePolicy(Policy):
         if req.tpot_slo_ms > 0:
             return req.tpot_slo_ms
         if req.time_budget_s > 0:
-            from ..predictors.length import default_bucket_predictor
+            from timely_llm_ros.core.predictors.length import default_bucket_predictor
 
             n_hat = default_bucket_predictor().predict(req.task, req.context)
             return max(1.0, 1000.0 * req.time_budget_s / max(n_hat, 1))

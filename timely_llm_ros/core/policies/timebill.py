@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..predictors.ete import ExecTimeEstimator, alpha_star, wcet_tokens
-from ..request import Generation
-from .base import Policy, SchedulingContext
-from .options import PolicyOptions
-from .predicted import PredictedLengths, hard_deadline
-from .registry import register
+from timely_llm_ros.core.predictors.ete import ExecTimeEstimator, alpha_star, wcet_tokens
+from timely_llm_ros.core.request import Generation
+from timely_llm_ros.core.policies.base import Policy, SchedulingContext
+from timely_llm_ros.core.policies.options import PolicyOptions
+from timely_llm_ros.core.policies.predicted import PredictedLengths, hard_deadline
+from timely_llm_ros.core.policies.registry import register
 
 
 @dataclass(frozen=True)

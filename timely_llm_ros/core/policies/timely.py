@@ -52,13 +52,13 @@ from __future__ import annotations
 import heapq
 from typing import Any, Mapping, Sequence
 
-from ..admission import kv_need_bytes, prefill_tokens_left
-from ..request import Generation
-from .base import SchedulingContext
-from .registry import register
-from .timely_admission import TimelyAdmission
-from .timely_crowd import CrowdPlanner
-from .timely_options import TimelyOptions, options_from_skill_sets
+from timely_llm_ros.core.admission import kv_need_bytes, prefill_tokens_left
+from timely_llm_ros.core.request import Generation
+from timely_llm_ros.core.policies.base import SchedulingContext
+from timely_llm_ros.core.policies.registry import register
+from timely_llm_ros.core.policies.timely_admission import TimelyAdmission
+from timely_llm_ros.core.policies.timely_crowd import CrowdPlanner
+from timely_llm_ros.core.policies.timely_options import TimelyOptions, options_from_skill_sets
 
 __all__ = ["TimelyPolicy", "TimelyOptions", "options_from_skill_sets"]
 

@@ -2,10 +2,10 @@
 and timely's admission, preemption and drop rule under EDF or FCFS order instead of Eq. 4."""
 from __future__ import annotations
 
-from ..admission import segment_deadline
-from ..request import Generation
-from .registry import register
-from .timely import TimelyPolicy
+from timely_llm_ros.core.admission import segment_deadline
+from timely_llm_ros.core.request import Generation
+from timely_llm_ros.core.policies.registry import register
+from timely_llm_ros.core.policies.timely import TimelyPolicy
 
 
 @register

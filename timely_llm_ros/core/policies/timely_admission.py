@@ -9,11 +9,11 @@ already late member may be delayed by at most late_delay_s.
 """
 from __future__ import annotations
 
-from ..admission import (REFUSED, StepCost, batch_prefill_s, kv_need_bytes, prefill_tokens_left, slack_s,
+from timely_llm_ros.core.admission import (REFUSED, StepCost, batch_prefill_s, kv_need_bytes, prefill_tokens_left, slack_s,
                          step_wcet_s, verdict, wcet_in_s)
-from ..request import Generation
-from .base import SchedulingContext
-from .timely_priority import TimelyPriority
+from timely_llm_ros.core.request import Generation
+from timely_llm_ros.core.policies.base import SchedulingContext
+from timely_llm_ros.core.policies.timely_priority import TimelyPriority
 
 
 class TimelyAdmission(TimelyPriority):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..admission import StepCost, batch_prefill_s, wcet_in_s
-from ..request import Generation
-from .timely_priority import TimelyPriority
+from timely_llm_ros.core.admission import StepCost, batch_prefill_s, wcet_in_s
+from timely_llm_ros.core.request import Generation
+from timely_llm_ros.core.policies.timely_priority import TimelyPriority
 
 
 def _add(a: tuple[int, float], b: tuple[int, float]) -> tuple[int, float]:

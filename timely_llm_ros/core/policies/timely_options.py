@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .options import PolicyOptions
+from timely_llm_ros.core.policies.options import PolicyOptions
 
 DEFAULT_SEGMENT_GEN_TIME_S = {"drone": 0.09, "arm": 0.16, "chat": 0.16}
 DEFAULT_MAX_SEGMENT_TOKENS = {"drone": 10, "arm": 20, "chat": 20}

@@ -18,9 +18,9 @@ import math
 from collections import deque
 from typing import Any, Mapping
 
-from ..request import Generation
-from .base import Policy
-from .timely_options import (DEFAULT_MAX_SEGMENT_TOKENS, DEFAULT_PREFILL_STEP_S, DEFAULT_PREFILL_TOKEN_S,
+from timely_llm_ros.core.request import Generation
+from timely_llm_ros.core.policies.base import Policy
+from timely_llm_ros.core.policies.timely_options import (DEFAULT_MAX_SEGMENT_TOKENS, DEFAULT_PREFILL_STEP_S, DEFAULT_PREFILL_TOKEN_S,
                              DEFAULT_SEGMENT_GEN_TIME_S, TimelyOptions, per_type)
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ...paths import share_dir
-from .features import request_text, rule_features
-from .mlp import MLP
+from timely_llm_ros.paths import share_dir
+from timely_llm_ros.core.predictors.features import request_text, rule_features
+from timely_llm_ros.core.predictors.mlp import MLP
 
 HASH_DIMS = 96
 

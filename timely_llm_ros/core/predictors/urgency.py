@@ -15,8 +15,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .length import predictor_dir
-from .mlp import MLP
+from timely_llm_ros.core.predictors.length import predictor_dir
+from timely_llm_ros.core.predictors.mlp import MLP
 
 LEVEL_NAMES = ("emergency", "hazard", "time-critical", "routine", "low")
 _PEOPLE = ["a person", "a child", "an elderly man", "a worker", "the resident", "a visitor", "a woman", "the patient"]

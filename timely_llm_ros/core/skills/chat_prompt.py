@@ -2,7 +2,7 @@
 
 The system message (the robot, its skills with argument names, types and units, a query's value, the statement
 forms its plans may use) and the worked examples are the same for every request of one robot type, so they form a
-shared prefix whose KV the engine caches once (engine/prefix_cache.py). The examples go either inside the system
+shared prefix whose KV the engine caches once (engine/transformers/prefix_cache.py). The examples go either inside the system
 text or as user/assistant turns after it (skill-set option ``prompt_examples``: turns | system); only the last user
 message (scene and task) differs between requests. The embedded planner keeps its raw format (prompt.py).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .skill_set import SkillSet
+    from timely_llm_ros.core.skills.skill_set import SkillSet
 
 Message = dict[str, str]   # {"role": "system" | "user" | "assistant", "content": text}
 

@@ -40,8 +40,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from .skill_set import SkillSet
-from .spec import SkillSpec
+from timely_llm_ros.core.skills.skill_set import SkillSet
+from timely_llm_ros.core.skills.spec import SkillSpec
 
 TOKENS_PER_STATEMENT = 10
 MAX_DEPTH = 2            # blocks inside blocks: one level

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from ..request import SkillCall
-from .program import Assign, Compare, Condition, Conditional, Logic, Loop, Operand, Return, Statement, Var
+from timely_llm_ros.core.request import SkillCall
+from timely_llm_ros.core.skills.program import Assign, Compare, Condition, Conditional, Logic, Loop, Operand, Return, Statement, Var
 
 RunCall = Callable[[SkillCall], Any]
 _ORDERING = (">", "<", ">=", "<=")

@@ -28,10 +28,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..request import SkillCall
-from .program import (Assign, Compare, Condition, Conditional, Logic, Loop, Operand, Return,
+from timely_llm_ros.core.request import SkillCall
+from timely_llm_ros.core.skills.program import (Assign, Compare, Condition, Conditional, Logic, Loop, Operand, Return,
                       Statement, Var, worst_case_calls)
-from .spec import SkillSpec
+from timely_llm_ros.core.skills.spec import SkillSpec
 
 FORMS = ("call", "assign", "return", "loop", "conditional")
 MAX_LOOP = 1000

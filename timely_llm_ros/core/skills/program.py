@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from ..request import SkillCall
+from timely_llm_ros.core.request import SkillCall
 
 
 class Var(str):

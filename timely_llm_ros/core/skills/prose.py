@@ -8,8 +8,8 @@ some text; the blank line starts the next segment. The whole reply is one "say" 
 """
 from __future__ import annotations
 
-from ..request import SkillCall
-from .segment import ParsedSegment, Segmenter
+from timely_llm_ros.core.request import SkillCall
+from timely_llm_ros.core.skills.segment import ParsedSegment, Segmenter
 
 _ENDS = ".!?"
 _CLOSERS = "\"')]»”’"

@@ -4,7 +4,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from ..request import SkillCall
+from timely_llm_ros.core.request import SkillCall
 
 
 @dataclass(frozen=True, slots=True)

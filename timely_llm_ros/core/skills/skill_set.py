@@ -8,14 +8,14 @@ from typing import Any, Mapping
 
 import yaml
 
-from ...paths import config_dir
-from ..request import SkillCall
-from .minispec import FORMS, parse
-from .prompt import DEFAULT_TEMPLATE, build_prompt
-from .prose import ParagraphSegmenter, SentenceSegmenter
-from .segment import Segmenter
-from .spec import SkillSpec
-from .statements import StatementSegmenter
+from timely_llm_ros.paths import config_dir
+from timely_llm_ros.core.request import SkillCall
+from timely_llm_ros.core.skills.minispec import FORMS, parse
+from timely_llm_ros.core.skills.prompt import DEFAULT_TEMPLATE, build_prompt
+from timely_llm_ros.core.skills.prose import ParagraphSegmenter, SentenceSegmenter
+from timely_llm_ros.core.skills.segment import Segmenter
+from timely_llm_ros.core.skills.spec import SkillSpec
+from timely_llm_ros.core.skills.statements import StatementSegmenter
 
 MODES = ("statements", "sentence", "paragraph")
 EXAMPLES_IN = ("turns", "system")   # where a chat prompt puts the worked examples (core/skills/chat_prompt.py)

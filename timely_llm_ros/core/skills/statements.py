@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-from ..request import SkillCall
-from .minispec import FORMS, parse
-from .segment import ParsedSegment, Segmenter
-from .spec import SkillSpec
+from timely_llm_ros.core.request import SkillCall
+from timely_llm_ros.core.skills.minispec import FORMS, parse
+from timely_llm_ros.core.skills.segment import ParsedSegment, Segmenter
+from timely_llm_ros.core.skills.spec import SkillSpec
 
 _SPECIAL = re.compile(r"""['"(){};]""")
 _STRING_STOP = {"'": re.compile(r"[\\']"), '"': re.compile(r'[\\"]')}

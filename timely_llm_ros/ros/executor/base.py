@@ -36,17 +36,17 @@ from rclpy.node import Node
 
 from timely_llm_ros.action import ExecuteSegment
 
-from ...core.capabilities import RobotStatus
-from ...core.request import SkillCall
-from ...core.skills.interpreter import Interpreter, PlanError, SegmentRun, Stopped, format_value
-from ..action_client import deep_queues
-from ..conversions import skill_from_msg, skill_to_msg
-from ..executor_status import StatusPublisher
-from .job import SegmentJob
-from .parameters import declare_executor_params
-from .plans import declared_returns, returns_conflicts, segment_program, skill_set_for
-from .robot_plans import RobotPlans
-from .skills import SkillCancelled, SkillContext, SkillFn, SkillRegistry, Estimate
+from timely_llm_ros.core.capabilities import RobotStatus
+from timely_llm_ros.core.request import SkillCall
+from timely_llm_ros.core.skills.interpreter import Interpreter, PlanError, SegmentRun, Stopped, format_value
+from timely_llm_ros.ros.action_client import deep_queues
+from timely_llm_ros.ros.conversions import skill_from_msg, skill_to_msg
+from timely_llm_ros.ros.executor_status import StatusPublisher
+from timely_llm_ros.ros.executor.job import SegmentJob
+from timely_llm_ros.ros.executor.parameters import declare_executor_params
+from timely_llm_ros.ros.executor.plans import declared_returns, returns_conflicts, segment_program, skill_set_for
+from timely_llm_ros.ros.executor.robot_plans import RobotPlans
+from timely_llm_ros.ros.executor.skills import SkillCancelled, SkillContext, SkillFn, SkillRegistry, Estimate
 
 R = ExecuteSegment.Result
 F = ExecuteSegment.Feedback

@@ -11,8 +11,8 @@ import sys
 
 from rclpy.parameter import Parameter
 
-from .run import run_executor
-from .sim import SimulatedExecutorNode
+from timely_llm_ros.ros.executor.run import run_executor
+from timely_llm_ros.ros.executor.sim import SimulatedExecutorNode
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,9 +6,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ...core.request import SkillCall
-from ...core.skills.program import Statement
-from .skills import SkillContext
+from timely_llm_ros.core.request import SkillCall
+from timely_llm_ros.core.skills.program import Statement
+from timely_llm_ros.ros.executor.skills import SkillContext
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 What a real drone driver looks like with the executor API: one ``@skill`` method per MiniSpec skill, moving
 in small time steps so that a cancel stops it between two steps, ``@skill(..., returns=...)`` queries answered by
-its camera -- here a simulated scene (parameter ``scene``, core/scene.py) seen from the drone's pose --, and
+its camera -- here a simulated scene (parameter ``scene``, evaluation/scene.py) seen from the drone's pose --, and
 ``halt()`` to stop. Run it with ``python -m timely_llm_ros.ros.executor.kinematic --ros-args -r __ns:=/drone_1``.
 """
 from __future__ import annotations
@@ -16,10 +16,10 @@ from rclpy.qos import DurabilityPolicy, QoSProfile
 
 from timely_llm_ros.msg import RobotState
 
-from ...core.scene import SCAN_STEP_DEG, SCAN_STEPS, load_scene
-from .base import SkillExecutorNode
-from .run import run_executor
-from .skills import SkillContext, skill
+from timely_llm_ros.evaluation.scene import SCAN_STEP_DEG, SCAN_STEPS, load_scene
+from timely_llm_ros.ros.executor.base import SkillExecutorNode
+from timely_llm_ros.ros.executor.run import run_executor
+from timely_llm_ros.ros.executor.skills import SkillContext, skill
 
 _STEP_S = 0.02
 

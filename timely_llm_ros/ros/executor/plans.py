@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ...core.request import SkillCall
-from ...core.robot_types import load_robot_types
-from ...core.skills import SkillSet
-from ...core.skills.interpreter import PlanState
-from ...core.skills.minispec import parse
-from ...core.skills.program import Statement
+from timely_llm_ros.core.request import SkillCall
+from timely_llm_ros.core.robot_types import load_robot_types
+from timely_llm_ros.core.skills import SkillSet
+from timely_llm_ros.core.skills.interpreter import PlanState
+from timely_llm_ros.core.skills.minispec import parse
+from timely_llm_ros.core.skills.program import Statement
 
 
 def skill_set_for(robot_type: str, skills_dir: str | Path | None = None) -> SkillSet | None:

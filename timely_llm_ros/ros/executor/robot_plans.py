@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from timely_llm_ros.action import ExecuteSegment
 
-from ...core.execution import Ended, RobotQueue
-from .job import SegmentJob
-from .plans import PlanStates
+from timely_llm_ros.core.execution import Ended, RobotQueue
+from timely_llm_ros.ros.executor.job import SegmentJob
+from timely_llm_ros.ros.executor.plans import PlanStates
 
 R = ExecuteSegment.Result
 

@@ -9,8 +9,8 @@ import rclpy
 from rclpy.exceptions import ParameterException
 from rclpy.executors import MultiThreadedExecutor
 
-from ..spin import BAD_PARAMETER_EXIT, parameter_error_message, start_node_process
-from .base import SkillExecutorNode
+from timely_llm_ros.ros.spin import BAD_PARAMETER_EXIT, parameter_error_message, start_node_process
+from timely_llm_ros.ros.executor.base import SkillExecutorNode
 
 Nodes = Union[SkillExecutorNode, Sequence[SkillExecutorNode]]
 

@@ -1,5 +1,5 @@
 """The simulated robot: every skill of its execution-time profile (config/exec_time, or a team's skills_dir) sleeps
-a sampled time, then acts on a simulated scene (``scene``: core/scene.py; queries answer from it, moves and turns
+a sampled time, then acts on a simulated scene (``scene``: evaluation/scene.py; queries answer from it, moves and turns
 change what is in view, so the same plan takes different branches in different scenes); faults on request.
 
 Fault injection (for the stress suite; all 0 by default): ``abort_probability`` (the segment's first skill
@@ -12,13 +12,13 @@ import random
 
 from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 
-from ...core.exec_time import ExecTimeModel
-from ...core.request import SkillCall
-from ...core.robot_types import load_robot_types
-from ...core.scene import load_scene
-from ...core.scene_skills import act
-from .base import SkillExecutorNode
-from .skills import SkillContext, SkillFailed
+from timely_llm_ros.core.exec_time import ExecTimeModel
+from timely_llm_ros.core.request import SkillCall
+from timely_llm_ros.core.robot_types import load_robot_types
+from timely_llm_ros.evaluation.scene import load_scene
+from timely_llm_ros.evaluation.scene_skills import act
+from timely_llm_ros.ros.executor.base import SkillExecutorNode
+from timely_llm_ros.ros.executor.skills import SkillContext, SkillFailed
 
 
 def _probability(description: str) -> ParameterDescriptor:

@@ -1,0 +1,148 @@
+"""What a goal's context and task say about the robot's scene: the objects it lists, where hazards are, and the
+phrases of the task that may name an object. Grounded decoding (core/skills/grammar.py) admits these in a plan's
+object slots; the evaluation builds its simulated scenes from the same reading.
+
+The context convention (docs/robots.md), sections separated by ';':
+
+- ``label: a, b, c`` lists objects a, b and c (``table: red cube, blue bowl``, ``places: drawer, tray``); the
+  labels in ``PLACE_LABELS`` name where the robot is instead (``room: kitchen``): their value is no object;
+- a section without a label describes one object and where it is: ``lamp on the right, 50 cm away`` is the object
+  ``lamp`` to the robot's right at 50 cm (``RELATIONS`` lists the directions read);
+- anything else (free text) lists nothing.
+
+A context that lists no object leaves object slots free (the caller decides); nothing here guesses objects from
+free text.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PLACE_LABELS = ("room", "location", "area", "site", "zone", "place")
+# direction words of an unlabelled section, as the robot sees them (its own frame)
+RELATIONS = {
+    "in front": "front", "ahead": "front", "in front of you": "front",
+    "behind": "behind", "behind you": "behind",
+    "on the left": "left", "to the left": "left", "left": "left",
+    "on the right": "right", "to the right": "right", "right": "right",
+    "above": "above", "overhead": "above", "above you": "above",
+    "below": "below", "underneath": "below", "below you": "below",
+}
+MAX_OBJECT_WORDS = 5
+# function words: a run of the task's words between two of these may name an object (task_phrases)
+STOPWORDS = frozenset("""
+a an the this that these those my your our their his her its it them they you me i we us he she him
+and or but nor so then than if when while whether where what which who whom whose how why
+to of in on at by for with from into onto over under above below behind beside between through
+off out up down away around near about across along after before against within without toward towards
+is are was were be been being am do does did done has have had having can could will would shall should
+may might must not no yes please there here all any each every some both either neither one once
+very just only also too again still now more most less least as such own same other else
+""".split())
+
+_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)\s*(cm|m)\b")
+_WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """An object an unlabelled section places: its direction from the robot and its distance (cm, None if not
+    given)."""
+
+    name: str
+    direction: str          # one of RELATIONS' values
+    distance_cm: float | None = None
+
+
+@dataclass(frozen=True)
+class SceneContext:
+    """A context as read: the objects listed (in order, each once), where the robot is, placed objects."""
+
+    objects: tuple[str, ...] = ()
+    place: str = ""
+    placements: tuple[Placement, ...] = ()
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()   # (label, its objects) for each labelled section
+
+
+def normalise_name(text: str) -> str:
+    """An object name as plans write it: lower case, single spaces, no surrounding punctuation or article."""
+    text = " ".join(text.lower().replace("_", " ").split()).strip(" .,!?'\"")
+    return re.sub(r"^(?:the|a|an|my|some)\s+", "", text)
+
+
+def parse_context(context: str) -> SceneContext:
+    """Read a goal's context by the convention in the module docstring."""
+    objects: list[str] = []
+    groups: list[tuple[str, tuple[str, ...]]] = []
+    placements: list[Placement] = []
+    place = ""
+    for section in (s.strip() for s in (context or "").split(";")):
+        if not section:
+            continue
+        label, colon, rest = section.partition(":")
+        if colon and label.strip() and len(label.split()) <= 3:
+            label = normalise_name(label)
+            items = [normalise_name(i) for i in re.split(r",|\band\b", rest)]
+            items = [i for i in items if i and len(i.split()) <= MAX_OBJECT_WORDS]
+            if label in PLACE_LABELS:
+                place = place or (items[0] if items else "")
+                continue
+            groups.append((label, tuple(items)))
+            objects += items
+            continue
+        placed = _placement(section)
+        if placed is not None:
+            placements.append(placed)
+            objects.append(placed.name)
+    seen: dict[str, None] = dict.fromkeys(o for o in objects if o)
+    return SceneContext(tuple(seen), place, tuple(placements), tuple(groups))
+
+
+def _placement(section: str) -> Placement | None:
+    """``lamp on the right, 50 cm away`` -> Placement('lamp', 'right', 50.0); None for free text."""
+    head, _, tail = section.partition(",")
+    head_norm = " ".join(head.lower().split())
+    for words in sorted(RELATIONS, key=len, reverse=True):
+        if head_norm.endswith(" " + words):
+            name = normalise_name(head_norm[: -len(words)])
+            if not name or len(name.split()) > MAX_OBJECT_WORDS:
+                return None
+            distance = None
+            m = _NUMBER.search(tail or "")
+            if m:
+                distance = float(m.group(1)) * (100.0 if m.group(2) == "m" else 1.0)
+            return Placement(name, RELATIONS[words], distance)
+    return None
+
+
+def context_objects(context: str) -> tuple[str, ...]:
+    """The objects a context lists (labelled sections' items and placed objects), in order, each once."""
+    return parse_context(context).objects
+
+
+def task_phrases(task: str, max_words: int = 3) -> tuple[str, ...]:
+    """Phrases of the task that may name an object: each run of words between function words (STOPWORDS), and the
+    run's endings of up to ``max_words`` words (an English noun phrase ends in its noun: "coin purse", "purse").
+    "where did I leave my coin purse?" gives leave, coin purse, purse (and coin)."""
+    words = _WORD.findall(task.lower())
+    runs: list[list[str]] = [[]]
+    for w in words:
+        if w in STOPWORDS or w.isdigit():
+            runs.append([])
+        else:
+            runs[-1].append(w)
+    out: dict[str, None] = {}
+    for run in runs:
+        for end in range(len(run), 0, -1):
+            for start in range(max(0, end - max_words), end):
+                out[" ".join(run[start:end])] = None
+    return tuple(out)
+
+
+def grounded_objects(context: str, task: str, explicit: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The names a grounded plan may put in an object slot: ``explicit`` (a goal's own list) or the context's
+    objects, plus the task's phrases; () when neither the goal nor its context lists any object (slots stay free)."""
+    listed = tuple(dict.fromkeys(normalise_name(o) for o in explicit if normalise_name(o))) or context_objects(context)
+    if not listed:
+        return ()
+    return tuple(dict.fromkeys(listed + task_phrases(task)))

@@ -1,0 +1,167 @@
+"""The server's configure and cleanup: the robot types, then engine, model setup, hardware fit, policy and scheduler
+through the composition root (timely_llm_ros/stack.py build_stack), the scheduler thread and the robots' clients;
+and undo all of it. ``node`` is the PlanServerNode, whose attributes hold what configure made."""
+from __future__ import annotations
+
+import gc
+import time
+
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+
+from timely_llm_ros.core.runtime import SchedulerThread
+from timely_llm_ros.core.scheduler import SchedulerConfig
+from timely_llm_ros.core.step_trace import StepTraceWriter
+from timely_llm_ros.core.validation import GoalLimits
+from timely_llm_ros.ros.server.client_host import KINDS as CLIENT_HOST_KINDS, ClientHost
+from timely_llm_ros.ros.server.executor_discovery import ExecutorDiscovery
+from timely_llm_ros.ros.server.parameters import GRAMMAR_MODES, engine_options
+from timely_llm_ros.ros.server.robot_directory import RobotDirectory
+from timely_llm_ros.ros.server.segment_dispatcher import SegmentDispatcher
+
+KEEP_OUTCOMES = 256   # finished outcomes the scheduler keeps (results already went to the clients)
+
+
+class ConfigureError(Exception):
+    """What configure could not do, said so that the user knows what to change."""
+
+
+
+def configure(node) -> None:
+    """Everything configure makes, on ``node``; raises ConfigureError (nothing left loaded) when it cannot."""
+    p = node.params
+    log = node.get_logger()
+    log.info(f"configuring: engine={p.engine} model={p.model_path or p.model} device={p.device}")
+    if p.grammar not in GRAMMAR_MODES:
+        raise ConfigureError(f"grammar must be one of {', '.join(GRAMMAR_MODES)}, got {p.grammar!r}")
+    if p.segment_clients not in CLIENT_HOST_KINDS:
+        raise ConfigureError(f"segment_clients must be one of {', '.join(CLIENT_HOST_KINDS)}, got "
+                             f"{p.segment_clients!r}")
+    node.trace = None
+    if p.step_trace_csv:       # before the model loads: a bad path fails at once
+        try:
+            node.trace = StepTraceWriter(p.step_trace_csv)
+        except OSError as exc:
+            raise ConfigureError(f"step_trace_csv {p.step_trace_csv!r}: {exc}; give a writable path or leave it "
+                                 "empty") from exc
+        log.info(f"step trace: one row per engine step in {p.step_trace_csv}")
+    t0 = time.monotonic()
+    try:
+        _load(node)
+    except Exception as exc:  # a bad model path, device or file: say so, stay unconfigured
+        node.scheduler = node.stack = None
+        if node.trace is not None:
+            node.trace.close()
+            node.trace = None
+        raise ConfigureError(f"{type(exc).__name__}: {exc}") from exc
+    node.limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
+                             max_new_tokens=p.max_new_tokens)
+    node.loop = SchedulerThread(node.scheduler, node.events.handle, on_idle=node.state.on_idle,
+                                trace=node.state.trace_step if node.trace is not None else None)
+    _start_clients(node)
+    # The model, the tokenizer and the ROS entities live as long as the configuration: move them out of the
+    # cycle collector's reach, so that a full collection during a burst (one took 253 ms with everything in it,
+    # stopping the engine loop) walks only what was made since.
+    gc.collect()
+    gc.freeze()
+    node.loop.start()
+    log.info(f"configured: policy={p.policy} max_batch={p.max_batch} max_queued={p.max_queued} "
+             f"robot types={sorted(node.skill_sets)} urgency classes={sorted(node.urgency_classes)} "
+             f"(engine loaded in {time.monotonic() - t0:.1f} s; {gc.get_freeze_count()} long-lived objects "
+             "frozen out of the cycle collector)")
+
+
+def _load(node):
+    """Robot types, then model, engine, prompt format, warm-up, hardware fit, policy and scheduler in one call to
+    the composition root; what it made goes on ``node``."""
+    p = node.params
+    log = node.get_logger()
+    from timely_llm_ros.core.models import ModelSpec, model_spec
+    from timely_llm_ros.core.robot_types import check_profiles, load_robot_types
+    from timely_llm_ros.core.urgency import load_urgency_classes
+    from timely_llm_ros.stack import EngineChoice, FitChoice, StackOptions, build_stack
+    robot_types = load_robot_types(p.skills_dir or None)   # before the model: a bad folder fails at once
+    check_profiles(robot_types)
+    if robot_types.replaced:
+        log.info(f"skills_dir {p.skills_dir}: replaces the package's {', '.join(robot_types.replaced)}")
+    node.model_spec = ModelSpec.for_path(p.model_path) if p.model_path else model_spec(p.model)
+    node.grammar = node.model_spec.grammar if p.grammar == "auto" else p.grammar == "on"
+    log.info(f"grammar-constrained decoding {'on' if node.grammar else 'off'} (grammar={p.grammar}, model entry "
+             f"{node.model_spec.name!r})")
+    stack = build_stack(StackOptions(
+        model=node.model_spec,
+        engine=EngineChoice(p.engine, p.device, p.dtype, kv_budget_mb=p.kv_budget_mb if p.kv_budget_mb > 0 else None,
+                            num_threads=p.num_threads or None, own_process=p.engine_process,
+                            options=engine_options(p)),
+        policy=node.policy_choice(),
+        scheduler=SchedulerConfig(network_delay_s=p.network_delay_s, max_prompt_tokens=p.max_prompt_tokens,
+                                  max_waiting=p.max_queued, replan_on_failure=p.replan_on_failure,
+                                  keep_outcomes=KEEP_OUTCOMES, ack_timeout_s=p.executor_ack_timeout_s,
+                                  exec_timeout_s=p.executor_timeout_s),
+        fit=FitChoice(p.hardware_fit, p.scale_unmet_classes),
+        urgency_classes=load_urgency_classes(p.urgency_classes_file or None)),
+        robot_types.skill_sets, robot_types.exec_models, time.monotonic, node.plan_rule)
+    if p.engine_process:
+        log.info(f"engine runs in process {stack.engine.pid}")
+    for level, line in stack.report():   # one call site per severity: rclpy refuses to change a site's severity
+        if level == "warning":
+            log.warning(line)
+        else:
+            log.info(line)
+    node.stack, node.scheduler, node.fit = stack, stack.scheduler, stack.fit
+    node.skill_sets, node.urgency_classes = stack.setup.skill_sets, dict(stack.urgency_classes)
+    check = stack.class_check
+    node.health.set_standing(check.warnings if check else [], check.diagnostic_values(stack.fit) if check else {})
+    if node.grammar:      # compiled now, not when the first goal of each robot type arrives (~0.3-1 s)
+        t_grammar = time.monotonic()
+        node.scheduler.prepare_grammars()
+        log.info(f"grammars compiled in {time.monotonic() - t_grammar:.2f} s")
+    return stack
+
+
+def _start_clients(node) -> None:
+    """The robots' side: their ActionClients (on a node of their own by default), their status, discovery."""
+    p = node.params
+    node.client_host = ClientHost(node, p.segment_clients)
+    node.dispatcher = SegmentDispatcher(node.client_host.node, node.loop.post, node.clients_group,
+                                        log_timing=p.log_timing)
+    node.directory = RobotDirectory(node.client_host.node, on_lost=node.executor_lost,
+                                    grace_s=p.executor_ack_timeout_s)
+    for agent in p.expected_agents:
+        node.directory.track(agent)
+    # graph queries for executors that left, off the scheduler thread (they stalled its engine steps there)
+    node.presence_timer = node.create_timer(0.5, node.dispatcher.check_presence,
+                                            callback_group=MutuallyExclusiveCallbackGroup())
+    node.discovery = ExecutorDiscovery(node, node.dispatcher, node.directory, list(p.expected_agents),
+                                       p.executor_discovery_timeout_s, lambda: node.closing, node.state.soon)
+
+
+def release(node, timeout_s: float) -> None:
+    """End every open goal as SERVER_SHUTDOWN, stop the scheduler thread, free the robots' clients and the model."""
+    node.intake.end_all(node.loop, timeout_s)
+    if node.presence_timer is not None:
+        node.destroy_timer(node.presence_timer)
+        node.presence_timer = None
+    if node.loop is not None:
+        node.loop.stop()
+        node.loop = None
+    if node.trace is not None:   # after the loop stopped: nothing writes to it any more
+        node.trace.close()
+        node.get_logger().info(f"step trace in {node.trace.path}: {node.trace.summary()}")
+        node.trace = None
+    if node.discovery is not None:
+        node.discovery.close()
+        node.discovery = None
+    dispatcher, host, directory = node.dispatcher, node.client_host, node.directory
+    node.dispatcher = node.client_host = node.directory = None
+
+    def destroy_entities() -> None:
+        if directory is not None:
+            directory.destroy()
+        if dispatcher is not None:
+            dispatcher.destroy()
+    if host is not None:
+        host.close(destroy_entities)
+    if node.scheduler is not None:
+        node.stack.engine.close()
+        node.scheduler = node.stack = None
+        gc.unfreeze()   # what configure froze may be garbage now; a new configure freezes again

@@ -1,0 +1,210 @@
+"""The Plan goals the server holds: intake (validation, the max_queued bound, the robot's executor), cancel, and
+answering each goal once the scheduler (or a shutdown) has ended it.
+
+An open goal holds no thread and no task: the intake runs in the action server's accept callback, and the goal's
+execution (rclpy's ``goal_handle.execute()``, the documented way to defer it) starts only when its outcome is known;
+the execute callback then only answers. So the goal's action status stays ACCEPTED while the server plans and its
+robot executes (the Plan feedback carries that state); ``execute()`` is called from whichever thread ended the goal
+(rclpy schedules the callback on the node's executor and wakes it). At most ``max_queued`` goals are open at once; a
+goal beyond that ends at once with OVERLOADED (41).
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from rclpy.action import CancelResponse
+
+from timely_llm_ros.action import Plan
+
+from timely_llm_ros.core.capabilities import check_robot_type
+from timely_llm_ros.core.errors import ErrorCode, RequestError
+from timely_llm_ros.core.request import PlanRequest, RequestState
+from timely_llm_ros.core.validation import validate_goal
+from timely_llm_ros.ros.conversions import error_result, goal_fields, outcome_to_result
+from timely_llm_ros.ros.server.plan_session import GoalSession, bare_outcome, goal_request_id
+
+SHUTDOWN_MESSAGE = "server shutting down (or cleaning up); send the goal again when it is active"
+
+
+class GoalIntake:
+    """The open goals of one server node (``node``: PlanServerNode, read for its state and configuration)."""
+
+    def __init__(self, node) -> None:
+        self._node = node
+        self.sessions: dict[str, GoalSession] = {}
+        self.lock = threading.Lock()
+        self.counts = {"total": 0, "done": 0, "dropped": 0, "failed": 0, "overloaded": 0}
+
+    def open_goals(self) -> int:
+        return len(self.sessions)
+
+    def get(self, req_id: str) -> GoalSession | None:
+        return self.sessions.get(req_id)
+
+    def count_finished(self, state: RequestState) -> None:
+        with self.lock:
+            self.counts[{RequestState.DONE: "done", RequestState.DROPPED: "dropped"}.get(state, "failed")] += 1
+
+    def snapshot_counts(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.counts)
+
+    # ------------------------------------------------------------------ action callbacks
+    def on_accepted(self, goal_handle) -> None:
+        """The accept callback (executor thread): answer at once, or register the goal and start its way in."""
+        node = self._node
+        arrival = time.monotonic()
+        req_id = goal_request_id(goal_handle)
+        goal: Plan.Goal = goal_handle.request
+        if not node.active or node.loop is None:
+            state = "shutting down" if node.closing else node.lifecycle_state()
+            code = ErrorCode.SERVER_SHUTDOWN if node.closing else ErrorCode.NOT_ACTIVE
+            return _answer_at_once(goal_handle, req_id, code,
+                                   f"the plan server is {state}, not active; activate it (ros2 lifecycle set "
+                                   f"{node.get_fully_qualified_name()} activate) or wait for autostart")
+        try:
+            req = validate_goal(goal_fields(goal), req_id, arrival, node.skill_sets, node.urgency_classes,
+                                node.limits, grammar=node.grammar)
+        except RequestError as err:
+            node.get_logger().warning(f"[{req_id}] rejected goal from {goal.agent_id!r}: {err.code.name}: "
+                                      f"{err.message}")
+            return _answer_at_once(goal_handle, req_id, err.code, err.message)
+        req.dry_run = bool(goal.dry_run)
+        session = GoalSession(req_id, req.agent_id, req.dry_run, req.urgency, goal_handle)
+        max_queued = node.params.max_queued
+        with self.lock:
+            full = len(self.sessions) >= max_queued
+            if full:
+                self.counts["overloaded"] += 1
+            else:
+                self.sessions[req_id] = session
+                self.counts["total"] += 1
+        if full:
+            return _answer_at_once(goal_handle, req_id, ErrorCode.OVERLOADED,
+                                   f"the server already holds max_queued={max_queued} goals; retry later (or raise "
+                                   "max_queued)")
+        discovery = node.discovery
+        if session.dry_run or discovery is None or discovery.known(req.agent_id):
+            self._enter(session, req)
+        else:
+            node.get_logger().info(f"[{req_id}] waiting for /{req.agent_id}/execute_segment to answer (a first goal "
+                                   "to a robot not in expected_agents, or its executor restarted)")
+            if not discovery.find(req.agent_id, lambda: session.ended,
+                                  lambda found: self._found(session, req, found)):
+                self._enter(session, req)   # the discovery pool is gone (cleanup): _enter ends it SERVER_SHUTDOWN
+
+    def on_cancel(self, goal_handle) -> CancelResponse:
+        req_id = goal_request_id(goal_handle)
+        session = self.sessions.get(req_id)
+        if session is None:   # answered already
+            return CancelResponse.ACCEPT
+        loop = self._node.loop
+        if session.submitted and loop is not None:   # its segments at the robot are withdrawn with it
+            loop.post(lambda s: s.cancel(req_id))
+        else:
+            session.end(bare_outcome(session, ErrorCode.CANCELLED, "cancelled by the client"))
+        return CancelResponse.ACCEPT
+
+    def answer(self, goal_handle) -> Plan.Result:
+        """The execute callback, run once the goal's session has its outcome: the result to its client."""
+        node = self._node
+        req_id = goal_request_id(goal_handle)
+        with self.lock:
+            session = self.sessions.pop(req_id, None)
+        if session is None or session.outcome is None:   # cannot happen: execute() follows end()
+            goal_handle.abort()
+            return error_result(req_id, ErrorCode.SERVER_SHUTDOWN, "the goal was not registered")
+        outcome = session.outcome
+        node.health.ended(session.urgency, outcome.state)
+        self._log_outcome(session, outcome)
+        result = outcome_to_result(req_id, outcome)
+        if outcome.error_code == ErrorCode.CANCELLED and goal_handle.is_cancel_requested:
+            goal_handle.canceled()
+        elif outcome.ok:
+            goal_handle.succeed()
+        else:
+            goal_handle.abort()
+        return result
+
+    # ------------------------------------------------------------------ the way in
+    def _found(self, session: GoalSession, req: PlanRequest, found: bool) -> None:
+        """Discovery pool thread: the agent's executor was looked for (and its status waited for)."""
+        node = self._node
+        if session.ended:
+            return
+        if not found:
+            msg = (f"no executor at /{req.agent_id}/execute_segment (waited "
+                   f"{node.params.executor_discovery_timeout_s:.1f} s); start the robot's executor node or set "
+                   "dry_run")
+            node.get_logger().warning(f"[{session.req_id}] {msg}")
+            session.end(bare_outcome(session, ErrorCode.EXECUTOR_UNAVAILABLE, msg))
+            return
+        self._enter(session, req)
+
+    def _enter(self, session: GoalSession, req: PlanRequest) -> None:
+        """Check the robot's type against its executor's status, then hand the request to the scheduler thread."""
+        node = self._node
+        if not session.dry_run and node.directory is not None:
+            # WRONG_ROBOT_TYPE before anything is generated, when the agent's executor serves another robot type
+            try:
+                check_robot_type(req.agent_id, req.robot_type, node.directory.status(req.agent_id))
+            except RequestError as err:
+                node.get_logger().warning(f"[{session.req_id}] {err.code.name}: {err.message}")
+                session.end(bare_outcome(session, err.code, err.message))
+                return
+        loop = node.loop
+        if session.ended:
+            return
+        if loop is None:
+            session.end(bare_outcome(session, ErrorCode.SERVER_SHUTDOWN, "server shutting down"))
+            return
+        session.submitted = True
+        loop.post(lambda s: node.events.submit(s, req, session))
+        loop.announce(req)      # an engine step in flight may end early for it (policy parameter interrupt)
+        node.get_logger().info(f"[{session.req_id}] {req.agent_id} ({req.robot_type}, "
+                               f"{req.urgency or 'custom TUF'}): {req.task!r}")
+
+    def _log_outcome(self, session: GoalSession, outcome) -> None:
+        log = self._node.get_logger()
+        if outcome.ok:
+            log.info(f"[{session.req_id}] {session.agent_id} done: {len(outcome.segments)} segments, "
+                     f"response {outcome.response_time:.2f} s, waiting {outcome.waiting_time:.2f} s, "
+                     f"utility {outcome.utility:.2f} (segments {outcome.total_utility:.2f})")
+        else:
+            log.warning(f"[{session.req_id}] {session.agent_id} ended {outcome.state.value}: "
+                        f"{outcome.error_code.name}: {outcome.message}")
+
+    # ------------------------------------------------------------------ shutdown
+    def end_all(self, loop, timeout_s: float) -> None:
+        """End every open goal with SERVER_SHUTDOWN: through the scheduler thread when it holds the request (its
+        engine state and executor goals are released, and its RequestFinished ends the session), else at once.
+        Their answers go out when the executor next runs their execute callbacks."""
+        with self.lock:
+            sessions = list(self.sessions.values())
+        submitted = [s.req_id for s in sessions if s.submitted and not s.ended]
+        if submitted and loop is not None:
+            def cancel_all(scheduler) -> None:
+                for req_id in submitted:
+                    self._node.events.handle(scheduler.cancel(req_id, ErrorCode.SERVER_SHUTDOWN, SHUTDOWN_MESSAGE))
+            try:
+                loop.call(cancel_all).result(timeout_s)
+            except Exception:   # the scheduler thread did not answer in time (or is gone): end them here
+                pass
+        for s in sessions:
+            if not s.ended:
+                s.end(bare_outcome(s, ErrorCode.SERVER_SHUTDOWN, SHUTDOWN_MESSAGE))
+
+    def wait_answered(self, timeout_s: float) -> None:
+        """Wait (off the executor's thread) until every goal has been answered."""
+        deadline = time.monotonic() + timeout_s
+        while self.sessions and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def _answer_at_once(goal_handle, req_id: str, code: ErrorCode, message: str) -> None:
+    """A goal refused before it was registered: its execute callback aborts it with this error."""
+    def refuse(handle) -> Plan.Result:
+        handle.abort()
+        return error_result(req_id, code, message)
+    goal_handle.execute(refuse)

@@ -1,0 +1,209 @@
+"""timely_server: the Plan action server hosting the LLM engine and the segmented scheduler.
+
+A managed (lifecycle) node (docs/server.md):
+  configure   load the model and engine, build the scheduler, start its thread
+  activate    serve /plan          (autostart:=true does configure + activate at start-up)
+  deactivate  new goals end at once with NOT_ACTIVE (42); goals already accepted run to completion
+  cleanup     end what is left as SERVER_SHUTDOWN, stop the scheduler thread, free the model
+The /plan action server exists in every state, so a goal sent to an unconfigured or inactive server
+gets NOT_ACTIVE with a message instead of silence.
+
+ROS plumbing only; each job has its module: configure and cleanup (configure.py, composing through
+the composition root, timely_llm_ros/stack.py), goal intake and answering (goal_intake.py), the scheduler's events to ROS
+(scheduler_events.py), the state topic and /diagnostics (state.py, health.py), finding the robots'
+executors (executor_discovery.py). Goals hold no thread: a goal's execution starts only once it has ended
+(goal_intake.py), so the node spins on one thread (an rclpy SingleThreadedExecutor).
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from rclpy.action import ActionServer, GoalResponse
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+from timely_llm_ros.action import Plan
+
+from timely_llm_ros.core.composition import PolicyChoice
+from timely_llm_ros.core.health import HealthLimits
+from timely_llm_ros.core.runtime import SchedulerThread
+from timely_llm_ros.core.scheduler import PlanScheduler
+from timely_llm_ros.core.step_trace import StepTraceWriter
+from timely_llm_ros.core.validation import GoalLimits
+from timely_llm_ros.ros.server.client_host import ClientHost
+from timely_llm_ros.ros.server.executor_discovery import ExecutorDiscovery
+from timely_llm_ros.ros.server.goal_intake import GoalIntake
+from timely_llm_ros.ros.server.parameters import ServerParams, check_runtime_update, declare_server_params
+from timely_llm_ros.ros.server.robot_directory import RobotDirectory
+from timely_llm_ros.ros.server.scheduler_events import SchedulerEvents
+from timely_llm_ros.ros.server.segment_dispatcher import SegmentDispatcher
+from timely_llm_ros.ros.server.configure import ConfigureError, configure, release
+from timely_llm_ros.ros.server.health import ServerHealth
+from timely_llm_ros.ros.server.state import ServerState
+from timely_llm_ros.ros.spin import spin_node
+
+# Goal/result/cancel requests of a burst wait in these queues while the executor catches up (the default depth of
+# 10 drops requests of a burst of goals before the server ever sees them).
+_DEEP = QoSProfile(depth=4096, reliability=ReliabilityPolicy.RELIABLE)
+
+
+class PlanServerNode(LifecycleNode):
+    """Serves /plan (timely_llm_ros/action/Plan) for many robots with one engine."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("timely_server", **kwargs)
+        self.params: ServerParams = declare_server_params(self)
+        self.stop_flag = None            # set by spin_node: SIGINT/SIGTERM
+        self.exit_code = 0
+        self.active = False
+        self.closing = False
+        self.configure_error = ""
+        # made at configure (configure.py), released at cleanup
+        self.scheduler: PlanScheduler | None = None
+        self.stack = None                # what configure composed (timely_llm_ros/stack.py Stack): engine as loaded,
+                                         # model setup, policy, scheduler; a live policy change composes through it
+        self.model_spec = None           # config/models.yaml entry loaded at configure (core.models.ModelSpec)
+        self.grammar = False             # requests decode under their skill-set grammar (parameter grammar)
+        self.skill_sets: dict = {}
+        self.urgency_classes: dict = {}
+        self.fit = None                  # core.fit.HardwareFit measured at configure (parameter hardware_fit)
+        self.limits = GoalLimits()
+        self.loop: SchedulerThread | None = None
+        self.trace: StepTraceWriter | None = None
+        self.client_host: ClientHost | None = None
+        self.dispatcher: SegmentDispatcher | None = None
+        self.directory: RobotDirectory | None = None   # robots' ExecutorStatus (robot type, skills, alive)
+        self.discovery: ExecutorDiscovery | None = None
+        self.presence_timer = None
+        self.clients_group = MutuallyExclusiveCallbackGroup()   # the executors' ActionClients: one callback at a time
+        p = self.params
+        self.health = ServerHealth(self, HealthLimits(p.health_window_s, p.warn_drop_rate, p.warn_failure_rate,
+                                                      p.starvation_drops))
+        self.state = ServerState(self)
+        self.intake = GoalIntake(self)
+        self.events = SchedulerEvents(self, self.intake)
+        # while no engine is loaded the scheduler thread is not there to publish /diagnostics: ERROR from here
+        self._unloaded_timer = self.create_timer(p.state_period_s, self.state.publish_unloaded)
+        self._action = ActionServer(self, Plan, "plan", execute_callback=self.intake.answer,
+                                    goal_callback=lambda goal: GoalResponse.ACCEPT,
+                                    handle_accepted_callback=self.intake.on_accepted,
+                                    cancel_callback=self.intake.on_cancel,
+                                    goal_service_qos_profile=_DEEP, result_service_qos_profile=_DEEP,
+                                    cancel_service_qos_profile=_DEEP, feedback_pub_qos_profile=QoSProfile(depth=1000))
+        self.add_on_set_parameters_callback(lambda params: check_runtime_update(self, params))
+        self.get_logger().info(f"timely_server up (unconfigured): action /plan, autostart={self.params.autostart}")
+
+    # ------------------------------------------------------------------ lifecycle
+    def before_spin(self) -> None:
+        """Called by spin_node before the node spins: autostart drives configure and activate."""
+        if not self.params.autostart:
+            self.get_logger().info("autostart is false: waiting for configure/activate (ros2 lifecycle set)")
+            return
+        for step in (self.trigger_configure, self.trigger_activate):
+            if self.stop_flag is not None and self.stop_flag.is_set():
+                return
+            if step() != TransitionCallbackReturn.SUCCESS:
+                self.get_logger().error(f"autostart: {step.__name__} failed; exiting")
+                self.exit_code = 1
+                if self.stop_flag is not None:
+                    self.stop_flag.set()
+                return
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.configure_error = ""
+        try:
+            configure(self)
+        except ConfigureError as exc:
+            self.configure_error = f"configure failed: {exc}"
+            self.get_logger().error(self.configure_error)
+            return TransitionCallbackReturn.FAILURE
+        self._unloaded_timer.cancel()   # the scheduler thread publishes /diagnostics now
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.active = True
+        self.get_logger().info(f"timely_server ready: action /plan, policy={self.params.policy}")
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.active = False
+        self.get_logger().info(f"deactivated: new goals get NOT_ACTIVE; {self.intake.open_goals()} accepted goal(s) "
+                               "run to completion")
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release(timeout_s=10.0)
+        self.get_logger().info("cleaned up: model freed")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.active = False
+        self._release(timeout_s=10.0)
+        return TransitionCallbackReturn.SUCCESS
+
+    def _release(self, timeout_s: float) -> None:
+        release(self, timeout_s)
+        self._unloaded_timer.reset()
+
+    def finish(self, timeout_s: float) -> None:
+        """Process stop (spin_node, from the main thread while the executor still spins): no new goals, end accepted
+        ones as SERVER_SHUTDOWN and give their results time to reach the clients."""
+        self.closing = True
+        self.active = False
+        had_goals = self.intake.open_goals() > 0
+        self._release(timeout_s)
+        self.intake.wait_answered(timeout_s)
+        if had_goals:
+            time.sleep(0.3)  # the result responses leave on the executor's thread
+
+    def shutdown(self) -> None:
+        """Free ROS entities that destroy_node does not destroy (after the executor stopped)."""
+        self._action.destroy()
+
+    # ------------------------------------------------------------------ what the other modules ask
+    def lifecycle_state(self) -> str:
+        return self._state_machine.current_state[1]
+
+    def stopping(self) -> bool:
+        """The server is going down (a process stop or its signal)."""
+        return self.closing or (self.stop_flag is not None and self.stop_flag.is_set())
+
+    def policy_choice(self) -> PolicyChoice:
+        """The configured policy; every policy is offered the skill sets' segment sizes, the hardware fit's step
+        times, the network delay and G measured online (core/composition.py), and the semantic policy its text
+        urgency classifier (stack.py engine_provided)."""
+        return PolicyChoice(self.params.policy, self.params.max_batch, network_delay_s=self.params.network_delay_s,
+                            online_gen_time=True)
+
+    def plan_rule(self, agent: str) -> str:
+        """The robot's rule for a second plan while one runs (queue | urgent_preempts), as its executor advertises
+        it (ExecutorStatus; queue until it has)."""
+        directory = self.directory
+        return directory.plan_rule(agent) if directory is not None else "queue"
+
+    def executor_lost(self, agent: str) -> None:
+        """The robot directory saw the agent's executor go (its status lost liveliness): end its segments out."""
+        last = self.directory.status(agent) if self.directory is not None else None
+        if last is not None and last.state == "stopping":
+            self.get_logger().info(f"executor /{agent}/execute_segment has shut down")
+        else:
+            self.get_logger().warning(f"executor /{agent}/execute_segment lost its liveliness and it did not come "
+                                      "back (killed, or its process hung); segments it held end EXECUTOR_UNAVAILABLE")
+        dispatcher = self.dispatcher
+        if dispatcher is not None:
+            dispatcher.executor_lost(agent, f"lost its liveliness (its executor_status lease ran out and did not "
+                                            f"come back within executor_ack_timeout_s, "
+                                            f"{self.params.executor_ack_timeout_s:.1f} s: the process died or hung)")
+
+
+def main(args: list[str] | None = None) -> int:
+    # open goals hold no thread; blocking waits run on the discovery pool
+    return spin_node(PlanServerNode, args=args, make_executor=SingleThreadedExecutor,
+                     exit_code=lambda node: node.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

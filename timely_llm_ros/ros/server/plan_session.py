@@ -1,0 +1,72 @@
+"""One accepted Plan goal on the server: its outcome once known, and its feedback messages."""
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from timely_llm_ros.action import Plan
+
+from timely_llm_ros.core.errors import ErrorCode
+from timely_llm_ros.core.outcome import Progress, RequestOutcome
+from timely_llm_ros.core.request import PlanRequest, RequestState, Segment
+from timely_llm_ros.core.tuf import TimeUtility
+from timely_llm_ros.ros.conversions import segment_to_msg
+
+
+@dataclass
+class GoalSession:
+    """One accepted goal: what its execute callback needs to answer its client (the request's own state is the
+    scheduler's, which reports it in its events). ``end`` may be called from any thread (the scheduler thread, the
+    executor's, the discovery pool, a shutdown): it starts the goal's execution, whose callback answers."""
+
+    req_id: str
+    agent_id: str
+    dry_run: bool
+    urgency: str
+    goal_handle: object
+    outcome: RequestOutcome | None = None
+    submitted: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def ended(self) -> bool:
+        return self.outcome is not None
+
+    def end(self, outcome: RequestOutcome) -> None:
+        """The goal's outcome (the first one given counts)."""
+        with self._lock:
+            if self.outcome is not None:
+                return
+            self.outcome = outcome
+        try:    # rclpy runs the execute callback on the node's executor (and wakes it)
+            self.goal_handle.execute()
+        except Exception:   # a cancel made it CANCELING between rclpy's check and its EXECUTE transition: no
+            self.goal_handle.execute()   # transition from there, the callback runs all the same
+
+
+def goal_request_id(goal_handle) -> str:
+    """The server's request id: the first 12 hex digits of the action goal id."""
+    return uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid)).hex[:12]
+
+
+def bare_outcome(session: GoalSession, code: ErrorCode, message: str) -> RequestOutcome:
+    """The outcome of a goal that never reached the scheduler (or whose scheduler is gone)."""
+    state = RequestState.CANCELLED if code == ErrorCode.CANCELLED else RequestState.FAILED
+    req = PlanRequest(req_id=session.req_id, agent_id=session.agent_id, robot_type="", task="",
+                      tuf=TimeUtility(1.0, -1.0, 1.0), arrival=math.nan)
+    return RequestOutcome(req=req, state=state, error_code=code, message=message, plan_text="", segments=[],
+                          tokens=0, finished_at=time.monotonic())
+
+
+def plan_feedback(req_id: str, progress: Progress, segment: Segment | None = None) -> Plan.Feedback:
+    """Plan feedback for a state change or a new segment, from the progress the scheduler's event carries."""
+    fb = Plan.Feedback(request_id=req_id, state=progress.state.value, new_segment=segment is not None,
+                       segments_generated=progress.segments_generated, segments_executed=progress.segments_executed,
+                       utility_so_far=progress.utility_so_far,
+                       estimated_time_remaining=progress.estimated_time_remaining)
+    if segment is not None:
+        fb.segment = segment_to_msg(segment)
+    return fb

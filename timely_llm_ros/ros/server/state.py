@@ -1,0 +1,60 @@
+"""What the server reports about itself: the latched ~/state topic and /diagnostics (from the scheduler thread, every
+state_period_s), /diagnostics ERROR while no engine is loaded, and the step trace's rows."""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+from rclpy.qos import DurabilityPolicy, QoSProfile
+
+from timely_llm_ros.msg import SchedulerState
+
+from timely_llm_ros.ros.process_memory import resident_mib
+from timely_llm_ros.ros.server.health import robots_health
+from timely_llm_ros.ros.server.state_message import scheduler_state_msg
+
+
+class ServerState:
+    """Publishes the server node's state (``node``: PlanServerNode)."""
+
+    def __init__(self, node) -> None:
+        self._node = node
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self._pub = node.create_publisher(SchedulerState, "~/state", latched)
+        self._last = 0.0
+
+    def soon(self) -> None:
+        """Publish at the next scheduler-loop iteration (an expected executor became ready: clients wait for it)."""
+        self._last = 0.0
+
+    def on_idle(self) -> None:
+        """Each scheduler-loop iteration: the latched state topic and /diagnostics, every state_period_s."""
+        node = self._node
+        scheduler = node.scheduler
+        now = time.monotonic()
+        if scheduler is None or now - self._last < node.params.state_period_s:
+            return
+        self._last = now
+        pending = node.discovery.pending() if node.discovery is not None else []
+        waiting = set(pending)
+        ready = [a for a in node.params.expected_agents if a not in waiting]
+        state = scheduler_state_msg(node, scheduler, node.intake.snapshot_counts(), ready, pending)
+        self._pub.publish(state)
+        memory = {"rss_mib": f"{resident_mib():.1f}", "python_threads": threading.active_count()}
+        robots = robots_health(node.params.expected_agents, node.directory, node.dispatcher)
+        node.health.publish(state, scheduler.policy.max_batch, robots, memory)
+
+    def publish_unloaded(self) -> None:
+        """/diagnostics ERROR while no engine is loaded (unconfigured, or configure failed)."""
+        node = self._node
+        if node.loop is None:
+            why = node.configure_error or (f"unconfigured: no engine loaded; configure it (ros2 lifecycle set "
+                                           f"{node.get_fully_qualified_name()} configure) or wait for autostart")
+            node.health.publish_unloaded(why)
+
+    def trace_step(self, record) -> None:
+        """Scheduler thread: one engine step into the step trace, named by the policy that chose it."""
+        trace = self._node.trace
+        if trace is not None:
+            trace.write(replace(record, policy=self._node.params.policy))
