@@ -18,7 +18,7 @@ with the measured outcome). Single-threaded: callers serialise calls.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
 
 from timely_llm_ros.core.engine import Engine
 from timely_llm_ros.core.engine_loop import Clock, EngineLoop, Track
@@ -55,6 +55,9 @@ class PlanScheduler(EngineLoop):
                                           getattr(policy, "uses_feedback", True))
         self._grammars: dict[str, str | None] = {}   # robot type -> its grammar, made on its first constrained request
         self._events: list[Event] = []
+        # the skills each robot's executor has (its advertised status), by agent id; None: not known. A plan that
+        # calls another skill stops at that statement, before it is sent (UNKNOWN_SKILL). The server sets it.
+        self.robot_skills: Callable[[str], AbstractSet[str] | None] = lambda agent: None
 
     @property
     def policy(self) -> Policy:
@@ -114,7 +117,7 @@ class PlanScheduler(EngineLoop):
         self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced, grammar=self._grammar(req))
         gen.prefill_left = self._prefill_left(req.req_id, len(prompt_ids))
         exec_profile = getattr(skill_set, "exec_profile", req.robot_type)
-        self._tracks[req.req_id] = Track(gen, skill_set.segmenter(), self.exec_models[exec_profile],
+        self._tracks[req.req_id] = Track(gen, self._segmenter(req), self.exec_models[exec_profile],
                                          self.engine.text_stream(), max_new=max_new)
         self._waiting[req.req_id] = gen
         self._events.append(StateChanged(req.req_id, RequestState.QUEUED, self._progress(gen)))
@@ -252,6 +255,12 @@ class PlanScheduler(EngineLoop):
         self._events.append(SegmentGenerated(gen.req_id, seg, self._progress(gen)))
         self._emit(self.execution.add_segment(gen.req_id, seg))
 
+    def _segmenter(self, req: PlanRequest):
+        """A fresh segmenter for one generation of ``req``: its robot type's language, the plan-call cap, and the
+        skills its robot's executor has (a dry run's robot runs nothing: any skill of the set)."""
+        robot_skills = None if req.dry_run else self.robot_skills(req.agent_id)
+        return self.skill_sets[req.robot_type].segmenter(self.config.max_plan_calls, robot_skills)
+
     def prepare_grammars(self) -> None:
         """Have the engine compile every robot type's grammar now (the server does at configure when it constrains
         decoding), not when the first constrained request of each type arrives."""
@@ -276,9 +285,14 @@ class PlanScheduler(EngineLoop):
         executing; the request then ends with INVALID_PLAN."""
         gen = track.gen
         held = self.execution.discard_held(gen.req_id)
-        track.error = (ErrorCode.INVALID_PLAN,
-                       f"the model's plan stopped parsing as {gen.req.robot_type} skills: {track.segmenter.error}"
-                       f" (after {len(gen.segments) - held} segment(s) sent; {held} complete one(s) not sent)")
+        sent = f" (after {len(gen.segments) - held} segment(s) sent; {held} complete one(s) not sent)"
+        if getattr(track.segmenter, "unknown_skills", None):
+            track.error = (ErrorCode.UNKNOWN_SKILL, f"{gen.req.agent_id}: {track.segmenter.error}; the plan stopped "
+                           f"before that statement{sent}: give the robot the skill, or plan with a skill set that "
+                           "matches it (skills_dir)")
+        else:
+            track.error = (ErrorCode.INVALID_PLAN, f"the model's plan stopped parsing as {gen.req.robot_type} "
+                           f"skills: {track.segmenter.error}{sent}")
         self._stop_generation(track)
         self._set_state(gen, RequestState.EXECUTING)
         self._maybe_complete(track, t)
@@ -367,7 +381,7 @@ class PlanScheduler(EngineLoop):
         track.engine_held, track.engine_suspended, track.error = True, False, None
         track.max_new = max_new
         track.replans += 1
-        track.segmenter, track.text = skill_set.segmenter(), self.engine.text_stream()
+        track.segmenter, track.text = self._segmenter(req), self.engine.text_stream()
         gen.prompt_ids, gen.output_ids, gen.text = list(prompt_ids), [], ""
         gen.seg_token_start = gen.seg_text_start = 0
         gen.seg_gen_started, gen.prefilled, gen.finished_generating = None, False, False

@@ -184,6 +184,12 @@ class PlanServerNode(LifecycleNode):
         directory = self.directory
         return directory.plan_rule(agent) if directory is not None else "queue"
 
+    def robot_skills(self, agent: str) -> frozenset[str] | None:
+        """The skills the agent's executor advertises (ExecutorStatus), None while it has said none."""
+        directory = self.directory
+        status = directory.status(agent) if directory is not None else None
+        return status.skills if status is not None else None
+
     def executor_lost(self, agent: str) -> None:
         """The robot directory saw the agent's executor go (its status lost liveliness): end its segments out."""
         last = self.directory.status(agent) if self.directory is not None else None
