@@ -16,7 +16,7 @@ the executor base node and the simulator's robots each hold one per robot).
   and the plan's floor passes the early one when they have ended. So no order of refusals and completions leaves a
   segment waiting for a floor it can never reach (test/test_robot_queue_properties.py).
 - ``urgent_preempts``: a segment with ``preempts`` of another plan than the robot's current one stops that plan
-  between two skills: its running segment ends PREEMPTED once its skill in progress has ended, its waiting segments
+  at once: its running segment ends PREEMPTED when its skill in progress has been interrupted, its waiting segments
   end PREEMPTED at once, and so do its segments that arrive later; the preempting plan runs next. Under ``queue``
   the flag is ignored: the plan waits its turn.
 
@@ -65,7 +65,7 @@ class Refusal:
 @dataclass
 class Arrival(Generic[Item]):
     """What a segment's arrival did: ``refused`` (it ends at once) or it waits; a preempting arrival also names the
-    running segment to stop between two skills and the preempted plan's waiting segments (they end PREEMPTED)."""
+    running segment to stop (its skill interrupted) and the preempted plan's waiting segments (they end PREEMPTED)."""
 
     refused: Refusal | None = None
     stop: Item | None = None
