@@ -6,6 +6,9 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
+
+from rclpy.task import Future
 
 from timely_llm_ros.action import Plan
 
@@ -19,16 +22,20 @@ from timely_llm_ros.ros.conversions import segment_to_msg
 @dataclass
 class GoalSession:
     """One accepted goal: what its execute callback needs to answer its client (the request's own state is the
-    scheduler's, which reports it in its events). ``end`` may be called from any thread (the scheduler thread, the
-    executor's, the discovery pool, a shutdown): it starts the goal's execution, whose callback answers."""
+    scheduler's, which reports it in its events). The goal is EXECUTING from its acceptance: its execute callback
+    waits on ``done`` (a task of the node's executor, no thread). ``end`` may be called from any thread (the scheduler
+    thread, the executor's, the discovery pool, a shutdown): it resolves ``done`` and wakes the node's executor, which
+    resumes the callback to answer."""
 
     req_id: str
     agent_id: str
     dry_run: bool
     urgency: str
     goal_handle: object
+    wake: Callable[[], None] = lambda: None
     outcome: RequestOutcome | None = None
     submitted: bool = False
+    done: Future = field(default_factory=Future, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -41,10 +48,8 @@ class GoalSession:
             if self.outcome is not None:
                 return
             self.outcome = outcome
-        try:    # rclpy runs the execute callback on the node's executor (and wakes it)
-            self.goal_handle.execute()
-        except Exception:   # a cancel made it CANCELING between rclpy's check and its EXECUTE transition: no
-            self.goal_handle.execute()   # transition from there, the callback runs all the same
+        self.done.set_result(outcome)
+        self.wake()
 
 
 def goal_request_id(goal_handle) -> str:
