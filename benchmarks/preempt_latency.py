@@ -8,7 +8,8 @@ moment it decides to preempt) to the moment that segment starts on the robot, it
 Each trial: plan a's segment ``d(60);`` (hover 60 s) starts; 10-50 ms into it plan u's segment ``tp();`` is sent
 with preempts. The running skill is interrupted as by a cancel (``ctx.sleep`` raises), so u starts at once instead
 of 60 s later. Start times are the executor's own (its log_timing lines, CLOCK_MONOTONIC, which this process shares).
-Prints p50, p99 and max per executor.
+Prints p50, p99 and max per executor of three moments after u is sent: u received by the executor, the
+preempted segment ended, u started.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from timely_llm_ros.action import ExecuteSegment  # noqa: E402
 from timely_llm_ros.msg import Skill  # noqa: E402
 
 EXECUTORS = {"simulated": "timely_llm_ros.ros.executor.node", "kinematic": "timely_llm_ros.ros.executor.kinematic"}
-_STARTED = re.compile(r"segment timing (\S+) (\d+) started ([\d.]+)")
+_TIMING = re.compile(r"segment timing (\S+) (\d+) (received|started|ended) ([\d.]+)")
 
 
 class Executor:
@@ -44,7 +45,7 @@ class Executor:
                 "-p", "plan_rule:=urgent_preempts", "-p", "log_timing:=true"]
         self.proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.started: dict[str, float] = {}
+        self.times: dict[tuple[str, str], float] = {}    # (plan, received|started|ended) -> its segment 0's
         self.ready = threading.Event()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -52,9 +53,9 @@ class Executor:
         for line in self.proc.stdout:
             if "executor ready" in line:
                 self.ready.set()
-            m = _STARTED.search(line)
+            m = _TIMING.search(line)
             if m is not None and m.group(2) == "0":
-                self.started[m.group(1)] = float(m.group(3))
+                self.times[(m.group(1), m.group(3))] = float(m.group(4))
 
     def stop(self) -> None:
         self.proc.send_signal(2)
@@ -79,8 +80,9 @@ def _wait(future, timeout: float):
     return future.result()
 
 
-def measure(name: str, module: str, trials: int, rng: random.Random) -> list[float]:
-    """Seconds from sending the preempting segment to its start on the robot, one per trial."""
+def measure(name: str, module: str, trials: int, rng: random.Random) -> list[tuple[float, float, float]]:
+    """Per trial, seconds from sending the preempting segment u to: its arrival at the executor, the end of the
+    preempted segment a, u's start on the robot."""
     robot = Executor(module, f"preempt_{name}")
     context = rclpy.Context()
     rclpy.init(context=context)
@@ -102,14 +104,15 @@ def measure(name: str, module: str, trials: int, rng: random.Random) -> list[flo
             time.sleep(rng.uniform(0.01, 0.05))
             sent = time.monotonic()
             urgent = _wait(client.send_goal_async(_goal(f"u{i}", "tp();", True)), 10)
-            a = _wait(client.get_result_async(handle), 10).result
-            u = _wait(client.get_result_async(urgent), 10).result
+            a = _wait(handle.get_result_async(), 10).result
+            u = _wait(urgent.get_result_async(), 10).result
             if a.error_code != ExecuteSegment.Result.PREEMPTED or not u.success:
                 raise RuntimeError(f"trial {i}: a ended {a.error_code} ({a.error_message}), u {u.error_message}")
             end = time.monotonic() + 5
-            while f"u{i}" not in robot.started and time.monotonic() < end:
+            while (f"u{i}", "started") not in robot.times and time.monotonic() < end:
                 time.sleep(0.001)
-            out.append(robot.started[f"u{i}"] - sent)
+            out.append((robot.times[(f"u{i}", "received")] - sent, robot.times[(f"a{i}", "ended")] - sent,
+                        robot.times[(f"u{i}", "started")] - sent))
     finally:
         executor.shutdown(timeout_sec=5)
         client.destroy()
@@ -132,11 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     opts = p.parse_args(argv)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     rng = random.Random(opts.seed)
-    print(f"preempting segment sent -> its start on the robot, {opts.trials} trials (ms)")
-    print(f"{'executor':<10} {'p50':>7} {'p99':>7} {'max':>7}")
+    print(f"ms after the preempting segment u is sent, {opts.trials} trials: p50 / p99 / max")
+    print(f"{'executor':<10} {'u received':>20} {'preempted a ended':>20} {'u started':>20}")
     for name in opts.executors.split(","):
-        ms = [1000 * s for s in measure(name, EXECUTORS[name], opts.trials, rng)]
-        print(f"{name:<10} {_quantile(ms, 0.5):7.1f} {_quantile(ms, 0.99):7.1f} {max(ms):7.1f}", flush=True)
+        runs = measure(name, EXECUTORS[name], opts.trials, rng)
+        cols = []
+        for k in range(3):
+            ms = [1000 * r[k] for r in runs]
+            cols.append(f"{_quantile(ms, 0.5):.1f} / {_quantile(ms, 0.99):.1f} / {max(ms):.1f}")
+        print(f"{name:<10} {cols[0]:>20} {cols[1]:>20} {cols[2]:>20}", flush=True)
     return 0
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from timely_llm_ros.core.request import SkillCall
-from timely_llm_ros.core.skills.program import (Assign, Compare, Condition, Conditional, Logic, Loop, Operand, Return,
+from timely_llm_ros.core.skills.program import (Assign, Condition, Conditional, Logic, Loop, Operand, Return,
                                                 Statement, Var)
 from timely_llm_ros.core.skills.spec import SkillSpec
 
