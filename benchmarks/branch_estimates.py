@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Branch-aware execution-time estimates against worst-case ones: how long robots sit idle at segment boundaries.
 
-    .venv/bin/python benchmarks/branch_estimates.py [--seeds 1-5] [--tasks 120] [--agents 24] [--rate 3.0]
+    .venv/bin/python benchmarks/branch_estimates.py [--seeds 1-5] [--tasks 120] [--rate 3.0]
 
 The drone reference plans with a conditional (config/eval/drone.yaml) are replayed (trace replay: the plan is forced,
 the engine's time per token is config/latency/smollm2-cpu.yaml's) by the scheduler under the timely policy on a
-discrete-event clock, with robots that run each segment by its meaning: its statements are interpreted on a scene
+discrete-event clock (Poisson arrivals of --rate per second, each task a robot of its own), with robots that run each segment by its meaning: its statements are interpreted on a scene
 (evaluation/scene.py; the objects the task's context lists stand in view, every other object the plan names is
 somewhere in the room with probability --present), only the calls the interpreter makes take time (each sampled from
 the drone's execution-time profile), and the robot reports those calls. The scheduler's E for the next segment
@@ -121,7 +121,7 @@ class InterpretingSimulator(Simulator):
             return_value=format_value(run.value) if run.returned else "", ended=_ENDED_AS.get(ended)))
 
 
-def workload(seed: int, n: int, agents: int, rate: float) -> tuple[list[WorkloadTask], dict[str, dict]]:
+def workload(seed: int, n: int, rate: float) -> tuple[list[WorkloadTask], dict[str, dict]]:
     rng = random.Random(seed)
     pool = conditional_tasks()
     t, out, source = 0.0, [], {}
@@ -130,14 +130,14 @@ def workload(seed: int, n: int, agents: int, rate: float) -> tuple[list[Workload
         task = rng.choice(pool)
         tid = f"s{seed}_{i}"
         source[tid] = task
-        out.append(WorkloadTask(task_id=tid, arrival=t, event=i, agent_id=f"drone_{i % agents}", trace_id=0,
+        out.append(WorkloadTask(task_id=tid, arrival=t, event=i, agent_id=f"drone_{i}", trace_id=0,
                                 robot_type="drone", urgency="normal", task=task["task"], context=task["scene"],
                                 plan=task["plan"], prompt_tokens=60, max_new_tokens=200))
     return out, source
 
 
 def run(seed: int, branch_aware: bool, opts) -> tuple[float, float, int]:
-    tasks, source = workload(seed, opts.tasks, opts.agents, opts.rate)
+    tasks, source = workload(seed, opts.tasks, opts.rate)
     rng = random.Random(f"scenes:{seed}")
     scenes = {tid: scene_for(source[tid], rng, opts.present) for tid in source}
     latency = load_latency_model("smollm2-cpu")
@@ -160,7 +160,6 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", default="1-5")
     p.add_argument("--tasks", type=int, default=120)
-    p.add_argument("--agents", type=int, default=24)
     p.add_argument("--rate", type=float, default=3.0, help="arrivals per second")
     p.add_argument("--present", type=float, default=0.3, help="chance an object the plan looks for is in the room")
     p.add_argument("--max-batch", type=int, default=8)
@@ -171,8 +170,8 @@ def main(argv=None) -> int:
     for name, aware in (("worst case", False), ("branch-aware", True)):
         results = [run(seed, aware, opts) for seed in seeds]
         rows[name] = results
-    print(f"{len(conditional_tasks())} drone reference plans with a conditional; {opts.tasks} tasks, {opts.agents} "
-          f"robots, {opts.rate}/s, seeds {opts.seeds}")
+    print(f"{len(conditional_tasks())} drone reference plans with a conditional; {opts.tasks} tasks at {opts.rate}/s, "
+          f"seeds {opts.seeds}")
     print(f"{'E from':<14} {'idle s at a segment boundary':<30} {'Eq.3 utility per request':<28} boundaries")
     for name, results in rows.items():
         print(f"{name:<14} {spread([r[0] for r in results]):<30} {spread([r[1] for r in results]):<28} "
