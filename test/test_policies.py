@@ -132,6 +132,8 @@ def test_wcet_of_a_block_longer_than_a_segment_is_bounded_by_the_plans_token_cap
     assert wcet_s(g, 10, token_s=1.0) == pytest.approx(48 * 0.02)
     g.output_ids = [5] * 4                                              # within the segment length: as before
     assert wcet_s(g, 10, token_s=1.0) == pytest.approx(6 * 0.02)
+    g.output_ids, g.max_segment_tokens = [5] * 12, 20     # an expected length of 10, the skill set's bound 20
+    assert wcet_s(g, 10, token_s=1.0) == pytest.approx(1 * 0.02)      # not outgrown yet: the estimate stands
 
 
 def test_admission_holds_back_relaxed_requests_while_an_urgent_one_is_tight():

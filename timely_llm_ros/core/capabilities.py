@@ -39,10 +39,10 @@ def check_robot_type(agent: str, goal_robot_type: str, status: RobotStatus | Non
     if status is None:
         return
     if not status.interprets:
+        serves = f"robot type {status.robot_type!r}" if status.robot_type else "no robot type"
         raise RequestError(ErrorCode.WRONG_ROBOT_TYPE,
                            f"{agent}'s executor does not interpret plans (its executor_status says interprets: "
-                           f"false{', robot type ' + repr(status.robot_type) if status.robot_type else ', no robot type'}"
-                           "): it would run every conditional's body whatever its queries answer, so nothing is "
+                           f"false, {serves}): it would run every conditional's body whatever its queries answer, so nothing is "
                            f"planned for it; start it with a robot type (-p robot_type:={goal_robot_type}) on this "
                            "package's executor base (ros/executor/base.py)")
     if status.robot_type != goal_robot_type:

@@ -150,12 +150,12 @@ class EngineLoop:
         try:
             result = self.engine.step(ids)
         except Exception as exc:   # EngineError, or a bug: the step's requests end, their engine state freed
+            why = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, EngineError):
                 log.exception("engine step failed unexpectedly")
             for gen in batch:
                 self._finish(self._tracks[gen.req_id], RequestState.FAILED, ErrorCode.GENERATION_FAILED,
-                             f"engine step failed: {type(exc).__name__ + ': ' if not isinstance(exc, EngineError) else ''}"
-                             f"{exc}")
+                             f"engine step failed: {why}")
             return self._drain()
         finally:
             self._stepping = ()

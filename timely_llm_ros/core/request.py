@@ -106,6 +106,7 @@ class Generation:
     prefill_left: int | None = None  # prompt tokens still to prefill, as the engine reports (None: unknown)
     reload_s: float = 0.0          # time to bring its offloaded KV back to the device (0 when resident)
     max_new_tokens: int | None = None  # the generation's effective token cap (None: its request's)
+    max_segment_tokens: int | None = None  # its robot type's segment length bound (the skill set's)
     open_block: bool = False       # its text ends inside a loop's or conditional's braces: no cut before they close
 
     @property
@@ -121,15 +122,17 @@ class Generation:
     def tokens_in_segment(self) -> int:
         return len(self.output_ids) - self.seg_token_start
 
-    def segment_tokens_left(self, max_segment_tokens: int) -> int:
-        """Tokens left, at most, until the current segment is cut (at least one): max_segment_tokens minus those it
-        has; once an open block has outgrown max_segment_tokens it cannot be cut before it closes, and only the
-        generation's token cap bounds it."""
+    def segment_tokens_left(self, segment_tokens: int) -> int:
+        """Tokens left until the current segment is cut (at least one), for a segment of ``segment_tokens``: that
+        minus the tokens it has. A loop or conditional cannot be cut before it closes: once an open one has outgrown
+        its robot type's max_segment_tokens, only the generation's token cap bounds what is left (the WCET bound
+        holds for such blocks)."""
         n = self.tokens_in_segment
-        if self.open_block and n >= max_segment_tokens:
+        longest = self.max_segment_tokens if self.max_segment_tokens is not None else segment_tokens
+        if self.open_block and n >= longest:
             cap = self.max_new_tokens if self.max_new_tokens is not None else self.req.max_new_tokens
             return max(cap - len(self.output_ids), 1)
-        return max(max_segment_tokens - n, 1)
+        return max(segment_tokens - n, 1)
 
     def first_start(self, ready: float) -> float:
         """When the robot can start the plan's first segment if it is there at `ready`: not before the robot is

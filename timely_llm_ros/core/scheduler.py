@@ -110,7 +110,8 @@ class PlanScheduler(EngineLoop):
                                    f"prompt is {len(prompt_ids)} tokens; the model attends over {room} tokens in all,"
                                    " which leaves no room for a plan: shorten the task or context")
             max_new = min(max_new, room - len(prompt_ids))
-        gen = Generation(req=req, prompt_ids=list(prompt_ids), enqueued_at=self.clock(), max_new_tokens=max_new)
+        gen = Generation(req=req, prompt_ids=list(prompt_ids), enqueued_at=self.clock(), max_new_tokens=max_new,
+                         max_segment_tokens=skill_set.max_segment_tokens)
         exec_profile = getattr(skill_set, "exec_profile", req.robot_type)
         track = Track(gen, self._segmenter(req), self.exec_models[exec_profile], self.engine.text_stream(),
                       max_new=max_new)

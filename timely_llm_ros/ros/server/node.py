@@ -87,7 +87,7 @@ class PlanServerNode(LifecycleNode):
         self.events = SchedulerEvents(self, self.intake)
         # while no engine is loaded the scheduler thread is not there to publish /diagnostics: ERROR from here
         self._unloaded_timer = self.create_timer(p.state_period_s, self.state.publish_unloaded)
-        self._action = ActionServer(self, Plan, "plan", execute_callback=self.intake.run_goal,
+        self.action_server = ActionServer(self, Plan, "plan", execute_callback=self.intake.answer,
                                     goal_callback=lambda goal: GoalResponse.ACCEPT,
                                     handle_accepted_callback=self.intake.on_accepted,
                                     cancel_callback=self.intake.on_cancel,
@@ -161,7 +161,7 @@ class PlanServerNode(LifecycleNode):
 
     def shutdown(self) -> None:
         """Free ROS entities that destroy_node does not destroy (after the executor stopped)."""
-        self._action.destroy()
+        self.action_server.destroy()
 
     # ------------------------------------------------------------------ what the other modules ask
     def lifecycle_state(self) -> str:

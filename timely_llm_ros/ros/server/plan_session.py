@@ -8,8 +8,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from rclpy.task import Future
-
 from timely_llm_ros.action import Plan
 
 from timely_llm_ros.core.errors import ErrorCode
@@ -22,20 +20,18 @@ from timely_llm_ros.ros.conversions import segment_to_msg
 @dataclass
 class GoalSession:
     """One accepted goal: what its execute callback needs to answer its client (the request's own state is the
-    scheduler's, which reports it in its events). The goal is EXECUTING from its acceptance: its execute callback
-    waits on ``done`` (a task of the node's executor, no thread). ``end`` may be called from any thread (the scheduler
-    thread, the executor's, the discovery pool, a shutdown): it resolves ``done`` and wakes the node's executor, which
-    resumes the callback to answer."""
+    scheduler's, which reports it in its events). ``end`` may be called from any thread (the scheduler thread, the
+    executor's, the discovery pool, a shutdown): it hands the goal to ``answer``, which schedules its execute callback
+    on the node's executor (and wakes it)."""
 
     req_id: str
     agent_id: str
     dry_run: bool
     urgency: str
     goal_handle: object
-    wake: Callable[[], None] = lambda: None
+    answer: Callable[[], None] = lambda: None
     outcome: RequestOutcome | None = None
     submitted: bool = False
-    done: Future = field(default_factory=Future, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -48,8 +44,7 @@ class GoalSession:
             if self.outcome is not None:
                 return
             self.outcome = outcome
-        self.done.set_result(outcome)
-        self.wake()
+        self.answer()
 
 
 def goal_request_id(goal_handle) -> str:
