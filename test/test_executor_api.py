@@ -321,12 +321,12 @@ def test_two_plans_for_one_robot_never_interleave_and_the_robot_does_not_go_back
     assert node.proc.returncode == 0 and "Traceback" not in node.output(), node.output()[-3000:]
 
 
-def test_urgent_preempts_stops_the_running_plan_between_two_skills_and_its_segments_end_preempted():
-    """plan_rule urgent_preempts: a segment sent with preempts stops plan a after the skill in progress (a0 ends
-    PREEMPTED having run one of its two calls), a's queued and later segments end PREEMPTED, plan u runs after a0
-    has stopped."""
+def test_urgent_preempts_interrupts_the_running_skill_and_the_plans_segments_end_preempted():
+    """plan_rule urgent_preempts: a segment sent with preempts stops plan a in its skill in progress, as a cancel
+    would (a0's first skill never ends on its own here: hang_probability 1), a's queued and later segments end
+    PREEMPTED, and plan u runs once a0 has stopped."""
     node = _start("timely_llm_ros.ros.executor.node", "preempting", "robot_type:=drone", "time_scale:=0.25",
-                  "log_timing:=true", "plan_rule:=urgent_preempts")
+                  "log_timing:=true", "plan_rule:=urgent_preempts", "hang_probability:=1.0")
     client = _Client("preempting")
     try:
         fb: list = []
@@ -336,9 +336,12 @@ def test_urgent_preempts_stops_the_running_plan_between_two_skills_and_its_segme
         urgent = client.send(_segment("u", 0, ("mf", 20), preempts=True))
         status, result = client.result(first)
         assert result.error_code == R.PREEMPTED and "plan u took the robot" in result.error_message
-        assert [s.name for s in result.executed_skills] == ["mf"]          # stopped between its two calls
+        assert "stopped in mf" in result.error_message, result.error_message
+        assert [s.name for s in result.executed_skills] == ["mf"]          # interrupted in its first call
         assert client.result(queued)[1].error_code == R.PREEMPTED
-        assert client.result(urgent)[1].success
+        assert _wait(lambda: ("u", 0) in [key for key, _, _ in runs_on_robot(node.output())]), "u0 never started"
+        wait(urgent.cancel_goal_async(), 10.0)                            # u0 hangs too: cancelled, it ends
+        assert client.result(urgent)[1].error_code == R.CANCELLED
         assert client.result(client.send(_segment("a", 2, ("mf", 20))))[1].error_code == R.PREEMPTED
         runs = runs_on_robot(node.output())
         assert [key for key, _, _ in runs] == [("a", 0), ("u", 0)] and runs[0][2] <= runs[1][1], runs

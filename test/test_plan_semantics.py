@@ -178,6 +178,7 @@ def test_a_goal_without_text_runs_its_skill_list_as_sent(robots):
 @pytest.mark.parametrize("param, says", [
     ("robot_type:=rover", "robot_type 'rover' has no skill set; known: arm, chat, drone"),
     ("scene:=nowhere", "scene 'nowhere': no such file"),
+    ("robot_type:=''", "an executor needs a robot type"),
 ])
 def test_an_executor_without_a_language_or_scene_for_its_parameters_stops_at_start_up(param, says):
     proc = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.executor.node", "--ros-args", "-p", param],

@@ -120,6 +120,22 @@ def test_wcet_uses_remaining_segment_tokens_and_measured_speed():
     assert wcet_s(gen("new"), 10, token_s=0.05) == pytest.approx(0.5)
 
 
+def test_wcet_of_a_block_longer_than_a_segment_is_bounded_by_the_plans_token_cap():
+    """A conditional cannot be cut before its '}': once it has outgrown max_segment_tokens (10 here), the tokens
+    it may still take are bounded by the generation's cap (60), not by one more token."""
+    g = gen("g", prefilled=True)
+    g.output_ids = [5] * 12
+    g.step_times.extend([0.3, 0.02, 0.02, 0.02])
+    g.max_new_tokens = 60
+    assert wcet_s(g, 10, token_s=1.0) == pytest.approx(1 * 0.02)      # statements end inside: one token, as before
+    g.open_block = True
+    assert wcet_s(g, 10, token_s=1.0) == pytest.approx(48 * 0.02)
+    g.output_ids = [5] * 4                                              # within the segment length: as before
+    assert wcet_s(g, 10, token_s=1.0) == pytest.approx(6 * 0.02)
+    g.output_ids, g.max_segment_tokens = [5] * 12, 20     # an expected length of 10, the skill set's bound 20
+    assert wcet_s(g, 10, token_s=1.0) == pytest.approx(1 * 0.02)      # not outgrown yet: the estimate stands
+
+
 def test_admission_holds_back_relaxed_requests_while_an_urgent_one_is_tight():
     timely = make_policy("timely", max_batch=16, options={"admission": "deadline"})
     urgent = gen("u", tuf=URGENT, prefilled=True)

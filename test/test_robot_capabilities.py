@@ -55,18 +55,26 @@ def test_a_skills_dir_without_either_folder_says_what_it_must_hold(tmp_path):
 
 
 def test_a_goal_for_another_robot_type_than_its_executors_is_refused_naming_both():
-    drone = RobotStatus("drone", frozenset({"mf", "tp"}))
+    drone = RobotStatus("drone", frozenset({"mf", "tp"}), interprets=True)
     check_robot_type("drone_1", "drone", drone)
     check_robot_type("drone_1", "arm", None)                                # no status: nothing to check
-    check_robot_type("drone_1", "arm", RobotStatus("", frozenset({"mf"})))   # no robot type: runs skill lists
     with pytest.raises(RequestError) as err:
         check_robot_type("drone_1", "arm", drone)
     assert err.value.code == ErrorCode.WRONG_ROBOT_TYPE
     assert "'drone'" in err.value.message and "'arm'" in err.value.message and "drone_1" in err.value.message
 
 
+@pytest.mark.parametrize("robot_type", ["", "drone"])
+def test_a_goal_for_an_executor_that_does_not_interpret_is_refused_saying_how_to_start_it(robot_type):
+    """An executor that runs the skill lists it is sent (no plan language) would run every conditional's body."""
+    with pytest.raises(RequestError) as err:
+        check_robot_type("drone_1", "drone", RobotStatus(robot_type, frozenset({"mf"}), interprets=False))
+    assert err.value.code == ErrorCode.WRONG_ROBOT_TYPE
+    assert "does not interpret" in err.value.message and "-p robot_type:=drone" in err.value.message
+
+
 def test_the_skills_a_segment_calls_that_the_executor_lacks_are_named_in_order():
-    status = RobotStatus("drone", frozenset({"mf", "tp"}))
+    status = RobotStatus("drone", frozenset({"mf", "tp"}), interprets=True)
     calls = [SkillCall("g", ("cat",)), SkillCall("tp"), SkillCall("s", ("cat",)), SkillCall("g", ("dog",))]
     assert missing_skills(calls, status) == ["g", "s"]
     assert missing_skills(calls, None) == []

@@ -157,8 +157,8 @@ def test_a_goal_for_another_robot_type_ends_wrong_robot_type_before_any_token(ro
 
 def test_a_plan_calling_a_skill_its_robot_lacks_ends_unknown_skill_naming_it(robots, tmp_path):
     """A team's drone with a small skill set (skills_dir: it can only move forward, wait and log): the server plans
-    with the full drone skill set, and the first segment that calls a skill this robot's ExecutorStatus does not
-    list ends the plan UNKNOWN_SKILL naming the skill; nothing of it reaches the robot."""
+    with the full drone skill set, and the first statement that calls a skill this robot's ExecutorStatus does not
+    list ends the plan UNKNOWN_SKILL naming the skill; that statement never reaches the robot."""
     (tmp_path / "skills").mkdir()
     (tmp_path / "exec_time").mkdir()
     (tmp_path / "skills" / "drone.yaml").write_text(
@@ -178,10 +178,43 @@ def test_a_plan_calling_a_skill_its_robot_lacks_ends_unknown_skill_naming_it(rob
         robot.stop()
     assert status == GoalStatus.STATUS_ABORTED
     assert result.error_code == R.UNKNOWN_SKILL, (result.error_code, result.error_message)
-    refused = result.segments[-1]
-    missing = [s.name for s in refused.skills if s.name not in ("mf", "d", "l")]
-    assert missing and all(f"'{name}'" in result.error_message for name in missing), result.error_message
-    assert not any(s.executed for s in result.segments)
+    assert "which the robot's executor does not have (it has: d, l, mf)" in result.error_message, \
+        result.error_message
+    assert all(c.name in ("mf", "d", "l") for s in result.segments for c in s.skills)   # sent: only its skills
+
+
+def test_a_goal_for_an_executor_that_does_not_interpret_ends_before_any_token(robots):
+    """A robot whose ExecutorStatus says it does not interpret plans (a team's server that runs the skill lists it
+    is sent) would run every conditional's body: its goal ends WRONG_ROBOT_TYPE before anything is generated, and
+    the robot receives nothing."""
+    from rclpy.qos import DurabilityPolicy, LivelinessPolicy, QoSProfile, ReliabilityPolicy
+    from rclpy.duration import Duration
+
+    from timely_llm_ros.msg import ExecutorStatus
+
+    received = []
+
+    def execute(goal_handle):
+        received.append(goal_handle.request.text)
+        goal_handle.succeed()
+        return ExecuteSegment.Result(success=True)
+
+    robot = _SilentExecutor("drone_blind", execute)
+    qos = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE,
+                     liveliness=LivelinessPolicy.AUTOMATIC, liveliness_lease_duration=Duration(seconds=1.0))
+    status = robot.node.create_publisher(ExecutorStatus, "executor_status", qos)
+    status.publish(ExecutorStatus(robot_type="drone", skills=["mf", "tc", "s", "g", "tp", "iv"], interprets=False,
+                                  plan_rule="queue", state="idle"))
+    try:
+        run = robots.send(**dict(DRONE_TASK, agent_id="drone_blind", **LENIENT))
+        goal_status, result = run.result(60)
+    finally:
+        robot.node.destroy_publisher(status)
+        robot.close()
+    assert goal_status == GoalStatus.STATUS_ABORTED
+    assert result.error_code == R.WRONG_ROBOT_TYPE, (result.error_code, result.error_message)
+    assert "does not interpret plans" in result.error_message and "robot_type:=drone" in result.error_message
+    assert result.tokens_generated == 0 and not received
 
 
 def test_an_executors_unknown_skill_result_ends_the_plan_unknown_skill_not_execution_failed(robots):

@@ -14,13 +14,14 @@ from ros_harness import REPO, ros_env
 def test_reduced_stress_run_reports_every_phase():
     cmd = [sys.executable, "tools/stress/run.py", "--fuzz", "30", "--aborts", "2", "--hangs", "1", "--kills", "1",
            "--cancels", "8", "--burst", "12", "--soak-agents", "6", "--soak-s", "3", "--result-timeout", "5",
-           "--seed", "2"]
+           "--plans", "30", "--seed", "2"]
     proc = subprocess.run(cmd, cwd=REPO, env=ros_env(), capture_output=True, text=True, timeout=400)
     out = proc.stdout + proc.stderr
     assert proc.returncode in (0, 1), out[-5000:]  # 2 = the suite itself could not run
     rows = {m.group(1): [c.strip() for c in m.group(2).split("|")]
-            for m in re.finditer(r"^\| (fuzz|faults|cancels|burst|soak) \|(.*)\|$", out, re.M)}
-    assert list(rows) == ["fuzz", "faults", "cancels", "burst", "soak"], out[-5000:]
+            for m in re.finditer(r"^\| (fuzz|faults|cancels|burst|soak|plans) \|(.*)\|$", out, re.M)}
+    assert list(rows) == ["fuzz", "faults", "cancels", "burst", "soak", "plans"], out[-5000:]
+    assert rows["plans"][0] == "30" and rows["plans"][-1] == "ok"   # 10 random plans of each of 3 robot types
     assert rows["fuzz"][0] == "31" and rows["cancels"][0] == "8" and rows["burst"][0] == "12"
     assert rows["faults"][0] == "5"  # 2 aborts + 1 hang + 1 kill mid-segment + 1 goal after the kill
     assert int(rows["soak"][0]) >= 6

@@ -5,6 +5,9 @@ and bound the time it still needs for its current segment:
 
     WCET = (max_segment_tokens - tokens generated in its current segment) * seconds per token
 
+(a loop or conditional that has outgrown max_segment_tokens cannot be cut before it closes: its tokens left are
+then bounded by the generation's token cap instead, Generation.segment_tokens_left, so the bound still holds)
+
 (seconds per token: the median of its recent decode steps, its prefill step excluded; before it has any, a
 configured guess). The newcomer is admitted if WCET < that slack (the paper's rule; once the deadline has passed, the
 time left until the segment's utility reaches zero stands in for the slack), or if the newcomer itself
@@ -70,8 +73,7 @@ def seconds_per_token(gen: Generation, fallback_s: float) -> float:
 
 def wcet_s(gen: Generation, max_segment_tokens: int, token_s: float) -> float:
     """Worst-case time to finish gen's current segment (at least one more token)."""
-    remaining = max(max_segment_tokens - gen.tokens_in_segment, 1)
-    return remaining * seconds_per_token(gen, token_s)
+    return gen.segment_tokens_left(max_segment_tokens) * seconds_per_token(gen, token_s)
 
 
 def kv_need_bytes(gen: Generation, kv_bytes_per_token: float) -> float:
@@ -114,7 +116,7 @@ def batch_prefill_s(members: Sequence[Generation], cost: StepCost) -> float:
 
 def wcet_in_s(gen: Generation, max_segment_tokens: int, prefill_s: float, size: int, cost: StepCost) -> float:
     """gen's WCET in a batch of `size` members whose shared prefill work is prefill_s (see step_wcet_s)."""
-    steps = max_segment_tokens if not gen.prefilled else max(max_segment_tokens - gen.tokens_in_segment, 1)
+    steps = max_segment_tokens if not gen.prefilled else gen.segment_tokens_left(max_segment_tokens)
     return prefill_s + steps * cost.decode_s(size)
 
 

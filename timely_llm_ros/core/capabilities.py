@@ -14,11 +14,13 @@ DEFAULT_PLAN_RULE = "queue"
 
 @dataclass(frozen=True)
 class RobotStatus:
-    """One executor's latest status: its robot type ("" when it runs goals' skill lists without a plan
-    language), the skills it has, its plan rule, and what it is doing."""
+    """One executor's latest status: its robot type, the skills it has, whether it runs segments by their meaning
+    (``interprets``: an executor of this package always does; one that does not would run every conditional's body
+    and ignore query answers), its plan rule, and what it is doing."""
 
     robot_type: str
     skills: frozenset[str]
+    interprets: bool = False
     plan_rule: str = DEFAULT_PLAN_RULE
     state: str = "idle"             # idle | busy | stopping
     request_id: str = ""            # the plan running now ("" when idle)
@@ -31,14 +33,23 @@ class RobotStatus:
 
 
 def check_robot_type(agent: str, goal_robot_type: str, status: RobotStatus | None) -> None:
-    """RequestError WRONG_ROBOT_TYPE when the agent's executor serves another robot type than the goal names
-    (nothing to check without a status, or for an executor without a robot type)."""
-    if status is None or not status.robot_type or status.robot_type == goal_robot_type:
+    """RequestError WRONG_ROBOT_TYPE when the agent's executor does not interpret plans (its status says so) or
+    serves another robot type than the goal names (nothing to check without a status: a team's plain
+    ExecuteSegment server publishes none)."""
+    if status is None:
         return
-    raise RequestError(ErrorCode.WRONG_ROBOT_TYPE,
-                       f"{agent}'s executor serves robot type {status.robot_type!r}, but the goal's robot_type is "
-                       f"{goal_robot_type!r}: send robot_type {status.robot_type!r} to {agent}, or the goal to an "
-                       f"agent of type {goal_robot_type!r}")
+    if not status.interprets:
+        serves = f"robot type {status.robot_type!r}" if status.robot_type else "no robot type"
+        raise RequestError(ErrorCode.WRONG_ROBOT_TYPE,
+                           f"{agent}'s executor does not interpret plans (its executor_status says interprets: "
+                           f"false, {serves}): it would run every conditional's body whatever its queries answer, so nothing is "
+                           f"planned for it; start it with a robot type (-p robot_type:={goal_robot_type}) on this "
+                           "package's executor base (ros/executor/base.py)")
+    if status.robot_type != goal_robot_type:
+        raise RequestError(ErrorCode.WRONG_ROBOT_TYPE,
+                           f"{agent}'s executor serves robot type {status.robot_type!r}, but the goal's robot_type is "
+                           f"{goal_robot_type!r}: send robot_type {status.robot_type!r} to {agent}, or the goal to an "
+                           f"agent of type {goal_robot_type!r}")
 
 
 def missing_skills(calls: Iterable[SkillCall], status: RobotStatus | None) -> list[str]:

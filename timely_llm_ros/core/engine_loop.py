@@ -8,8 +8,9 @@ below).
 """
 from __future__ import annotations
 
+import logging
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from timely_llm_ros.core.engine import Engine, EngineError
@@ -20,6 +21,7 @@ from timely_llm_ros.core.request import Generation, PlanRequest, RequestState
 from timely_llm_ros.core.step_trace import StepRecord
 
 Clock = Callable[[], float]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -38,6 +40,8 @@ class Track:
     return_value: str | None = None                     # set when a segment's return ended the plan
     preempted: bool = False                             # its robot stops it for a more urgent plan
     generation_cut: bool = False                        # ... before its generation had ended
+    variables: dict = field(default_factory=dict)       # the plan's variables -> the query that set each (estimates)
+    programs: dict = field(default_factory=dict)        # segment index -> (its statements, the variables before it)
 
 
 class EngineLoop:
@@ -145,10 +149,13 @@ class EngineLoop:
         self._stepping = tuple(batch)
         try:
             result = self.engine.step(ids)
-        except EngineError as exc:
+        except Exception as exc:   # EngineError, or a bug: the step's requests end, their engine state freed
+            why = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, EngineError):
+                log.exception("engine step failed unexpectedly")
             for gen in batch:
                 self._finish(self._tracks[gen.req_id], RequestState.FAILED, ErrorCode.GENERATION_FAILED,
-                             f"engine step failed: {exc}")
+                             f"engine step failed: {why}")
             return self._drain()
         finally:
             self._stepping = ()
@@ -169,8 +176,15 @@ class EngineLoop:
                                     interrupted=result.interrupted)
         for gen in batch:
             if gen.req_id in self._running:   # an earlier member's new segment may have preempted this plan
-                self._absorb(self._tracks[gen.req_id], result.tokens.get(gen.req_id), gen.req_id in result.finished,
-                             result.elapsed_s, t)
+                track = self._tracks[gen.req_id]
+                try:
+                    self._absorb(track, result.tokens.get(gen.req_id), gen.req_id in result.finished,
+                                 result.elapsed_s, t)
+                except Exception as exc:   # a bug in one request's text, segments or events ends that request only
+                    log.exception(f"[{gen.req_id}] taking its token failed")
+                    if gen.req_id in self._tracks:
+                        self._finish(track, RequestState.FAILED, ErrorCode.GENERATION_FAILED,
+                                     f"internal error while its output was taken: {type(exc).__name__}: {exc}", t)
         if self.busy():
             self._last_run = (now, result.elapsed_s)
         return self._drain()
@@ -260,6 +274,7 @@ class EngineLoop:
                 for parsed in track.segmenter.feed(delta):
                     if not self._new_segment(track, parsed, t):
                         return
+                gen.open_block = bool(getattr(track.segmenter, "in_block", False))
                 if getattr(track.segmenter, "error", None):
                     self._invalid_plan(track, t)
                     return

@@ -62,12 +62,18 @@ class Segment:
     skills: list[SkillCall]
     gen_started: float         # when generation of this segment began (first token step)
     gen_finished: float        # when the segment became executable
-    est_exec_s: float          # minimum execution-time estimate (priority uses it)
+    est_exec_s: float          # expected execution time (E and priority use it: core/plan_time.py)
     dispatched: float | None = None   # sent to the executor
     exec_started: float | None = None
     exec_finished: float | None = None
     ok: bool | None = None
     executed_skills: list[SkillCall] = field(default_factory=list)   # what the robot ran (its result says)
+    worst_exec_s: float | None = None  # worst-case execution time (every branch taken): the robot's deadline
+
+    @property
+    def bound_exec_s(self) -> float:
+        """The execution time the robot is held to: the worst case (the expected time when none is known)."""
+        return self.est_exec_s if self.worst_exec_s is None else max(self.worst_exec_s, self.est_exec_s)
 
     @property
     def exec_s(self) -> float | None:
@@ -99,6 +105,9 @@ class Generation:
     offloaded: bool = False        # KV lives in host memory
     prefill_left: int | None = None  # prompt tokens still to prefill, as the engine reports (None: unknown)
     reload_s: float = 0.0          # time to bring its offloaded KV back to the device (0 when resident)
+    max_new_tokens: int | None = None  # the generation's effective token cap (None: its request's)
+    max_segment_tokens: int | None = None  # its robot type's segment length bound (the skill set's)
+    open_block: bool = False       # its text ends inside a loop's or conditional's braces: no cut before they close
 
     @property
     def req_id(self) -> str:
@@ -112,6 +121,18 @@ class Generation:
     @property
     def tokens_in_segment(self) -> int:
         return len(self.output_ids) - self.seg_token_start
+
+    def segment_tokens_left(self, segment_tokens: int) -> int:
+        """Tokens left until the current segment is cut (at least one), for a segment of ``segment_tokens``: that
+        minus the tokens it has. A loop or conditional cannot be cut before it closes: once an open one has outgrown
+        its robot type's max_segment_tokens, only the generation's token cap bounds what is left (the WCET bound
+        holds for such blocks)."""
+        n = self.tokens_in_segment
+        longest = self.max_segment_tokens if self.max_segment_tokens is not None else segment_tokens
+        if self.open_block and n >= longest:
+            cap = self.max_new_tokens if self.max_new_tokens is not None else self.req.max_new_tokens
+            return max(cap - len(self.output_ids), 1)
+        return max(segment_tokens - n, 1)
 
     def first_start(self, ready: float) -> float:
         """When the robot can start the plan's first segment if it is there at `ready`: not before the robot is

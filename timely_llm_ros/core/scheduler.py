@@ -18,7 +18,7 @@ with the measured outcome). Single-threaded: callers serialise calls.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
 
 from timely_llm_ros.core.engine import Engine
 from timely_llm_ros.core.engine_loop import Clock, EngineLoop, Track
@@ -28,11 +28,13 @@ from timely_llm_ros.core.events import (Event, RequestFinished, SegmentGenerated
 from timely_llm_ros.core.execution import ExecutionTracker, PlanPreempted, SegmentStatus
 from timely_llm_ros.core.execution.plan import OUT
 from timely_llm_ros.core.outcome import Progress, RequestOutcome, measure_outcome, progress_of  # noqa: F401  (re-exported)
+from timely_llm_ros.core.plan_time import PlanTimeEstimator, SegmentTime
 from timely_llm_ros.core.policies.base import Policy
 from timely_llm_ros.core.prompting import PromptEncoder, RawPrompts
 from timely_llm_ros.core.request import Generation, PlanRequest, RequestState, Segment, SkillCall
 from timely_llm_ros.core.scheduler_config import SchedulerConfig
 from timely_llm_ros.core.skills.grammar import plan_grammar
+from timely_llm_ros.core.skills.minispec import parse
 
 
 class PlanScheduler(EngineLoop):
@@ -54,7 +56,11 @@ class PlanScheduler(EngineLoop):
                                           self.config.exec_timeout_s, plan_rule,
                                           getattr(policy, "uses_feedback", True))
         self._grammars: dict[str, str | None] = {}   # robot type -> its grammar, made on its first constrained request
+        self.plan_time = PlanTimeEstimator(branch_aware=self.config.branch_aware)   # segments' execution times
         self._events: list[Event] = []
+        # the skills each robot's executor has (its advertised status), by agent id; None: not known. A plan that
+        # calls another skill stops at that statement, before it is sent (UNKNOWN_SKILL). The server sets it.
+        self.robot_skills: Callable[[str], AbstractSet[str] | None] = lambda agent: None
 
     @property
     def policy(self) -> Policy:
@@ -104,18 +110,29 @@ class PlanScheduler(EngineLoop):
                                    f"prompt is {len(prompt_ids)} tokens; the model attends over {room} tokens in all,"
                                    " which leaves no room for a plan: shorten the task or context")
             max_new = min(max_new, room - len(prompt_ids))
-        gen = Generation(req=req, prompt_ids=list(prompt_ids), enqueued_at=self.clock())
+        gen = Generation(req=req, prompt_ids=list(prompt_ids), enqueued_at=self.clock(), max_new_tokens=max_new,
+                         max_segment_tokens=skill_set.max_segment_tokens)
+        exec_profile = getattr(skill_set, "exec_profile", req.robot_type)
+        track = Track(gen, self._segmenter(req), self.exec_models[exec_profile], self.engine.text_stream(),
+                      max_new=max_new)
+        forced = self.engine.encode(" " + req.forced_plan) if req.forced_plan is not None else None
         try:
             self.execution.add_plan(req.req_id, None if req.dry_run else req.agent_id, req.tuf.ert, gen,
                                     self.policy.stream_segments)
         except ValueError as exc:   # the robot's plan rule is none the tracker knows
             raise RequestError(ErrorCode.EXECUTOR_UNAVAILABLE, f"{exc}: fix the robot's plan rule") from None
-        forced = self.engine.encode(" " + req.forced_plan) if req.forced_plan is not None else None
-        self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced, grammar=self._grammar(req))
-        gen.prefill_left = self._prefill_left(req.req_id, len(prompt_ids))
-        exec_profile = getattr(skill_set, "exec_profile", req.robot_type)
-        self._tracks[req.req_id] = Track(gen, skill_set.segmenter(), self.exec_models[exec_profile],
-                                         self.engine.text_stream(), max_new=max_new)
+        added = False
+        try:
+            self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced, grammar=self._grammar(req))
+            added = True
+            gen.prefill_left = self._prefill_left(req.req_id, len(prompt_ids))
+        except Exception as exc:    # nothing of it stays: no plan holds its robot, no engine state is left
+            self._emit(self.execution.end_plan(req.req_id))
+            if added:
+                self.engine.release(req.req_id)
+            raise RequestError(ErrorCode.GENERATION_FAILED, f"the engine could not take the request: "
+                                                            f"{type(exc).__name__}: {exc}") from exc
+        self._tracks[req.req_id] = track
         self._waiting[req.req_id] = gen
         self._events.append(StateChanged(req.req_id, RequestState.QUEUED, self._progress(gen)))
         return self._drain()
@@ -158,6 +175,9 @@ class PlanScheduler(EngineLoop):
             return self._drain()
         status = SegmentStatus.FINISHED if ok else ended if ended == SegmentStatus.PREEMPTED else SegmentStatus.FAILED
         tracked.seg.executed_skills = list(executed)
+        if ok and executed and index in track.programs:    # which branches it took, how long its skills take
+            program, variables = track.programs.pop(index)
+            self.plan_time.observe(track.gen.req.robot_type, track.exec_model, program, variables, executed)
         self._emit(self.execution.finished(req_id, index, t, status, exec_time_s))
         if status == SegmentStatus.PREEMPTED and not track.preempted:   # stopped by a plan another server sent
             self._preempt(track, error or "the robot stopped this plan for a more urgent one", t)
@@ -228,14 +248,14 @@ class PlanScheduler(EngineLoop):
         """Record an executable segment and send it if its robot may run it now; False if the request failed."""
         gen = track.gen
         try:
-            est = track.exec_model.min_time(parsed.skills)
+            times = self._segment_time(track, len(gen.segments), parsed.program, parsed.skills)
         except KeyError as exc:
             self._finish(track, RequestState.FAILED, ErrorCode.GENERATION_FAILED,
                          f"the plan uses a skill the {gen.req.robot_type} robot does not have: {exc}", t)
             return False
         seg = Segment(index=len(gen.segments), text=parsed.text, skills=list(parsed.skills),
                       gen_started=gen.seg_gen_started if gen.seg_gen_started is not None else t,
-                      gen_finished=t, est_exec_s=est)
+                      gen_finished=t, est_exec_s=times.expected, worst_exec_s=times.worst)
         seg_tokens = len(gen.output_ids) - gen.seg_token_start
         gen.seg_token_start = len(gen.output_ids)
         gen.seg_text_start = len(gen.text)
@@ -246,11 +266,26 @@ class PlanScheduler(EngineLoop):
         self._add_segment(track, seg)
         return True
 
+    def _segment_time(self, track: Track, index: int, program, calls) -> SegmentTime:
+        """Segment ``index``'s expected and worst-case execution times (its statements kept to learn from its run);
+        a prose segment: its calls' minimum times."""
+        if not program:
+            est = track.exec_model.min_time(calls)
+            return SegmentTime(est, est)
+        track.programs[index] = (tuple(program), dict(track.variables))
+        return self.plan_time.estimate(track.gen.req.robot_type, track.exec_model, program, track.variables)
+
     def _add_segment(self, track: Track, seg: Segment) -> None:
         gen = track.gen
         gen.segments.append(seg)
         self._events.append(SegmentGenerated(gen.req_id, seg, self._progress(gen)))
         self._emit(self.execution.add_segment(gen.req_id, seg))
+
+    def _segmenter(self, req: PlanRequest):
+        """A fresh segmenter for one generation of ``req``: its robot type's language, the plan-call cap, and the
+        skills its robot's executor has (a dry run's robot runs nothing: any skill of the set)."""
+        robot_skills = None if req.dry_run else self.robot_skills(req.agent_id)
+        return self.skill_sets[req.robot_type].segmenter(self.config.max_plan_calls, robot_skills)
 
     def prepare_grammars(self) -> None:
         """Have the engine compile every robot type's grammar now (the server does at configure when it constrains
@@ -276,9 +311,14 @@ class PlanScheduler(EngineLoop):
         executing; the request then ends with INVALID_PLAN."""
         gen = track.gen
         held = self.execution.discard_held(gen.req_id)
-        track.error = (ErrorCode.INVALID_PLAN,
-                       f"the model's plan stopped parsing as {gen.req.robot_type} skills: {track.segmenter.error}"
-                       f" (after {len(gen.segments) - held} segment(s) sent; {held} complete one(s) not sent)")
+        sent = f" (after {len(gen.segments) - held} segment(s) sent; {held} complete one(s) not sent)"
+        if getattr(track.segmenter, "unknown_skills", None):
+            track.error = (ErrorCode.UNKNOWN_SKILL, f"{gen.req.agent_id}: {track.segmenter.error}; the plan stopped "
+                           f"before that statement{sent}: give the robot the skill, or plan with a skill set that "
+                           "matches it (skills_dir)")
+        else:
+            track.error = (ErrorCode.INVALID_PLAN, f"the model's plan stopped parsing as {gen.req.robot_type} "
+                           f"skills: {track.segmenter.error}{sent}")
         self._stop_generation(track)
         self._set_state(gen, RequestState.EXECUTING)
         self._maybe_complete(track, t)
@@ -296,9 +336,11 @@ class PlanScheduler(EngineLoop):
             # uses) are in no segment (the segmenter cuts on actions). They go to the robot as the plan's last
             # segment, which evaluates them (the return value comes from there); the result's segments are the
             # texts the robot received and cover the whole plan text.
-            calls = self.skill_sets[gen.req.robot_type].parse_skills(tail)
-            self._add_segment(track, Segment(index=len(gen.segments), text=tail, skills=calls, gen_started=t,
-                                             gen_finished=t, est_exec_s=track.exec_model.min_time(calls)))
+            skill_set = self.skill_sets[gen.req.robot_type]
+            parsed = parse(tail, skill_set.skills, skill_set.statement_forms, max_calls=None)
+            times = self._segment_time(track, len(gen.segments), parsed.program, parsed.skills)
+            self._add_segment(track, Segment(index=len(gen.segments), text=tail, skills=parsed.skills, gen_started=t,
+                                             gen_finished=t, est_exec_s=times.expected, worst_exec_s=times.worst))
         if capped and track.error is None:
             track.error = (ErrorCode.PLAN_TOO_LONG,
                            f"plan hit the {gen.req.max_new_tokens}-token cap before it ended; executed what was complete")
@@ -365,9 +407,11 @@ class PlanScheduler(EngineLoop):
         max_new = max(track.max_new - len(gen.output_ids), skill_set.max_segment_tokens)
         self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced, grammar=self._grammar(req))
         track.engine_held, track.engine_suspended, track.error = True, False, None
-        track.max_new = max_new
+        track.max_new = gen.max_new_tokens = max_new
+        gen.open_block = False
         track.replans += 1
-        track.segmenter, track.text = skill_set.segmenter(), self.engine.text_stream()
+        track.segmenter, track.text = self._segmenter(req), self.engine.text_stream()
+        track.variables = {}
         gen.prompt_ids, gen.output_ids, gen.text = list(prompt_ids), [], ""
         gen.seg_token_start = gen.seg_text_start = 0
         gen.seg_gen_started, gen.prefilled, gen.finished_generating = None, False, False

@@ -29,13 +29,15 @@ def status_qos() -> QoSProfile:
 
 
 def status_to_msg(status: RobotStatus) -> ExecutorStatus:
-    return ExecutorStatus(robot_type=status.robot_type, skills=sorted(status.skills), plan_rule=status.plan_rule,
+    return ExecutorStatus(robot_type=status.robot_type, skills=sorted(status.skills), interprets=status.interprets,
+                          plan_rule=status.plan_rule,
                           state=status.state, request_id=status.request_id, segment_index=status.segment_index,
                           segments_waiting=status.segments_waiting)
 
 
 def status_from_msg(msg: ExecutorStatus) -> RobotStatus:
-    return RobotStatus(robot_type=msg.robot_type, skills=frozenset(msg.skills), plan_rule=msg.plan_rule,
+    return RobotStatus(robot_type=msg.robot_type, skills=frozenset(msg.skills), interprets=bool(msg.interprets),
+                       plan_rule=msg.plan_rule,
                        state=msg.state, request_id=msg.request_id, segment_index=int(msg.segment_index),
                        segments_waiting=int(msg.segments_waiting))
 

@@ -1,13 +1,19 @@
 """The stress phases. Each sends goals through the StressClient and returns its GoalRecords; report.py scores them."""
 from __future__ import annotations
 
+import os
 import random
+import re
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from goals import (CANCELLED, DROPPED, EXEC_FAILED, EXEC_TIMEOUT, EXEC_UNAVAILABLE, NONE, draw_malformed,
                    valid_goal)
 from procs import Child, start_executors
+from report import Row
 
 VALID = {NONE, DROPPED}
 
@@ -161,3 +167,27 @@ def fault_hosts(n_kill: int) -> tuple[list[Child], list[str], list[Child]]:
     kill_agents = [f"fk_{i}" for i in range(n_kill)]
     kill_hosts = [start_executors(f"exec-kill-{a}", [(a, "drone")], "time_scale:=1.0") for a in kill_agents]
     return hosts, kill_agents, kill_hosts
+
+
+def plan_properties(n: int, seed: int) -> Row:
+    """The plans phase: test/test_plan_properties.py on at least ``n`` random plans in all, spread over the robot
+    types (each cut as the server cuts it, run by the robot's interpreter, timed by the estimator), in a process of
+    its own; each robot type whose properties fail counts as an unexpected result, with hypothesis's falsifying
+    example."""
+    repo = Path(__file__).resolve().parent.parent.parent
+    types = 3       # drone, arm and the example rover (test_plan_properties.ROBOT_TYPES)
+    per_type = -(-n // types)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--hypothesis-seed={seed}",
+                           "test/test_plan_properties.py"], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, "TIMELY_PLAN_EXAMPLES": str(per_type)})
+    out = proc.stdout + proc.stderr
+    last = out.strip().splitlines()[-1] if out.strip() else ""
+    passed, failed = (sum(int(m) for m in re.findall(rf"(\d+) {word}", last)) for word in ("passed", "failed"))
+    row = Row("plans", goals=per_type * (passed + failed), left_running=0)
+    row.codes["robot types ok"] = passed
+    if proc.returncode != 0:
+        row.unexpected = max(failed, 1)
+        for name in re.findall(r"^FAILED (\S+)", out, re.M) or ["pytest did not run: " + out[-300:]]:
+            row.unexpected_kinds[name] += 1
+        row.unexpected_examples = [("", line.strip()) for line in out.splitlines() if "text=" in line][:5]
+    return row

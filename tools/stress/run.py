@@ -2,8 +2,9 @@
 """make stress: a bounded reliability suite of real processes on loopback (server, executors, clients).
 
 Phases: fuzzed malformed goals interleaved with valid ones, executor faults (abort, hang, SIGKILL mid-segment),
-cancels at random points, a burst of simultaneous goals, a closed-loop soak. Prints one table row per phase and
-exits 1 when any phase finds a problem (server crash, goal without a response or terminal result, an error code
+cancels at random points, a burst of simultaneous goals, a closed-loop soak, and random plans of every robot type
+through the segmenter, the interpreter and the estimator (plans: test/test_plan_properties.py, --plans in all).
+Prints one table row per phase and exits 1 when any phase finds a problem (server crash, goal without a response or terminal result, an error code
 other than the one its category must get, generations left running, server RSS up > 10%), 2 when the suite itself
 could not run. Use a ROS_DOMAIN_ID of your own.
 """
@@ -39,6 +40,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-expected-agents", action="store_true",
                    help="do not list the executors in the server's expected_agents (it discovers each on its "
                         "first goal, waiting up to 5 s)")
+    p.add_argument("--plans", type=int, default=10000,
+                   help="random plans in the plans phase, over all robot types (0: skip it)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--server-param", action="append", default=[], help="extra server parameter name:=value")
     return p.parse_args(argv)
@@ -103,6 +106,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'ok' if row.ok else 'FAIL'}", flush=True)
             if not server.alive:
                 break
+        if opts.plans and server.alive:
+            print("[stress] plans ...", flush=True)
+            t0 = time.monotonic()
+            row = phases.plan_properties(opts.plans, opts.seed)
+            row.rss_before = row.rss_after = server.rss_mb()
+            rows.append(row)
+            print(f"[stress] plans: {row.goals} plans in {time.monotonic() - t0:.0f} s, "
+                  f"{'ok' if row.ok else 'FAIL'}", flush=True)
     except Exception as exc:  # the suite could not run: say why, with the server's last lines
         print(f"[stress] suite error: {type(exc).__name__}: {exc}", flush=True)
         for c in children:

@@ -11,9 +11,12 @@ the executor base node and the simulator's robots each hold one per robot).
   new plan after a failure continues the request's numbering). A missing predecessor is never skipped: segments
   that will not run are the server's to withdraw (cancel).
 - A plan stops at a segment that did not succeed or that returned: its later segments waiting here end NOT_RUN
-  (after a return also those that arrive later).
+  (after a return also those that arrive later). A segment that ends while an earlier one of its plan still runs or
+  waits here (refused on arrival, or cancelled while it waited) does not stop the earlier ones: they run in order,
+  and the plan's floor passes the early one when they have ended. So no order of refusals and completions leaves a
+  segment waiting for a floor it can never reach (test/test_robot_queue_properties.py).
 - ``urgent_preempts``: a segment with ``preempts`` of another plan than the robot's current one stops that plan
-  between two skills: its running segment ends PREEMPTED once its skill in progress has ended, its waiting segments
+  at once: its running segment ends PREEMPTED when its skill in progress has been interrupted, its waiting segments
   end PREEMPTED at once, and so do its segments that arrive later; the preempting plan runs next. Under ``queue``
   the flag is ignored: the plan waits its turn.
 
@@ -62,7 +65,7 @@ class Refusal:
 @dataclass
 class Arrival(Generic[Item]):
     """What a segment's arrival did: ``refused`` (it ends at once) or it waits; a preempting arrival also names the
-    running segment to stop between two skills and the preempted plan's waiting segments (they end PREEMPTED)."""
+    running segment to stop (its skill interrupted) and the preempted plan's waiting segments (they end PREEMPTED)."""
 
     refused: Refusal | None = None
     stop: Item | None = None
@@ -80,6 +83,8 @@ class _Plan:
     returned_at: int | None = None   # its segment whose return ended the plan
     left_for: str = ""               # a later plan took the robot from it
     preempted_by: str = ""           # ... by preempting it
+    early: dict[int, Ended] = field(default_factory=dict)   # segments above the floor that ended while an earlier
+                                                            # one of the plan still ran or waited here
 
 
 class RobotQueue(Generic[Item]):
@@ -213,14 +218,38 @@ class RobotQueue(Generic[Item]):
         if self.running is not None and self.running.plan == plan and self.running.index == index:
             self.running = None
         rec = self._plans.get(plan) or self._record(plan)
-        if index >= rec.floor:
-            rec.floor, rec.restart = index, ended not in (Ended.DONE, Ended.RETURNED)
         if ended == Ended.RETURNED:
             rec.returned_at = index
-        if ended == Ended.DONE:
-            return []
-        orphans = [q for q in self.waiting if q.plan == plan and q.index > index]
-        if orphans:
+        orphans: list[Queued[Item]] = []
+        if ended != Ended.DONE:
+            orphans = [q for q in self.waiting if q.plan == plan and q.index > index]
             self.waiting = [q for q in self.waiting if not (q.plan == plan and q.index > index)]
-            rec.floor, rec.restart = max(rec.floor, *(q.index for q in orphans)), True
+        if index > rec.floor:
+            if self._earlier_here(plan, rec.floor, index):   # they still run, in order; the floor waits for them
+                rec.early[index] = ended
+                rec.early.update({q.index: Ended.NOT_RUN for q in orphans})
+            else:
+                rec.floor, rec.restart = index, ended not in (Ended.DONE, Ended.RETURNED)
+                if orphans:
+                    rec.floor, rec.restart = max(rec.floor, *(q.index for q in orphans)), True
+        self._pass_early(plan, rec)
         return [q.item for q in orphans]
+
+    def _earlier_here(self, plan: str, floor: int, index: int) -> bool:
+        """Whether a segment of `plan` between `floor` and `index` (both excluded) runs or waits here."""
+        held = [q for q in self.waiting if q.plan == plan]
+        if self.running is not None and self.running.plan == plan:
+            held.append(self.running)
+        return any(floor < q.index < index for q in held)
+
+    def _pass_early(self, plan: str, rec: _Plan) -> None:
+        """Move the floor past the segments that ended early once nothing earlier of the plan is left here."""
+        while rec.early:
+            first = min(rec.early)
+            if first <= rec.floor:
+                del rec.early[first]
+                continue
+            if self._earlier_here(plan, rec.floor, first) or not (first == rec.floor + 1 or rec.restart):
+                return
+            ended = rec.early.pop(first)
+            rec.floor, rec.restart = first, ended not in (Ended.DONE, Ended.RETURNED)

@@ -5,13 +5,13 @@ Only the current plan's segments go to the robot; the others' generated segments
 ends, the next waiting plan becomes current and its held segments are sent: in arrival order under ``queue``, the
 most urgent first under ``urgent_preempts`` (a strictly shorter ERT; ties in arrival order). Under
 ``urgent_preempts`` a waiting plan more urgent than the current one takes the robot as soon as its first segment is
-ready: its segments go out with ``preempts``, the robot stops the other plan between two skills (its segments there
+ready: its segments go out with ``preempts``, the robot stops the other plan, its skill in progress interrupted (its segments there
 end PREEMPTED) and that plan stops (PlanPreempted); a current plan that has sent the robot nothing yet just waits
 again instead.
 
 Per segment: held / sent / accepted / running / finished / failed / not run / preempted / withdrawn (plan.py), with
 its deadlines on the scheduler's clock: the robot must accept or reject a sent segment within ``ack_timeout_s``
-(else EXECUTOR_UNAVAILABLE) and finish a started one within its estimate + ``exec_timeout_s`` (else
+(else EXECUTOR_UNAVAILABLE) and finish a started one within its worst-case time + ``exec_timeout_s`` (else
 EXECUTOR_TIMEOUT). A segment starts for real at the robot's first feedback, provisionally when the segment before it
 on the robot ends (or when the robot accepts it with nothing ahead of it). A failed segment makes the later segments
 of its plan NOT_RUN (withdrawn at the robot).
@@ -245,8 +245,8 @@ class ExecutionTracker:
                        f"executor_ack_timeout_s ({self.ack_timeout_s:.1f} s); check that the robot's executor is "
                        "running")
             else:
-                msg = (f"the executor of {robot} did not finish segment {index} within its estimate "
-                       f"({s.seg.est_exec_s:.1f} s) + executor_timeout_s ({self.exec_timeout_s:.1f} s) after it "
+                msg = (f"the executor of {robot} did not finish segment {index} within its worst-case time "
+                       f"({s.seg.bound_exec_s:.1f} s) + executor_timeout_s ({self.exec_timeout_s:.1f} s) after it "
                        "started; check the robot")
             out.append(self._expire(s, s.deadline_code, msg, now))
         return out
@@ -294,8 +294,8 @@ class ExecutionTracker:
                 self._withdraw(old, old.segments, SegmentStatus.WITHDRAWN, only_held=True)
             out.append(PlanPreempted(old.req_id, plan.req_id,
                                      f"plan {plan.req_id} for {r.name} is more urgent (ERT {plan.ert:g} s < "
-                                     f"{old.ert:g} s): the robot stopped this plan between two skills (plan_rule "
-                                     "urgent_preempts)"))
+                                     f"{old.ert:g} s): the robot stopped this plan, its skill in progress "
+                                     "interrupted (plan_rule urgent_preempts)"))
         return out + self._send_held(plan)
 
     def _send_held(self, plan: PlanExecution) -> list[Out]:
@@ -353,7 +353,7 @@ class ExecutionTracker:
         """The execution deadline of a started segment the robot has accepted (its ack deadline runs until then)."""
         if self.exec_timeout_s is not None and s.seg.exec_started is not None and \
                 (s.accepted or self.ack_timeout_s is None):
-            self._arm(s, s.seg.exec_started + s.seg.est_exec_s + self.exec_timeout_s, ErrorCode.EXECUTOR_TIMEOUT)
+            self._arm(s, s.seg.exec_started + s.seg.bound_exec_s + self.exec_timeout_s, ErrorCode.EXECUTOR_TIMEOUT)
 
     def _arm(self, s: TrackedSegment, deadline: float, code: ErrorCode) -> None:
         s.deadline, s.deadline_code = deadline, code

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from timely_llm_ros.core.request import SkillCall
-from timely_llm_ros.core.skills.program import (Assign, Compare, Condition, Conditional, Logic, Loop, Operand, Return,
-                      Statement, Var, worst_case_calls)
+from timely_llm_ros.core.skills.program import (MAX_PLAN_CALLS, Assign, Compare, Condition, Conditional, Logic, Loop,
+                                                Operand, Return, Statement, Var, call_count, worst_case_calls)
 from timely_llm_ros.core.skills.spec import SkillSpec
 
 FORMS = ("call", "assign", "return", "loop", "conditional")
@@ -309,13 +309,27 @@ def _fits(kind: str, value: Any) -> bool:
     return isinstance(value, str)
 
 
-def parse(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, ...] = FORMS) -> ParseResult:
-    """Parse a whole plan (or segment) text."""
+def parse(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, ...] = FORMS,
+          max_calls: int | None = MAX_PLAN_CALLS, calls_before: int = 0) -> ParseResult:
+    """Parse a whole plan (or segment) text. ``max_calls``: the plan's cap on unrolled calls (None: no cap), of which
+    ``calls_before`` went to its earlier statements; a text over it is a problem, found before anything is unrolled
+    (its ``skills`` are then empty)."""
     simple = _parse_simple(text, skills, forms)
-    return simple if simple is not None else _parse_full(text, skills, forms)
+    result = simple if simple is not None else _parse_full(text, skills, forms, max_calls, calls_before)
+    if simple is not None and max_calls is not None and calls_before + 1 > max_calls:
+        result.problems.append(too_many_calls(max_calls))
+        result.skills = []
+    return result
 
 
-def _parse_full(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, ...]) -> ParseResult:
+def too_many_calls(max_calls: int) -> str:
+    """The problem of a plan whose unrolled calls pass the cap."""
+    return (f"the plan makes more than {max_calls} skill calls with its loops unrolled (loops multiply their bodies; "
+            f"the cap is the server's max_plan_calls): plan fewer repetitions")
+
+
+def _parse_full(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, ...], max_calls: int | None = None,
+                calls_before: int = 0) -> ParseResult:
     """The recursive-descent parser: any text."""
     try:
         parser = _Parser(text, skills, forms)
@@ -325,4 +339,6 @@ def _parse_full(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, ..
         program = parser.program(in_block=False)
     except _Stop as stop:
         return ParseResult([], parser.problems + [str(stop)])
+    if max_calls is not None and call_count(program, max_calls - calls_before) > max_calls - calls_before:
+        return ParseResult([], parser.problems + [too_many_calls(max_calls)], program)
     return ParseResult(worst_case_calls(program), parser.problems, program)

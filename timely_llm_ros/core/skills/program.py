@@ -11,6 +11,11 @@ from typing import Any, Union
 
 from timely_llm_ros.core.request import SkillCall
 
+# A plan's skill calls with its loops unrolled, at most (its worst case: every conditional's body taken). A plan over
+# it is refused before anything is unrolled: ``1000{1000{mf(1);}}`` is 18 characters and 10^6 calls. The server's
+# parameter max_plan_calls defaults to it; the plan grammar's bound on unrolled calls uses the same figure.
+MAX_PLAN_CALLS = 1000
+
 
 class Var(str):
     """A variable used as an argument (``_1``): a plain string to consumers, known only at run time."""
@@ -107,3 +112,21 @@ def worst_case_calls(program: list[Statement] | tuple[Statement, ...]) -> list[S
         else:
             out += condition_calls(stmt.condition) + worst_case_calls(stmt.body)
     return out
+
+
+def call_count(program: list[Statement] | tuple[Statement, ...], limit: int | None = None) -> int:
+    """How many calls ``worst_case_calls`` would give, counted without unrolling; once the count passes ``limit`` it
+    stops and returns a number above it (so a nest of loops costs its text's length, not its product)."""
+    total = 0
+    for stmt in program:
+        if isinstance(stmt, SkillCall):
+            total += len(operand_calls(stmt))
+        elif isinstance(stmt, (Assign, Return)):
+            total += len(operand_calls(stmt.value))
+        elif isinstance(stmt, Loop):
+            total += call_count(stmt.body, limit) * stmt.count
+        else:
+            total += len(condition_calls(stmt.condition)) + call_count(stmt.body, limit)
+        if limit is not None and total > limit:
+            return total
+    return total

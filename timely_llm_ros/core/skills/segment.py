@@ -3,16 +3,19 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 from timely_llm_ros.core.request import SkillCall
 
 
 @dataclass(frozen=True, slots=True)
 class ParsedSegment:
-    """An executable piece of plan text and the skill calls it makes, in execution order."""
+    """An executable piece of plan text, the skill calls it can make (worst case, in execution order) and, for a
+    statement plan, its statements (core/skills/program.py; empty for prose)."""
 
     text: str
     skills: list[SkillCall]
+    program: tuple[Any, ...] = ()
 
 
 class Segmenter(ABC):

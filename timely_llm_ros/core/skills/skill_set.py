@@ -4,13 +4,14 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import AbstractSet, Any, Mapping
 
 import yaml
 
 from timely_llm_ros.paths import config_dir
 from timely_llm_ros.core.request import SkillCall
 from timely_llm_ros.core.skills.minispec import FORMS, parse
+from timely_llm_ros.core.skills.program import MAX_PLAN_CALLS
 from timely_llm_ros.core.skills.prompt import DEFAULT_TEMPLATE, build_prompt
 from timely_llm_ros.core.skills.prose import ParagraphSegmenter, SentenceSegmenter
 from timely_llm_ros.core.skills.segment import Segmenter
@@ -76,10 +77,12 @@ class SkillSet:
         """The skill a prose reply is made of (the first action skill)."""
         return next(s.short for s in self.skills.values() if s.is_action)
 
-    def segmenter(self) -> Segmenter:
-        """A fresh incremental segmenter for one generation."""
+    def segmenter(self, max_calls: int | None = MAX_PLAN_CALLS, robot_skills: AbstractSet[str] | None = None
+                  ) -> Segmenter:
+        """A fresh incremental segmenter for one generation: a statement plan makes at most ``max_calls`` calls with
+        its loops unrolled and calls only ``robot_skills`` (its robot's; None: any of the set's)."""
         if self.mode == "statements":
-            return StatementSegmenter(self.skills, self.statement_forms)
+            return StatementSegmenter(self.skills, self.statement_forms, max_calls, robot_skills)
         if self.mode == "sentence":
             return SentenceSegmenter(self.say_skill, self.min_words)
         return ParagraphSegmenter(self.say_skill)

@@ -6,8 +6,11 @@ module); the base serves ``<namespace>/execute_segment`` and handles the rest:
 - one plan at a time (core/execution/robot_queue.py): a second plan's segments wait until the first has nothing
   left here, plans in order of arrival; a plan's segments run strictly in index order (a missing predecessor is
   waited for: the server withdraws what will not run); a queued segment holds no thread;
-- ``plan_rule`` urgent_preempts: a segment sent with ``preempts`` stops the running plan between two skills (its
-  running and queued segments end PREEMPTED, so do its later ones), then its plan runs; under queue it waits;
+- ``plan_rule`` urgent_preempts: a segment sent with ``preempts`` stops the running plan at once, through the same
+  path as a cancel (the running skill sees ``ctx.cancelled``, ``ctx.sleep`` raises; ``halt()`` is called): its
+  running and queued segments end PREEMPTED, so do its later ones, then its plan runs; under queue it waits;
+- a robot type (parameter robot_type, a subclass's ROBOT_TYPE, or the one skill set of its skills_dir) is needed to
+  start: the status says the executor interprets, and the server refuses goals for one that does not;
 - plan semantics: a segment's text is parsed with the robot type's skill set and run by the interpreter (queries
   return values, variables live across the plan's segments, conditionals and loops are evaluated as they are
   reached); after a return the plan's later segments end NOT_RUN;
@@ -61,7 +64,7 @@ class _SkillError(Exception):
 class SkillExecutorNode(Node):
     """Base ExecuteSegment server; subclass it and register skills."""
 
-    ROBOT_TYPE = ""   # default of the robot_type parameter (a subclass names its skill set)
+    ROBOT_TYPE = ""   # default of the robot_type parameter: a subclass names its skill set (an executor needs one)
 
     def __init__(self, node_name: str = "executor", skills: object | None = None, **kwargs) -> None:
         super().__init__(node_name, **kwargs)
@@ -71,6 +74,7 @@ class SkillExecutorNode(Node):
         self.feedback_period_s, self.shutdown_grace_s, self.log_timing = (p.feedback_period_s, p.shutdown_grace_s,
                                                                           p.log_timing)
         self.skill_set = skill_set_for(self.robot_type, self.skills_dir or None)
+        self.robot_type = self.skill_set.name
         self.skills = SkillRegistry()
         self.skills.add_marked(self)
         if skills is not None:
@@ -115,7 +119,7 @@ class SkillExecutorNode(Node):
 
     def ready_message(self) -> str:
         return (f"executor ready: {self.get_namespace().rstrip('/')}/execute_segment robot_type="
-                f"{self.robot_type or '-'} plan_rule={self.plan_rule} skills={','.join(self.skills.names())}")
+                f"{self.robot_type} plan_rule={self.plan_rule} skills={','.join(self.skills.names())}")
 
     # ------------------------------------------------------------------ action callbacks
     def _timing(self, job: SegmentJob, event: str) -> None:
@@ -145,7 +149,11 @@ class SkillExecutorNode(Node):
             if job.verdict is None and self._stopping:
                 job.verdict = R(success=False, error_code=R.FAILED, error_message=SHUTDOWN_MESSAGE)
             preempted = self._plans.admit(job, bool(goal.preempts)) if job.verdict is None else []
+            running = self._running
+            interrupt = running is not None and bool(running.preempted_by) and running.ctx is not None
             self._cv.notify_all()
+        if interrupt:               # the running skill is stopped now (its ctx.sleep raises), not at its end
+            running.ctx.wake()
         self._status_changed()
         if job.verdict is not None:
             self._start(job)
@@ -236,15 +244,15 @@ class SkillExecutorNode(Node):
         self._timing(job, "started")
         self._resume_feedback()
         stop = lambda: self._stopping or handle.is_cancel_requested or not handle.is_active  # noqa: E731
-        # asked before each call: a preempted segment stops there (one whose last call has run completes)
-        between = lambda: stop() or bool(job.preempted_by)  # noqa: E731
+        # a more urgent plan took the robot: the running skill stops as for a cancel, and no further call starts
+        interrupted = lambda: stop() or bool(job.preempted_by)  # noqa: E731
         self.get_logger().info(f"[{job.request_id}] segment {job.index}: "
                                f"{' '.join(f'{c.name}{list(c.args)}' for c in job.calls)}")
         self.on_segment_start(job.request_id, job.index, job.calls)
         with self._cv:
             state = self._plans.variables.state(job.request_id)
-        interpreter = Interpreter(lambda call: self._call(job, call, stop),
-                                  declared_returns(self.skill_set, self.skills.returns()), between)
+        interpreter = Interpreter(lambda call: self._call(job, call, interrupted),
+                                  declared_returns(self.skill_set, self.skills.returns()), interrupted)
         run = SegmentRun(executed=job.executed)
         error = None
         stopped = False
@@ -257,7 +265,7 @@ class SkillExecutorNode(Node):
         if error is not None or stop():
             self._safe_halt()
             return self._end(job, error)
-        if stopped:                     # a more urgent plan took the robot: stopped between two skills
+        if stopped:                     # a more urgent plan took the robot: its skill in progress was stopped
             self._safe_halt()
             return self._preempted(job)
         job.finish()
@@ -305,8 +313,9 @@ class SkillExecutorNode(Node):
                  executed_skills=executed)
 
     def _preempted(self, job: SegmentJob) -> ExecuteSegment.Result:
-        message = (f"preempted: plan {job.preempted_by} took the robot (plan_rule urgent_preempts); stopped after "
-                   f"{len(job.executed)} skill call(s)")
+        stopped_in = f" (stopped in {job.current.name})" if job.current is not None else ""
+        message = (f"preempted: plan {job.preempted_by} took the robot (plan_rule urgent_preempts); "
+                   f"{len(job.executed)} skill call(s) started{stopped_in}")
         self.get_logger().info(f"[{job.request_id}] segment {job.index} {message}")
         if job.handle.is_active:
             job.handle.abort()
@@ -380,7 +389,8 @@ class SkillExecutorNode(Node):
         """What the status says now (read without the lock: a status a moment stale is corrected by the next)."""
         running, stopping = self._running, self._stopping
         state = "stopping" if stopping else "busy" if running is not None else "idle"
-        return RobotStatus(robot_type=self.robot_type, skills=frozenset(self.skills.names()), plan_rule=self.plan_rule,
+        return RobotStatus(robot_type=self.robot_type, skills=frozenset(self.skills.names()), interprets=True,
+                           plan_rule=self.plan_rule,
                            state=state, request_id=running.request_id if running is not None else "",
                            segment_index=running.index if running is not None else 0,
                            segments_waiting=len(self._plans.queue))

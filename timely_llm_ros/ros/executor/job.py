@@ -24,7 +24,7 @@ class SegmentJob:
     verdict: Any = None           # a Result decided on arrival (UNKNOWN_SKILL, FAILED: no parse, BUSY, NOT_RUN,
                                   # PREEMPTED), or while it waited (NOT_RUN, PREEMPTED)
     queued: bool = False          # it waited in the robot's queue (RobotQueue)
-    preempted_by: str = ""        # a more urgent plan took the robot: stop between two skills
+    preempted_by: str = ""        # a more urgent plan took the robot: stop its skill now
     started: float | None = None
     executed: list[SkillCall] = field(default_factory=list)   # calls started, with argument values
     lock: threading.Lock = field(default_factory=threading.Lock)

@@ -42,7 +42,7 @@ def declare_executor_params(node: Node, robot_type: str) -> ExecutorParams:
                            integer_range=[IntegerRange(from_value=0, to_value=10000, step=1)]),
         plan_rule=declare("plan_rule", "queue",
                           "a second plan while one runs: queue (it waits until the first ends) | urgent_preempts (a "
-                          "plan sent with preempts stops the running one between two skills; its segments end "
+                          "plan sent with preempts stops the running one at once, its skill in progress interrupted; its segments end "
                           "PREEMPTED)"),
         feedback_period_s=declare("feedback_period_s", 0.5,
                                   "progress feedback period while a skill runs (0: only at skill boundaries)",

@@ -14,24 +14,40 @@ from typing import Mapping, Sequence
 
 from timely_llm_ros.core.request import SkillCall
 from timely_llm_ros.core.robot_types import load_robot_types
-from timely_llm_ros.core.skills import SkillSet
+from timely_llm_ros.core.skills import SkillSet, load_skill_sets
 from timely_llm_ros.core.skills.interpreter import PlanState
 from timely_llm_ros.core.skills.minispec import parse
 from timely_llm_ros.core.skills.program import Statement
 
 
-def skill_set_for(robot_type: str, skills_dir: str | Path | None = None) -> SkillSet | None:
-    """The skill set named ``robot_type`` (config/skills, or a team's ``skills_dir``: core/robot_types.py); None for
-    "" (a robot without a plan language: it runs the skill list of each goal as sent). ValueError names the known
-    types."""
+def skill_set_for(robot_type: str, skills_dir: str | Path | None = None) -> SkillSet:
+    """The skill set the executor runs plans in: ``robot_type``'s (config/skills, or a team's ``skills_dir``:
+    core/robot_types.py), or, with no robot type, the one skill set ``skills_dir`` defines. An executor needs one: it
+    runs each segment by its meaning (without, every conditional body would run and no query would be answered).
+    ValueError says what to set, naming the known types."""
+    types = load_robot_types(skills_dir)
+    sets = types.skill_sets
     if not robot_type:
-        return None
-    sets = load_robot_types(skills_dir).skill_sets
+        own = _own_skill_sets(skills_dir)
+        if len(own) == 1:
+            return sets[own[0]]
+        raise ValueError("an executor needs a robot type: the skill set whose plans it runs by their meaning "
+                         f"(known: {', '.join(sorted(sets))}); set -p robot_type:=<one of them> (a subclass: "
+                         "ROBOT_TYPE), or -p skills_dir:=<a folder whose skills/ holds one <type>.yaml>"
+                         + (f" ({skills_dir} defines {', '.join(own)}: name one)" if own else ""))
     if robot_type not in sets:
         raise ValueError(f"robot_type {robot_type!r} has no skill set; known: {', '.join(sorted(sets))} "
                          "(set -p robot_type:=<one of them>, or put <type>.yaml in <skills_dir>/skills and set "
                          "-p skills_dir:=<that folder>)")
     return sets[robot_type]
+
+
+def _own_skill_sets(skills_dir: str | Path | None) -> list[str]:
+    """The skill sets a team's skills_dir defines (by name)."""
+    if not skills_dir:
+        return []
+    folder = Path(skills_dir).expanduser() / "skills"
+    return sorted(load_skill_sets(folder)) if any(folder.glob("*.yaml")) else []
 
 
 @dataclass
@@ -43,10 +59,10 @@ class SegmentProgram:
     problem: str = ""           # why the text does not parse ("" when it does)
 
 
-def segment_program(skill_set: SkillSet | None, text: str, sent_calls: Sequence[SkillCall]) -> SegmentProgram:
-    """Parse a segment's text with the robot's language; a goal without text (an old client), a robot without a
-    language, or a prose skill set (chat) runs the goal's skill list."""
-    if skill_set is None or skill_set.mode != "statements" or not text.strip():
+def segment_program(skill_set: SkillSet, text: str, sent_calls: Sequence[SkillCall]) -> SegmentProgram:
+    """Parse a segment's text with the robot's language; a goal without text (an old client) or a prose skill set
+    (chat: its segments are replies, each one call of its say skill) runs the goal's skill list."""
+    if skill_set.mode != "statements" or not text.strip():
         return SegmentProgram(list(sent_calls), list(sent_calls))
     result = parse(text, skill_set.skills, skill_set.statement_forms)
     return SegmentProgram(result.program, result.skills, "; ".join(result.problems))

@@ -58,7 +58,7 @@ class SimulatedExecutorNode(SkillExecutorNode):
 
     def _profile(self) -> ExecTimeModel:
         """The execution-time profile of this robot type's skill set (the package's or skills_dir's)."""
-        profile = self.skill_set.exec_profile if self.skill_set is not None else self.robot_type
+        profile = self.skill_set.exec_profile
         models = load_robot_types(self.skills_dir or None).exec_models
         if profile not in models:
             raise FileNotFoundError(f"no execution-time profile {profile!r} for robot_type {self.robot_type!r} "

@@ -135,7 +135,8 @@ class SkillContext:
 
     @property
     def cancelled(self) -> bool:
-        """True once the segment was cancelled or the executor is shutting down: stop the robot and return."""
+        """True once the segment was cancelled, a more urgent plan preempted it (urgent_preempts) or the executor is
+        shutting down: stop the robot and return."""
         return self._stop()
 
     def check(self) -> None:
@@ -144,7 +145,8 @@ class SkillContext:
             raise SkillCancelled(f"{self.name} cancelled")
 
     def sleep(self, seconds: float, poll_s: float = 0.01) -> None:
-        """Wait ``seconds`` (inf: until cancelled), raising SkillCancelled as soon as the segment is cancelled."""
+        """Wait ``seconds`` (inf: until cancelled), raising SkillCancelled as soon as the segment is cancelled or
+        preempted (``wake`` ends the wait at once)."""
         end = time.monotonic() + max(0.0, seconds)
         while True:
             self.check()
@@ -159,5 +161,5 @@ class SkillContext:
             self._on_progress(max(0.0, float(time_remaining_s)))
 
     def wake(self) -> None:
-        """Interrupt a sleep (cancel arrived)."""
+        """Interrupt a sleep (a cancel or a preemption arrived)."""
         self._wake.set()

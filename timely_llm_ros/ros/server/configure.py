@@ -96,7 +96,7 @@ def _load(node):
         scheduler=SchedulerConfig(network_delay_s=p.network_delay_s, max_prompt_tokens=p.max_prompt_tokens,
                                   max_waiting=p.max_queued, replan_on_failure=p.replan_on_failure,
                                   keep_outcomes=KEEP_OUTCOMES, ack_timeout_s=p.executor_ack_timeout_s,
-                                  exec_timeout_s=p.executor_timeout_s),
+                                  exec_timeout_s=p.executor_timeout_s, max_plan_calls=p.max_plan_calls),
         fit=FitChoice(p.hardware_fit, p.scale_unmet_classes),
         urgency_classes=load_urgency_classes(p.urgency_classes_file or None)),
         robot_types.skill_sets, robot_types.exec_models, time.monotonic, node.plan_rule)
@@ -108,6 +108,7 @@ def _load(node):
         else:
             log.info(line)
     node.stack, node.scheduler, node.fit = stack, stack.scheduler, stack.fit
+    node.scheduler.robot_skills = node.robot_skills
     node.skill_sets, node.urgency_classes = stack.setup.skill_sets, dict(stack.urgency_classes)
     check = stack.class_check
     node.health.set_standing(check.warnings if check else [], check.diagnostic_values(stack.fit) if check else {})

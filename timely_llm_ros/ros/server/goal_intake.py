@@ -1,19 +1,28 @@
 """The Plan goals the server holds: intake (validation, the max_queued bound, the robot's executor), cancel, and
 answering each goal once the scheduler (or a shutdown) has ended it.
 
-An open goal holds no thread and no task: the intake runs in the action server's accept callback, and the goal's
-execution (rclpy's ``goal_handle.execute()``, the documented way to defer it) starts only when its outcome is known;
-the execute callback then only answers. So the goal's action status stays ACCEPTED while the server plans and its
-robot executes (the Plan feedback carries that state); ``execute()`` is called from whichever thread ended the goal
-(rclpy schedules the callback on the node's executor and wakes it). At most ``max_queued`` goals are open at once; a
-goal beyond that ends at once with OVERLOADED (41).
+An open goal holds no thread and no task: the intake runs in the action server's accept callback, which marks the
+goal EXECUTING at once, so its action status is EXECUTING from acceptance to result, as ROS clients and
+``ros2 action`` expect. Its execute callback is scheduled only when its outcome is known
+(``ActionServer.notify_execute``, from whichever thread ended the goal: rclpy runs the callback on the node's
+executor and wakes it), and only answers. rclpy's ``goal_handle.execute()`` would do both at once: a coroutine
+callback waiting for the outcome holds no thread, but rclpy (Kilted) resumes every pending task at each wake-up of
+its executor, which made a 200-goal burst's intake 2-4 times slower a goal. A goal refused at intake is answered at
+once. At most ``max_queued`` goals are open at once; a goal beyond that ends at once with OVERLOADED (41).
+
+Every goal is answered: an unexpected exception on its way in ends it with a code (GENERATION_FAILED, the message
+names the exception) and frees what it held; so does one while its result is built (its outcome's code).
 """
 from __future__ import annotations
 
 import threading
 import time
+import traceback
+from dataclasses import replace
 
+from action_msgs.msg import GoalStatus
 from rclpy.action import CancelResponse
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
 from timely_llm_ros.action import Plan
 
@@ -52,7 +61,15 @@ class GoalIntake:
 
     # ------------------------------------------------------------------ action callbacks
     def on_accepted(self, goal_handle) -> None:
-        """The accept callback (executor thread): answer at once, or register the goal and start its way in."""
+        """The accept callback (executor thread): answer at once, or register the goal, start its execution (it is
+        EXECUTING from now) and start its way in. An unexpected exception still answers it."""
+        try:
+            self._accept(goal_handle)
+        except Exception as exc:   # a bug must not leave a goal unanswered
+            self.fail(goal_request_id(goal_handle), goal_handle, ErrorCode.GENERATION_FAILED, "taking the goal in",
+                      exc)
+
+    def _accept(self, goal_handle) -> None:
         node = self._node
         arrival = time.monotonic()
         req_id = goal_request_id(goal_handle)
@@ -71,7 +88,8 @@ class GoalIntake:
                                       f"{err.message}")
             return _answer_at_once(goal_handle, req_id, err.code, err.message)
         req.dry_run = bool(goal.dry_run)
-        session = GoalSession(req_id, req.agent_id, req.dry_run, req.urgency, goal_handle)
+        session = GoalSession(req_id, req.agent_id, req.dry_run, req.urgency, goal_handle,
+                              answer=lambda: node.action_server.notify_execute(goal_handle, None))
         max_queued = node.params.max_queued
         with self.lock:
             full = len(self.sessions) >= max_queued
@@ -84,6 +102,7 @@ class GoalIntake:
             return _answer_at_once(goal_handle, req_id, ErrorCode.OVERLOADED,
                                    f"the server already holds max_queued={max_queued} goals; retry later (or raise "
                                    "max_queued)")
+        _mark_executing(goal_handle)    # its execute callback (answer) is scheduled once it has its outcome
         discovery = node.discovery
         if session.dry_run or discovery is None or discovery.known(req.agent_id):
             self._enter(session, req)
@@ -107,29 +126,55 @@ class GoalIntake:
         return CancelResponse.ACCEPT
 
     def answer(self, goal_handle) -> Plan.Result:
-        """The execute callback, run once the goal's session has its outcome: the result to its client."""
+        """The execute callback, run once the goal's session has its outcome: the result to its client (a result
+        that cannot be built is answered with the outcome's code and what went wrong)."""
         node = self._node
         req_id = goal_request_id(goal_handle)
         with self.lock:
             session = self.sessions.pop(req_id, None)
-        if session is None or session.outcome is None:   # cannot happen: execute() follows end()
-            goal_handle.abort()
+        if session is None or session.outcome is None:   # cannot happen: the callback follows end()
+            _end_goal(goal_handle, ok=False, cancelled=False)
             return error_result(req_id, ErrorCode.SERVER_SHUTDOWN, "the goal was not registered")
         outcome = session.outcome
-        node.health.ended(session.urgency, outcome.state)
-        self._log_outcome(session, outcome)
-        result = outcome_to_result(req_id, outcome)
-        if outcome.error_code == ErrorCode.CANCELLED and goal_handle.is_cancel_requested:
-            goal_handle.canceled()
-        elif outcome.ok:
-            goal_handle.succeed()
-        else:
-            goal_handle.abort()
+        try:
+            node.health.ended(session.urgency, outcome.state)
+            self._log_outcome(session, outcome)
+            result = outcome_to_result(req_id, outcome)
+        except Exception as exc:    # a bug must not leave the client an empty result that reads as success
+            node.get_logger().error(f"[{req_id}] the result could not be built: {type(exc).__name__}: {exc}\n"
+                                    f"{traceback.format_exc()}")
+            code = outcome.error_code if not outcome.ok else ErrorCode.GENERATION_FAILED
+            result = error_result(req_id, code, f"{outcome.message + '; ' if outcome.message else ''}the server "
+                                                f"could not build the result ({type(exc).__name__}: {exc}); it "
+                                                "logged the traceback")
+            outcome = replace(outcome, error_code=code)
+        cancelled = outcome.error_code == ErrorCode.CANCELLED and goal_handle.is_cancel_requested
+        _end_goal(goal_handle, ok=outcome.error_code == ErrorCode.NONE, cancelled=cancelled)
         return result
+
+    def fail(self, req_id: str, goal_handle, code: ErrorCode, stage: str, exc: Exception) -> None:
+        """An unexpected exception while ``stage``: the goal is answered with ``code`` and its session freed (the
+        scheduler's state of it is the caller's to free)."""
+        message = (f"internal error while {stage}: {type(exc).__name__}: {exc} (the server logged the traceback and "
+                   "freed what the goal held; please report it)")
+        self._node.get_logger().error(f"[{req_id}] {message}\n{traceback.format_exc()}")
+        session = self.sessions.get(req_id)
+        if session is not None:
+            if not session.ended:
+                self.count_finished(RequestState.FAILED)
+            session.end(bare_outcome(session, code, message))
+        elif goal_handle is not None:
+            _answer_at_once(goal_handle, req_id, code, message)
 
     # ------------------------------------------------------------------ the way in
     def _found(self, session: GoalSession, req: PlanRequest, found: bool) -> None:
         """Discovery pool thread: the agent's executor was looked for (and its status waited for)."""
+        try:
+            self._found_or_not(session, req, found)
+        except Exception as exc:   # a bug must not leave the goal unanswered
+            self.fail(session.req_id, None, ErrorCode.GENERATION_FAILED, "taking the goal in", exc)
+
+    def _found_or_not(self, session: GoalSession, req: PlanRequest, found: bool) -> None:
         node = self._node
         if session.ended:
             return
@@ -205,6 +250,27 @@ class GoalIntake:
 def _answer_at_once(goal_handle, req_id: str, code: ErrorCode, message: str) -> None:
     """A goal refused before it was registered: its execute callback aborts it with this error."""
     def refuse(handle) -> Plan.Result:
-        handle.abort()
+        _end_goal(handle, ok=False, cancelled=False)
         return error_result(req_id, code, message)
     goal_handle.execute(refuse)
+
+
+def _mark_executing(goal_handle) -> None:
+    """The goal is EXECUTING from now, its execute callback not scheduled yet. rclpy has no public call for this
+    (``execute()`` also schedules the callback: see the module docstring); this is the first half of it."""
+    goal_handle._update_state(_rclpy.GoalEvent.EXECUTE)
+
+
+def _end_goal(goal_handle, ok: bool, cancelled: bool) -> None:
+    """The goal's terminal state (a goal already terminal stays as it is)."""
+    try:
+        if goal_handle.status == GoalStatus.STATUS_ACCEPTED and not cancelled:   # ended before it was marked
+            _mark_executing(goal_handle)
+        if cancelled:
+            goal_handle.canceled()
+        elif ok:
+            goal_handle.succeed()
+        else:
+            goal_handle.abort()
+    except Exception:   # no transition from its state (e.g. canceling and not cancelled): rclpy aborts it
+        pass

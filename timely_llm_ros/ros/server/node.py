@@ -87,7 +87,7 @@ class PlanServerNode(LifecycleNode):
         self.events = SchedulerEvents(self, self.intake)
         # while no engine is loaded the scheduler thread is not there to publish /diagnostics: ERROR from here
         self._unloaded_timer = self.create_timer(p.state_period_s, self.state.publish_unloaded)
-        self._action = ActionServer(self, Plan, "plan", execute_callback=self.intake.answer,
+        self.action_server = ActionServer(self, Plan, "plan", execute_callback=self.intake.answer,
                                     goal_callback=lambda goal: GoalResponse.ACCEPT,
                                     handle_accepted_callback=self.intake.on_accepted,
                                     cancel_callback=self.intake.on_cancel,
@@ -161,7 +161,7 @@ class PlanServerNode(LifecycleNode):
 
     def shutdown(self) -> None:
         """Free ROS entities that destroy_node does not destroy (after the executor stopped)."""
-        self._action.destroy()
+        self.action_server.destroy()
 
     # ------------------------------------------------------------------ what the other modules ask
     def lifecycle_state(self) -> str:
@@ -183,6 +183,12 @@ class PlanServerNode(LifecycleNode):
         it (ExecutorStatus; queue until it has)."""
         directory = self.directory
         return directory.plan_rule(agent) if directory is not None else "queue"
+
+    def robot_skills(self, agent: str) -> frozenset[str] | None:
+        """The skills the agent's executor advertises (ExecutorStatus), None while it has said none."""
+        directory = self.directory
+        status = directory.status(agent) if directory is not None else None
+        return status.skills if status is not None else None
 
     def executor_lost(self, agent: str) -> None:
         """The robot directory saw the agent's executor go (its status lost liveliness): end its segments out."""

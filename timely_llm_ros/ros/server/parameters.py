@@ -6,6 +6,8 @@ from dataclasses import dataclass, fields
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 
+from timely_llm_ros.core.skills.program import MAX_PLAN_CALLS
+
 GRAMMAR_MODES = ("auto", "on", "off")   # ROS reads `grammar:=on` as a YAML bool: True/False count as on/off
 
 
@@ -54,6 +56,7 @@ class ServerParams:
     starvation_drops: int = 3
     hardware_fit: bool = True
     scale_unmet_classes: float = 0.0
+    max_plan_calls: int = MAX_PLAN_CALLS
 
 
 _DESCRIPTIONS = {
@@ -143,6 +146,9 @@ _DESCRIPTIONS = {
                             "(alpha divided by the same factor; logged as a warning); goals with their own "
                             "ert/alpha/beta are never changed; 0 = keep the classes as configured and warn",
                             (0.0, 1000.0)),
+    "max_plan_calls": ("a plan's skill calls with its loops unrolled (every conditional's body counted), at most; a "
+                       "plan over it ends INVALID_PLAN at the statement that passes it, counted before anything is "
+                       "unrolled (1000{1000{mf(1);}} is 10^6 calls)", (1, 1_000_000)),
 }
 
 

@@ -6,6 +6,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 
 from timely_llm_ros.action import Plan
 
@@ -20,13 +21,15 @@ from timely_llm_ros.ros.conversions import segment_to_msg
 class GoalSession:
     """One accepted goal: what its execute callback needs to answer its client (the request's own state is the
     scheduler's, which reports it in its events). ``end`` may be called from any thread (the scheduler thread, the
-    executor's, the discovery pool, a shutdown): it starts the goal's execution, whose callback answers."""
+    executor's, the discovery pool, a shutdown): it hands the goal to ``answer``, which schedules its execute callback
+    on the node's executor (and wakes it)."""
 
     req_id: str
     agent_id: str
     dry_run: bool
     urgency: str
     goal_handle: object
+    answer: Callable[[], None] = lambda: None
     outcome: RequestOutcome | None = None
     submitted: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -41,10 +44,7 @@ class GoalSession:
             if self.outcome is not None:
                 return
             self.outcome = outcome
-        try:    # rclpy runs the execute callback on the node's executor (and wakes it)
-            self.goal_handle.execute()
-        except Exception:   # a cancel made it CANCELING between rclpy's check and its EXECUTE transition: no
-            self.goal_handle.execute()   # transition from there, the callback runs all the same
+        self.answer()
 
 
 def goal_request_id(goal_handle) -> str:

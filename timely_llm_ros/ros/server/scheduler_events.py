@@ -3,10 +3,15 @@ goal's end. Runs on the scheduler thread (core/runtime.py SchedulerThread), for 
 
 Feedback: every state change the scheduler reports ("queued" once it holds the goal, then generating, suspended,
 executing) and each new segment, with the progress the event carries.
+
+Every goal is answered: an unexpected exception while a request enters the scheduler ends its goal
+GENERATION_FAILED, one while its segment is sent ends it EXECUTOR_UNAVAILABLE, one while its end is handed over ends
+it with its outcome's code; the scheduler's state of it (its plan on the robot, its engine state) is freed with it.
 """
 from __future__ import annotations
 
 import time
+import traceback
 from dataclasses import replace
 
 from timely_llm_ros.action import Plan
@@ -41,42 +46,79 @@ class SchedulerEvents:
             self._node.get_logger().warning(f"[{req.req_id}] not accepted: {err.code.name}: {err.message}")
             session.end(bare_outcome(session, err.code, err.message))
             return
+        except Exception as exc:   # a bug: the scheduler drops what it may hold of the request; the goal is answered
+            self._fail(scheduler, req.req_id, ErrorCode.GENERATION_FAILED, "the request entered the scheduler", exc)
+            return
         self.handle(events)
 
     def handle(self, events) -> None:
+        """Hand each event over; one that fails ends its request's goal (see the module docstring)."""
+        for ev in events:
+            try:
+                self._handle(ev)
+            except Exception as exc:
+                code, stage = ErrorCode.GENERATION_FAILED, "its events were handed over"
+                if isinstance(ev, SegmentReady):
+                    code, stage = ErrorCode.EXECUTOR_UNAVAILABLE, f"its segment {ev.segment.index} was sent"
+                elif isinstance(ev, RequestFinished):
+                    code = ev.outcome.error_code if not ev.outcome.ok else ErrorCode.GENERATION_FAILED
+                    stage = "its end was handed over"
+                self._fail(self._node.scheduler, ev.req_id, code, stage, exc)
+
+    def _fail(self, scheduler: PlanScheduler | None, req_id: str, code: ErrorCode, stage: str,
+              exc: Exception) -> None:
+        """End the request in the scheduler (its robot and engine state freed) and answer its goal with ``code``."""
+        self._intake.fail(req_id, None, code, stage, exc)
+        if scheduler is None:
+            return
+        try:
+            events = scheduler.cancel(req_id, code, f"internal error while {stage}")
+        except Exception:
+            self._node.get_logger().error(f"[{req_id}] the scheduler could not drop it:\n{traceback.format_exc()}")
+            return
+        for ev in events:           # the withdrawals and the next plans' segments; this request's own end is over
+            if ev.req_id != req_id:
+                self.handle([ev])
+            elif isinstance(ev, SegmentsWithdrawn):
+                try:
+                    self._handle(ev)
+                except Exception:
+                    self._node.get_logger().error(f"[{req_id}] withdrawing its segments failed:\n"
+                                                  f"{traceback.format_exc()}")
+
+    def _handle(self, ev) -> None:
         node = self._node
         dispatcher = node.dispatcher
-        for ev in events:
-            session = self._intake.get(ev.req_id)
-            if session is None:
-                continue
-            if isinstance(ev, SegmentReady):
-                if session.ended or self._refuse_unknown_skills(session, ev):
-                    continue
-                if node.params.log_timing:
-                    node.get_logger().info(f"segment timing {ev.req_id} {ev.segment.index} published "
-                                           f"{time.monotonic():.6f}")
-                if dispatcher is not None:
-                    dispatcher.send(ev.req_id, session.agent_id, ev.segment, ev.preempts)
-            elif isinstance(ev, SegmentGenerated):
-                _publish(session, plan_feedback(ev.req_id, ev.progress, ev.segment))
-            elif isinstance(ev, SegmentsWithdrawn):
-                if dispatcher is not None:
-                    dispatcher.withdraw(ev.req_id, ev.indices)
-                    if ev.reason == ErrorCode.EXECUTOR_UNAVAILABLE:   # it did not answer: shake hands again
-                        dispatcher.forget_handshake(session.agent_id)
-            elif isinstance(ev, StateChanged) and ev.state not in _FINAL:
-                _publish(session, plan_feedback(ev.req_id, ev.progress))
-            elif isinstance(ev, RequestFinished):
-                outcome = ev.outcome
-                if node.stopping() and outcome.error_code in (ErrorCode.EXECUTION_FAILED,
-                                                              ErrorCode.EXECUTOR_UNAVAILABLE):
-                    # SIGINT reaches the robots' executors too (one process group): their segments end "executor
-                    # shutting down" while the server itself is going down, which is SERVER_SHUTDOWN for the client
-                    outcome = replace(outcome, error_code=ErrorCode.SERVER_SHUTDOWN,
-                                      message=f"server shutting down ({outcome.message})")
-                self._intake.count_finished(outcome.state)
-                session.end(outcome)
+        session = self._intake.get(ev.req_id)
+        if session is None:
+            return
+        if isinstance(ev, SegmentReady):
+            if session.ended or self._refuse_unknown_skills(session, ev):
+                return
+            if node.params.log_timing:
+                node.get_logger().info(f"segment timing {ev.req_id} {ev.segment.index} published "
+                                       f"{time.monotonic():.6f}")
+            if dispatcher is not None:
+                dispatcher.send(ev.req_id, session.agent_id, ev.segment, ev.preempts)
+        elif isinstance(ev, SegmentGenerated):
+            _publish(session, plan_feedback(ev.req_id, ev.progress, ev.segment))
+        elif isinstance(ev, SegmentsWithdrawn):
+            if dispatcher is not None:
+                dispatcher.withdraw(ev.req_id, ev.indices)
+                if ev.reason == ErrorCode.EXECUTOR_UNAVAILABLE:   # it did not answer: shake hands again
+                    dispatcher.forget_handshake(session.agent_id)
+        elif isinstance(ev, StateChanged) and ev.state not in _FINAL:
+            _publish(session, plan_feedback(ev.req_id, ev.progress))
+        elif isinstance(ev, RequestFinished):
+            outcome = ev.outcome
+            if node.stopping() and outcome.error_code in (ErrorCode.EXECUTION_FAILED,
+                                                          ErrorCode.EXECUTOR_UNAVAILABLE):
+                # SIGINT reaches the robots' executors too (one process group): their segments end "executor
+                # shutting down" while the server itself is going down, which is SERVER_SHUTDOWN for the client
+                outcome = replace(outcome, error_code=ErrorCode.SERVER_SHUTDOWN,
+                                  message=f"server shutting down ({outcome.message})")
+            self._intake.count_finished(outcome.state)
+            session.end(outcome)
 
     def _refuse_unknown_skills(self, session: GoalSession, ev: SegmentReady) -> bool:
         """End the request UNKNOWN_SKILL if the segment calls a skill its robot's executor lacks (by the executor's
