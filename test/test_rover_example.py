@@ -97,7 +97,13 @@ def test_smollm2_plans_the_rover_and_the_plans_conditional_follows_the_room_the_
 
     profile = robot_types.exec_models[rover.exec_profile]
     for seg in cat.segments:
-        assert seg.estimated_exec_time == pytest.approx(profile.min_time([_as_call(s) for s in seg.skills])), seg
+        # seg.skills is the segment's worst case (every body taken); the estimate is the expected time
+        # (core/plan_time.py): equal to it for a segment without a conditional, below it for one with
+        worst = profile.min_time([_as_call(s) for s in seg.skills])
+        if "?" in seg.text:
+            assert 0 < seg.estimated_exec_time < worst, seg
+        else:
+            assert seg.estimated_exec_time == pytest.approx(worst), seg
 
     end = time.monotonic() + 5
     while time.monotonic() < end and not (statuses and statuses[-1].state == "idle"):
