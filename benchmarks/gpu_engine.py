@@ -5,7 +5,7 @@
     python benchmarks/gpu_engine.py --device cpu --tiny     # a tiny shape on CPU (what the test runs)
 
 No ROS, no vLLM, no network: the models are random weights of SmolLM2-135M's and Llama-3-8B's shapes built from
-their configs (bf16 on cuda), or SmolLM2's own folder when it is prepared here (build/models, `make setup`).
+their configs (bf16 on cuda), or SmolLM2's own folder when it is prepared here (the model cache, `make setup`).
 For each shape (medians; each part has a time budget and stops repeating when it is spent):
   bandwidth  a large device-to-device copy: bytes read + written per second (the roofline's denominator);
   decode     a decode step at batch 1, 8 and 32, --context tokens each, against the memory-bandwidth roofline:

@@ -35,14 +35,17 @@ def ros_env() -> dict[str, str]:
 class NodeProcess:
     """A node started as its own process; its output is collected for assertions and failure messages."""
 
-    def __init__(self, module: str, ros_args: list[str], ready: str, group: int | None = None) -> None:
-        """module: a module to run with -m, or a script's path (``*.py``); group: None = the test's process group;
-        0 = lead a new group; a pid = join that group."""
-        run = [module] if module.endswith(".py") else ["-m", module]
+    def __init__(self, module: str, ros_args: list[str], ready: str, group: int | None = None,
+                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        """module: a module to run with -m, or a script's path (``*.py``, or any path with a folder in it); group:
+        None = the test's process group; 0 = lead a new group; a pid = join that group; env: the child's
+        environment (default ros_env()); cwd: its working folder (default the checkout)."""
+        run = [module] if module.endswith(".py") or os.sep in module else ["-m", module]
         cmd = [sys.executable, *run, "--ros-args", *ros_args]
         setpgid = None if group is None else (lambda: os.setpgid(0, group))
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ros_env(),
-                                     cwd=REPO, preexec_fn=setpgid)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=ros_env() if env is None else env, cwd=REPO if cwd is None else cwd,
+                                     preexec_fn=setpgid)
         self.lines: list[str] = []
         self._ready = threading.Event()
         self._marker = ready

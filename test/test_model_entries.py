@@ -9,15 +9,22 @@ from timely_llm_ros.core.models import DEFAULT_PREFIX_CACHE_MB, ModelSpec, load_
 from timely_llm_ros.core.skills import load_skill_sets
 from timely_llm_ros.core.skills.chat_prompt import chat_messages
 from timely_llm_ros.engine.transformers.loader import load_pretrained
-from timely_llm_ros.engine.models import convert_gguf, weights_folder
+from timely_llm_ros.engine.models import weights_folder
 
 
-def test_a_gguf_converted_into_a_fresh_folder_gives_the_prepared_models_next_token_logits(tmp_path):
+def test_a_gguf_prepared_at_first_use_in_an_empty_cache_reports_progress_and_gives_the_prepared_models_logits(
+        tmp_path):
     """The one slow test of the model entries (~20 s: transformers dequantizes every tensor of the GGUF)."""
     torch.set_num_threads(1)
     spec = model_spec("smollm2")
     prepared = load_pretrained(weights_folder(spec, convert=False), "cpu", "float32")
-    fresh = load_pretrained(convert_gguf(spec.gguf.locate(), tmp_path / "smollm2"), "cpu", "float32")
+    progress: list[str] = []
+    folder = weights_folder(spec, cache_dir=tmp_path / "cache", progress=progress.append)
+    assert folder.parent == tmp_path / "cache" and folder.name.startswith(spec.gguf.locate().stem)
+    assert f"model 'smollm2' is not prepared yet: converting {spec.gguf.locate().name}" in progress[0]
+    assert str(folder) in progress[0] and str(folder) in progress[-1] and len(progress) >= 3
+    assert weights_folder(spec, cache_dir=tmp_path / "cache", progress=pytest.fail) == folder   # prepared once
+    fresh = load_pretrained(folder, "cpu", "float32")
     messages = chat_messages(load_skill_sets()["arm"], "put the cup on the tray", "table: cup; places: tray")
     ids = fresh.tokenizer.encode_chat(messages)
     assert ids == prepared.tokenizer.encode_chat(messages)

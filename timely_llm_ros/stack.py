@@ -61,6 +61,8 @@ class StackOptions:
     urgency_classes: Mapping[str, TimeUtility] = field(default_factory=lambda: dict(DEFAULT_URGENCY_CLASSES))
     warm_up: bool = True                     # one short generation per prompt format before the first request
     examples_in: str | None = None           # overrides every skill set's prompt_examples (turns | system)
+    model_cache_dir: str = ""                # prepared models (paths.model_cache_dir; "": its default)
+    progress: Callable[[str], None] | None = None   # lines of a model prepared at first use (a GGUF conversion)
 
 
 @dataclass
@@ -105,8 +107,10 @@ class Stack:
         return switch_policy(self.engine, choice, self.setup.skill_sets, self.fitted_options())
 
 
-def load_engine(spec: ModelSpec, choice: EngineChoice) -> Engine:
-    """The model entry's weights on the chosen engine, with the entry's engine options (its prefix cache)."""
+def load_engine(spec: ModelSpec, choice: EngineChoice, model_cache_dir: str = "",
+                progress: Callable[[str], None] | None = None) -> Engine:
+    """The model entry's weights on the chosen engine, with the entry's engine options (its prefix cache). An entry
+    not prepared yet in the model cache is prepared first (engine/models.py weights_folder), reporting to progress."""
     from timely_llm_ros.engine.models import weights_folder
 
     if choice.own_process:
@@ -114,7 +118,8 @@ def load_engine(spec: ModelSpec, choice: EngineChoice) -> Engine:
     else:
         from timely_llm_ros.engine.factory import make_engine
     dtype = choice.dtype if choice.dtype not in ("", "auto") else spec.dtype
-    return make_engine(choice.kind, str(weights_folder(spec)), device=choice.device, dtype=dtype,
+    folder = weights_folder(spec, cache_dir=model_cache_dir or None, progress=progress)
+    return make_engine(choice.kind, str(folder), device=choice.device, dtype=dtype,
                        kv_budget_mb=choice.kv_budget_mb, num_threads=choice.num_threads, **dict(choice.options),
                        **setup_engine_options(spec))
 
@@ -148,7 +153,7 @@ def build_stack(options: StackOptions, skill_sets: Mapping[str, Any], exec_model
     options = replace(options, policy=engine_provided(options.policy))
     build_policy(options.policy, skill_sets)          # fail fast on a bad policy name or option
     if engine is None:
-        engine = load_engine(options.model, options.engine)
+        engine = load_engine(options.model, options.engine, options.model_cache_dir, options.progress)
     setup = model_setup(options.model, engine, skill_sets, options.examples_in)
     if options.warm_up:
         for prompt in setup.warm_up_prompts():

