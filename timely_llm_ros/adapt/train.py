@@ -17,10 +17,10 @@ What it does:
   the worked examples as chat turns, the request), so training and serving match;
 - the loss: on the plan's tokens and the end-of-turn token only;
 - the shared part of a robot type's prompt (its system prompt and worked examples, ~800 SmolLM2 tokens for the drone)
-  is the same in every example: each step runs it once, without gradient, with the adapter as it is at that step,
-  and the batch's examples attend to its keys and values. The forward pass is exactly the full prompt's; the
-  gradient leaves out the adapter's effect on the shared part's keys and values. Each example then costs only its
-  own ~90 tokens, not ~900;
+  is the same in every example: it runs once every ``--prefix-refresh`` steps (default 4), without gradient, with
+  the adapter as it is then, and the batches' examples attend to its keys and values. The forward pass is the full
+  prompt's but for the adapter's last few updates to those keys and values, which the gradient leaves out too. Each
+  example then costs its own ~70 tokens, not ~850;
 - a time budget (``--minutes``): after the first steps the trainer measures its speed and plans as many steps as fit
   (no more than ``--epochs`` over the corpus), the learning-rate schedule spanning them;
 - the adapter is saved in peft's format in float16 (``--rank 8``: ~5 MB for SmolLM2-135M), with
@@ -71,6 +71,7 @@ class TrainConfig:
     seed: int = 0
     save_dtype: str = "float16"
     max_steps: int | None = None      # a hard cap (tests)
+    prefix_refresh: int = 4           # steps between recomputing a robot type's shared prompt keys and values
     log_every_s: float = 30.0
     check_examples: int = 12          # greedy plans of fresh corpus draws after training (0: none)
 
@@ -121,11 +122,11 @@ def encode_examples(examples: Sequence[Example], prompts, skill_sets, encode, eo
 
 
 def make_batches(encoded: dict[str, Encoded], batch_size: int, rng: random.Random) -> list[Batch]:
-    """One epoch of batches: each robot type's examples shuffled and cut into batches, the batches interleaved."""
+    """One epoch of batches: each robot type's examples ordered by length (ties at random) and cut into batches, so
+    a batch pads little, then the batches shuffled."""
     batches = []
     for robot, enc in encoded.items():
-        order = list(range(len(enc.rows)))
-        rng.shuffle(order)
+        order = sorted(range(len(enc.rows)), key=lambda j: (len(enc.rows[j]), rng.random()))
         for i in range(0, len(order), batch_size):
             idx = order[i:i + batch_size]
             batches.append(Batch(robot, enc.prefix, [enc.rows[j] for j in idx], [enc.targets[j] for j in idx]))
@@ -133,12 +134,22 @@ def make_batches(encoded: dict[str, Encoded], batch_size: int, rng: random.Rando
     return batches
 
 
-def batch_loss(model, batch: Batch, device, pad_id: int):
-    """Mean cross-entropy over the batch's target tokens: the shared prefix once without gradient (its keys and
-    values repeated for every row), the rows right-padded after it (causal attention: padding after a token never
-    changes it), the output layer only where there is a target (the plan's tokens: a third of the rows')."""
+def prefix_kv(model, prefix: list[int], device) -> list[tuple]:
+    """The keys and values of a shared prompt prefix per layer, without gradient, with the adapter as it is now."""
+    import torch
+
+    with torch.no_grad():
+        cache = model(torch.tensor([prefix], device=device), use_cache=True).past_key_values
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def batch_loss(model, batch: Batch, shared: list[tuple] | None, device, pad_id: int):
+    """Mean cross-entropy over the batch's target tokens. The rows follow the shared prefix, whose keys and values
+    (``shared``, from prefix_kv) are repeated for every row; they are right-padded (causal attention: padding after a
+    token never changes it); the output layer runs only where there is a target (the plan's tokens)."""
     import torch
     import torch.nn.functional as F
+    from transformers.cache_utils import DynamicCache
 
     n = len(batch.rows)
     width = max(len(r) for r in batch.rows)
@@ -148,10 +159,8 @@ def batch_loss(model, batch: Batch, device, pad_id: int):
         x[i, :len(row)] = torch.tensor(row, device=device)
         y[i, :len(target)] = torch.tensor(target, device=device)
     cache = None
-    if batch.prefix:
-        with torch.no_grad():
-            cache = model(torch.tensor([batch.prefix], device=device), use_cache=True).past_key_values
-        cache.batch_repeat_interleave(n)
+    if shared:
+        cache = DynamicCache(ddp_cache_data=[(k.repeat(n, 1, 1, 1), v.repeat(n, 1, 1, 1)) for k, v in shared])
     causal_lm = model.get_base_model()           # the LoRA-injected model: its body, then its output layer
     hidden = causal_lm.model(input_ids=x, past_key_values=cache, use_cache=False).last_hidden_state
     wanted = y[:, 1:] != -100
@@ -242,11 +251,16 @@ def train_adapter(spec: ModelSpec, config: TrainConfig) -> AdapterInfo:
     cpu_start = time.process_time()
     last_log, ema, tokens, seen_tokens, step = loop_start, None, 0, 0, 0
     timed_from, timed_steps = None, 0
+    shared: dict[str, tuple[int, list | None]] = {}       # robot type -> (step made, its shared prompt's KV)
     while step < schedule.total:
         if not batches:
             batches = make_batches(encoded, config.batch_size, rng)
         batch = batches.pop()
-        loss, n_target, n_tokens = batch_loss(model, batch, device, pad_id)
+        made, kv = shared.get(batch.robot_type, (-config.prefix_refresh, None))
+        if batch.prefix and step - made >= config.prefix_refresh:
+            made, kv = step, prefix_kv(model, batch.prefix, device)
+            shared[batch.robot_type] = (made, kv)
+        loss, n_target, n_tokens = batch_loss(model, batch, kv, device, pad_id)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         optimizer.step()
@@ -368,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-steps", type=int, default=0)
+    parser.add_argument("--prefix-refresh", type=int, default=TrainConfig.prefix_refresh,
+                        help="steps between recomputing a robot type's shared prompt (1: every step, exact)")
     parser.add_argument("--check", type=int, default=TrainConfig.check_examples,
                         help="greedy plans of fresh corpus draws to print after training (0: none)")
     args = parser.parse_args(argv)
@@ -378,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     config = TrainConfig(robots, out, args.skills_dir or None, args.examples, args.epochs, args.minutes,
                          args.batch_size, args.lr, rank=args.rank, alpha=args.alpha, device=args.device,
                          threads=args.threads or None, seed=args.seed, max_steps=args.max_steps or None,
-                         check_examples=args.check)
+                         prefix_refresh=max(1, args.prefix_refresh), check_examples=args.check)
     try:
         train_adapter(spec, config)
     except (ValueError, FileNotFoundError) as exc:

@@ -16,6 +16,7 @@ class ServerParams:
     engine: str = "transformers"
     model: str = "embedded"
     model_path: str = ""
+    adapter: str = ""
     grammar: str = "auto"
     device: str = "auto"
     dtype: str = "auto"
@@ -65,6 +66,8 @@ _DESCRIPTIONS = {
               "| a team's own entry; model_path, when set, overrides it", None),
     "model_path": ("a local Hugging Face model folder or a .gguf file, instead of a named model entry; empty = use "
                    "`model`", None),
+    "adapter": ("a LoRA adapter folder (timely_adapt) merged into the model's weights, instead of the model entry's "
+                "`adapter:`; empty = the entry's; `none` = no adapter", None),
     "grammar": ("constrain decoding to each robot type's skill language (core/skills/grammar.py): auto (the model "
                 "entry's `grammar` field: off for the embedded planner, on for smollm2) | on | off; a goal's "
                 "`unconstrained` turns it off for that goal", None),
