@@ -66,6 +66,20 @@ def test_a_few_steps_give_an_adapter_in_the_standard_format_that_changes_the_out
         assert not torch.allclose(plain.model(ids).logits, adapted.model(ids).logits, atol=1e-4)
 
 
+def test_training_continues_from_an_adapter_and_a_checkpoint_is_a_loadable_adapter(tiny):
+    spec, base, adapter, info, root = tiny
+    config = TrainConfig(("arm",), root / "continued", examples=16, batch_size=8, max_steps=2, learning_rate=1e-2,
+                         warmup_steps=0, check_examples=0, save_every_min=1e-6, init_adapter=adapter)
+    more = train_adapter(spec, config)
+    assert more.training["continued_from"] == str(adapter) and more.training["steps"] == 2
+    assert more.lora["rank"] == info.lora["rank"]
+    ids = torch.tensor([[5, 17, 99, 3]])
+    with torch.no_grad():
+        first = load_pretrained(base, "cpu", "float32", adapter=adapter).model(ids).logits
+        second = load_pretrained(base, "cpu", "float32", adapter=config.out).model(ids).logits
+    assert not torch.allclose(first, second, atol=1e-5)
+
+
 def test_the_adapter_is_trained_on_exactly_the_prompts_the_server_renders(tiny):
     spec, base, _, _, _ = tiny
     skill_sets = load_skill_sets()

@@ -22,7 +22,9 @@ What it does:
   prompt's but for the adapter's last few updates to those keys and values, which the gradient leaves out too. Each
   example then costs its own ~70 tokens, not ~850;
 - a time budget (``--minutes``): after the first steps the trainer measures its speed and plans as many steps as fit
-  (no more than ``--epochs`` over the corpus), the learning-rate schedule spanning them;
+  (no more than ``--epochs`` over the corpus), the learning-rate schedule spanning them; a checkpoint is written
+  every ``--save-every-min`` minutes, and SIGTERM or Ctrl-C stops the run with the adapter saved as it is;
+  ``--init-adapter`` continues from an adapter's weights (a further run, with another corpus ``--seed``);
 - the adapter is saved in peft's format in float16 (``--rank 8``: ~5 MB for SmolLM2-135M), with
   timely_adapter.json (the base model's identity, the robot types and their prompts' digests, the corpus's mix, the
   run) and the corpus itself (corpus.jsonl.gz: test/test_adapt.py checks that no evaluation task is in it).
@@ -30,9 +32,12 @@ What it does:
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import math
+import os
 import random
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -72,6 +77,8 @@ class TrainConfig:
     save_dtype: str = "float16"
     max_steps: int | None = None      # a hard cap (tests)
     prefix_refresh: int = 4           # steps between recomputing a robot type's shared prompt keys and values
+    save_every_min: float = 20.0      # a checkpoint of the adapter in ``out`` this often (0: only at the end)
+    init_adapter: Path | None = None  # continue from this adapter's weights (trained on the same model)
     log_every_s: float = 30.0
     check_examples: int = 12          # greedy plans of fresh corpus draws after training (0: none)
 
@@ -183,6 +190,13 @@ class Schedule:
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done))
 
 
+def threading_main() -> bool:
+    """Whether this is the main thread (signal handlers can only be set there)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
 def _clock(seconds: float) -> str:
     seconds = int(max(0, seconds))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
@@ -224,12 +238,24 @@ def train_adapter(spec: ModelSpec, config: TrainConfig) -> AdapterInfo:
     encoded = encode_examples(examples, prompts, skill_sets, tokenizer.encode, eos_id)
     for robot, enc in encoded.items():
         mean = sum(len(r) for r in enc.rows) / len(enc.rows)
-        log.info("%s: %d examples, shared prompt %d tokens (once a step), %.0f tokens per example", robot,
-                 len(enc.rows), len(enc.prefix), mean)
+        log.info("%s: %d examples, shared prompt %d tokens (run every %d steps), %.0f tokens per example", robot,
+                 len(enc.rows), len(enc.prefix), config.prefix_refresh, mean)
 
-    lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
-                      target_modules=list(config.target_modules), bias="none", task_type="CAUSAL_LM")
-    model = get_peft_model(model, lora)
+    if config.init_adapter:
+        from peft import PeftModel
+
+        from timely_llm_ros.adapt.adapter import check_adapter
+
+        check_adapter(config.init_adapter, folder, spec.name)
+        model = PeftModel.from_pretrained(model, str(config.init_adapter), is_trainable=True)
+        lora = model.peft_config["default"]
+        config.rank, config.alpha = lora.r, lora.lora_alpha
+        config.target_modules = tuple(sorted(lora.target_modules))
+        log.info("continuing from adapter %s", config.init_adapter)
+    else:
+        lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
+                          target_modules=list(config.target_modules), bias="none", task_type="CAUSAL_LM")
+        model = get_peft_model(model, lora)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("LoRA r=%d alpha=%d on %s: %.2fM trainable parameters", config.rank, config.alpha,
              ",".join(config.target_modules), trainable / 1e6)
@@ -252,7 +278,22 @@ def train_adapter(spec: ModelSpec, config: TrainConfig) -> AdapterInfo:
     last_log, ema, tokens, seen_tokens, step = loop_start, None, 0, 0, 0
     timed_from, timed_steps = None, 0
     shared: dict[str, tuple[int, list | None]] = {}       # robot type -> (step made, its shared prompt's KV)
-    while step < schedule.total:
+    stop = []
+    handlers = {sig: signal.signal(sig, lambda *_: stop.append(True)) for sig in (signal.SIGTERM, signal.SIGINT)} \
+        if threading_main() else {}
+
+    def run_record(final: bool) -> dict:
+        spent = time.monotonic() - loop_start
+        return {"steps": step, "seconds": round(spent, 1), "cpu_seconds": round(time.process_time() - cpu_start, 1),
+                "tokens_per_s": round(seen_tokens / max(spent, 1e-9), 1),
+                "final_loss": round(ema if ema is not None else float("nan"), 4), "device": str(device),
+                "threads": torch.get_num_threads() if device.type == "cpu" else None,
+                "batch_size": config.batch_size, "learning_rate": config.learning_rate,
+                "prefix_refresh": config.prefix_refresh, "epochs_done": round(step / max(1, len(per_epoch)), 2),
+                "continued_from": str(config.init_adapter) if config.init_adapter else None, "final": final}
+
+    last_save = loop_start
+    while step < schedule.total and not stop:
         if not batches:
             batches = make_batches(encoded, config.batch_size, rng)
         batch = batches.pop()
@@ -293,17 +334,20 @@ def train_adapter(spec: ModelSpec, config: TrainConfig) -> AdapterInfo:
         if now - loop_start > budget_s:
             log.warning("time budget spent after %d steps: saving the adapter as it is", step)
             break
-    train_s = time.monotonic() - loop_start
+        if config.save_every_min and now - last_save >= 60 * config.save_every_min and step < schedule.total:
+            save_adapter(model, spec, folder, config, prompts, skill_sets, report, examples, run_record(False))
+            last_save = time.monotonic()
+    if stop:
+        log.warning("stopped by a signal after %d steps: saving the adapter as it is", step)
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+    training = run_record(True)
 
     model.eval()
-    checked = check_plans(model, tokenizer, prompts, skill_sets, config, eos_id, device) \
-        if config.check_examples else None
-    info = save_adapter(model, spec, folder, config, prompts, skill_sets, report, examples, {
-        "steps": step, "seconds": round(train_s, 1), "tokens_per_s": round(seen_tokens / max(train_s, 1e-9), 1),
-        "final_loss": round(ema or float("nan"), 4), "device": str(device),
-        "threads": torch.get_num_threads() if device.type == "cpu" else None, "batch_size": config.batch_size,
-        "learning_rate": config.learning_rate, "epochs_done": round(step / max(1, len(per_epoch)), 2),
-        "check": checked, "total_seconds": round(time.monotonic() - started, 1)})
+    if config.check_examples and not stop:
+        training["check"] = check_plans(model, tokenizer, prompts, skill_sets, config, eos_id, device)
+    training["total_seconds"] = round(time.monotonic() - started, 1)
+    info = save_adapter(model, spec, folder, config, prompts, skill_sets, report, examples, training)
     return info
 
 
@@ -331,18 +375,25 @@ def check_plans(model, tokenizer, prompts, skill_sets, config: TrainConfig, eos_
 
 def save_adapter(model, spec: ModelSpec, folder: Path, config: TrainConfig, prompts, skill_sets, report,
                  examples: Sequence[Example], training: dict) -> AdapterInfo:
-    """The LoRA weights in peft's format (in ``config.save_dtype``), timely_adapter.json and the corpus."""
+    """The LoRA weights in peft's format (in ``config.save_dtype``; the model's own stay as they are, so training
+    can go on), timely_adapter.json and the corpus, each file replaced whole."""
     import torch
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
 
     dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[config.save_dtype]
-    for name, param in model.named_parameters():
-        if "lora_" in name:
-            param.data = param.data.to(dtype)
-    model.peft_config["default"].base_model_name_or_path = folder.name      # not this machine's path
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True, save_embedding_layers=False)
-    write_jsonl(examples, out / CORPUS_FILE)
+    state = get_peft_model_state_dict(model, save_embedding_layers=False)
+    weights = {k: v.detach().to(dtype).contiguous().cpu() for k, v in state.items()}
+    save_file(weights, str(out / "adapter_model.safetensors.part"), metadata={"format": "pt"})
+    os.replace(out / "adapter_model.safetensors.part", out / "adapter_model.safetensors")
+    peft_config = copy.copy(model.peft_config["default"])
+    peft_config.base_model_name_or_path = folder.name              # not this machine's path
+    peft_config.inference_mode = True
+    peft_config.save_pretrained(str(out))
+    if not (out / CORPUS_FILE).is_file() or training.get("final"):
+        write_jsonl(examples, out / CORPUS_FILE)
     info = AdapterInfo(
         base=base_identity(folder), model_entry=spec.name,
         robot_types={r: robot_prompt_digest(skill_sets[r], prompts) for r in config.robot_types},
@@ -355,7 +406,8 @@ def save_adapter(model, spec: ModelSpec, folder: Path, config: TrainConfig, prom
         training=training)
     info.write(out)
     size = sum(p.stat().st_size for p in out.iterdir()) / 2**20
-    log.info("adapter written to %s (%.1f MiB); serve it with `adapter: %s` in the model entry", out, size, out)
+    log.info("adapter written to %s (%.1f MiB)%s", out, size, "; serve it with `adapter: %s` in the model entry"
+             % out if training.get("final") else f" after step {training.get('steps')} (a checkpoint)")
     return info
 
 
@@ -384,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=0)
     parser.add_argument("--prefix-refresh", type=int, default=TrainConfig.prefix_refresh,
                         help="steps between recomputing a robot type's shared prompt (1: every step, exact)")
+    parser.add_argument("--save-every-min", type=float, default=TrainConfig.save_every_min,
+                        help="write a checkpoint of the adapter to --out this often (0: only at the end)")
+    parser.add_argument("--init-adapter", default="", help="continue training from this adapter (same model)")
     parser.add_argument("--check", type=int, default=TrainConfig.check_examples,
                         help="greedy plans of fresh corpus draws to print after training (0: none)")
     args = parser.parse_args(argv)
@@ -394,7 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     config = TrainConfig(robots, out, args.skills_dir or None, args.examples, args.epochs, args.minutes,
                          args.batch_size, args.lr, rank=args.rank, alpha=args.alpha, device=args.device,
                          threads=args.threads or None, seed=args.seed, max_steps=args.max_steps or None,
-                         prefix_refresh=max(1, args.prefix_refresh), check_examples=args.check)
+                         prefix_refresh=max(1, args.prefix_refresh), check_examples=args.check,
+                         save_every_min=args.save_every_min, init_adapter=Path(args.init_adapter) if args.init_adapter
+                         else None)
     try:
         train_adapter(spec, config)
     except (ValueError, FileNotFoundError) as exc:
