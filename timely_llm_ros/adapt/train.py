@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Sequence
 
 from timely_llm_ros.adapt.adapter import AdapterInfo, base_identity, robot_prompt_digest
-from timely_llm_ros.adapt.corpus import Example, build_corpus, write_jsonl
+from timely_llm_ros.adapt.corpus import Example, build_corpus, read_jsonl, write_jsonl
 from timely_llm_ros.core.models import ModelSpec
 
 log = logging.getLogger("timely_adapt")
@@ -393,7 +393,9 @@ def save_adapter(model, spec: ModelSpec, folder: Path, config: TrainConfig, prom
     peft_config.inference_mode = True
     peft_config.save_pretrained(str(out))
     if not (out / CORPUS_FILE).is_file() or training.get("final"):
-        write_jsonl(examples, out / CORPUS_FILE)
+        before = read_jsonl(config.init_adapter / CORPUS_FILE) \
+            if config.init_adapter and (config.init_adapter / CORPUS_FILE).is_file() else []
+        write_jsonl(list(before) + list(examples), out / CORPUS_FILE)     # every run's examples, in order
     info = AdapterInfo(
         base=base_identity(folder), model_entry=spec.name,
         robot_types={r: robot_prompt_digest(skill_sets[r], prompts) for r in config.robot_types},
