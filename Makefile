@@ -7,7 +7,7 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export ROS_LOG_DIR ?= $(CURDIR)/build/ros_log
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup demo test test-fast bench model clean help
+.PHONY: setup demo test test-fast bench model adapt clean help
 
 help:
 	@echo "make demo   set up .venv, build the interfaces, run the demo fleet (2 arms + 3 drones), draw build/demo/timeline.png"
@@ -16,6 +16,8 @@ help:
 	@echo "make bench regenerate docs/results.md (QUICK=1: the fast sections only; RERUN=name,...|all:"
 	@echo "           also the long ones, read from docs/results/ otherwise; RENDER=1: rewrite it from stored runs)"
 	@echo "make model  retrain the embedded default planner model (not needed: it is committed)"
+	@echo "make adapt MODEL=smollm2 ROBOT=drone,arm  train a LoRA adapter of a model entry for robot types"
+	@echo "           (SKILLS_DIR=a team's folder, OUT=adapter folder, MINUTES=time budget, DEVICE=cuda)"
 	@echo "make colcon-test  colcon build + colcon test of the package against .venv (colcon in build/colcon_venv)"
 	@echo "make stress reliability suite on loopback (STRESS_SOAK_S=60 for a short soak; docs/stress.md)"
 
@@ -55,6 +57,17 @@ bench: setup
 
 model: setup
 	$(PY) -m tools.embedded_planner.train --out models/default_planner
+
+# A LoRA adapter of model entry MODEL for the robot types ROBOT (timely_llm_ros/adapt/train.py; docs/robots.md).
+ROBOT      ?=
+SKILLS_DIR ?=
+OUT        ?=
+MINUTES    ?=
+DEVICE     ?=
+adapt: setup
+	@[ -n "$(ROBOT)" ] || { echo "make adapt: say which robot types, e.g. ROBOT=drone,arm"; exit 2; }
+	PYTHONPATH=$(CURDIR) $(PY) -m timely_llm_ros.adapt.train --model $(or $(MODEL),smollm2) --robot $(ROBOT) $(if $(SKILLS_DIR),--skills-dir $(SKILLS_DIR)) \
+	  $(if $(OUT),--out $(OUT)) $(if $(MINUTES),--minutes $(MINUTES)) $(if $(DEVICE),--device $(DEVICE))
 
 clean:
 	rm -rf build out .pytest_cache

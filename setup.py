@@ -15,6 +15,7 @@ setup(
             "robot_executor = timely_llm_ros.ros.executor.node:main",
             "fleet_workload = timely_llm_ros.ros.fleet.workload_node:main",
             "timely_bringup = timely_llm_ros.ros.fleet.bringup:main",
+            "timely_adapt = timely_llm_ros.adapt.train:main",
         ]
     },
 )

@@ -60,6 +60,12 @@ class Configuration:
     model: str
     grammar: bool | None = None
     prompt: Mapping[str, Any] = field(default_factory=dict)
+    adapter: str | None = ""          # "": none; None: the model entry's (config/models.yaml adapter:); or a folder
+
+    def spec(self):
+        """The model entry with this configuration's adapter."""
+        spec = model_spec(self.model)
+        return spec if self.adapter is None else replace(spec, adapter=self.adapter)
 
 
 # One line per configuration. SmolLM2's entry turns the grammar on by default: "smollm2" asks for it off.
@@ -67,6 +73,9 @@ CONFIGURATIONS = {c.name: c for c in (
     Configuration("embedded", "embedded"),
     Configuration("smollm2", "smollm2", grammar=False),
     Configuration("smollm2-grammar", "smollm2", grammar=True),
+    # SmolLM2 with its entry's adapter (timely_adapt): trained for the drone and the arm on generated task patterns
+    Configuration("smollm2-adapted", "smollm2", grammar=False, adapter=None),
+    Configuration("smollm2-adapted-grammar", "smollm2", grammar=True, adapter=None),
     # prompt variants of smollm2-grammar (choose on the dev split): the worked examples inside the system text
     # instead of as chat turns; no worked examples; only each robot type's first one
     Configuration("smollm2-grammar-examples-in-system", "smollm2", grammar=True, prompt={"prompt_examples": "system"}),
@@ -166,7 +175,7 @@ def load_engine(config: Configuration, device: str, threads: int):
     """The engine the server would build for the configuration's model entry (the composition root's)."""
     from timely_llm_ros.stack import EngineChoice, load_engine as load
 
-    return load(model_spec(config.model), EngineChoice("transformers", device=device, num_threads=threads or None))
+    return load(config.spec(), EngineChoice("transformers", device=device, num_threads=threads or None))
 
 
 def goal_for(task: EvalTask, config: Configuration) -> GoalFields:
@@ -182,7 +191,7 @@ def make_scheduler(engine, config: Configuration, skill_sets: Mapping[str, Skill
     entry's prompt format and its limits in the model's tokens, composed by the composition root on this engine."""
     from timely_llm_ros.stack import StackOptions, build_stack
 
-    options = StackOptions(model=model_spec(config.model), policy=PolicyChoice(policy, max_batch), warm_up=False)
+    options = StackOptions(model=config.spec(), policy=PolicyChoice(policy, max_batch), warm_up=False)
     return build_stack(options, skill_sets, load_exec_models(), engine=engine).scheduler
 
 
@@ -302,6 +311,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (0: torch's default; 1 is steadier on a shared machine)")
     ap.add_argument("--by-kind", action="store_true", help="also print the rates per task kind")
+    ap.add_argument("--adapter", default="", help="an adapter folder for the configurations that use their model "
+                                                  "entry's (smollm2-adapted*): one being trained, say")
     ap.add_argument("--out", type=Path, default=Path("out/plan_quality"))
     return ap.parse_args(argv)
 
@@ -324,7 +335,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     passes: list[Pass] = []
     for name in names:
         print(f"== {name}: {len(tasks)} tasks, policy {args.policy}, max batch {args.max_batch}", flush=True)
-        for p in evaluate(CONFIGURATIONS[name], tasks, args.policy, args.max_batch, args.device, args.threads):
+        config = CONFIGURATIONS[name]
+        if args.adapter and config.adapter is None:
+            config = replace(config, adapter=args.adapter)
+        for p in evaluate(config, tasks, args.policy, args.max_batch, args.device, args.threads):
             s = p.summary()
             print(f"{name} {p.robot_type}: n={s['n']} " + " ".join(f"{c}={_pct(s[c])}" for c in CHECKS)
                   + f" tokens/plan={s['tokens_per_plan']:.1f} s/plan={s['s_per_plan']:.3f}"

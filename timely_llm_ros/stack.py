@@ -119,6 +119,10 @@ def load_engine(spec: ModelSpec, choice: EngineChoice, model_cache_dir: str = ""
         from timely_llm_ros.engine.factory import make_engine
     dtype = choice.dtype if choice.dtype not in ("", "auto") else spec.dtype
     folder = weights_folder(spec, cache_dir=model_cache_dir or None, progress=progress)
+    if spec.adapter:
+        from timely_llm_ros.adapt.adapter import check_adapter
+
+        check_adapter(spec.adapter_folder(), folder, spec.name)      # a mismatch fails before the model loads
     return make_engine(choice.kind, str(folder), device=choice.device, dtype=dtype,
                        kv_budget_mb=choice.kv_budget_mb, num_threads=choice.num_threads, **dict(choice.options),
                        **setup_engine_options(spec))

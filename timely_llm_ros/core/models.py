@@ -73,6 +73,7 @@ class ModelSpec:
     grammar: bool = False
     limits: Mapping[str, TokenLimits] = field(default_factory=dict)
     prefix_cache_mb: float | None = None   # None: DEFAULT_PREFIX_CACHE_MB with a chat template, else 0 (off)
+    adapter: str = ""                    # a LoRA adapter folder (timely_adapt) merged into the weights at load
 
     def __post_init__(self) -> None:
         if bool(self.path) == (self.gguf is not None):
@@ -95,6 +96,13 @@ class ModelSpec:
         path = Path(self.path).expanduser()
         return path if path.is_absolute() else share_dir() / path
 
+    def adapter_folder(self) -> Path | None:
+        """The entry's adapter folder (relative paths: to the share folder), None without one."""
+        if not self.adapter:
+            return None
+        path = Path(self.adapter).expanduser()
+        return path if path.is_absolute() else share_dir() / path
+
     @classmethod
     def for_path(cls, path: str) -> "ModelSpec":
         """An ad-hoc entry for a folder or a .gguf file given as the server's model_path: an instruct model's
@@ -108,7 +116,7 @@ class ModelSpec:
         """Build from one YAML entry; ValueError names the file, the entry and the field."""
         if not isinstance(cfg, Mapping):
             raise ValueError(f"{where}: model {name!r} must be a mapping")
-        known = {"path", "gguf", "dtype", "chat_template", "add_bos", "grammar", "limits", "prefix_cache_mb"}
+        known = {"path", "gguf", "dtype", "chat_template", "add_bos", "grammar", "limits", "prefix_cache_mb", "adapter"}
         unknown = sorted(set(cfg) - known)
         if unknown:
             raise ValueError(f"{where}: model {name!r} has unknown fields {unknown}; known: {sorted(known)}")
@@ -121,7 +129,8 @@ class ModelSpec:
             return cls(name=name, path=str(cfg.get("path", "")), gguf=source, dtype=str(cfg.get("dtype", "auto")),
                        chat_template=bool(cfg.get("chat_template", False)), add_bos=bool(cfg.get("add_bos", False)),
                        grammar=bool(cfg.get("grammar", False)), limits=limits,
-                       prefix_cache_mb=None if cfg.get("prefix_cache_mb") is None else float(cfg["prefix_cache_mb"]))
+                       prefix_cache_mb=None if cfg.get("prefix_cache_mb") is None else float(cfg["prefix_cache_mb"]),
+                       adapter=str(cfg.get("adapter") or ""))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: model {name!r}: malformed entry ({exc!r})") from None
         except ValueError as exc:

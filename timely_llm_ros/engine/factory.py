@@ -21,7 +21,7 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
 
     kind "vllm": vLLM's engine in-process (engine/vllm/engine.py) on a model folder (None = the embedded
     planner). kv_budget_mb sizes vLLM's KV pool (None = 256 MiB); dtype auto = float32 on CPU, bfloat16 on
-    CUDA (never vLLM's own "auto"). Options: vllm_block_size (default 32), vllm_tensor_parallel_size,
+    CUDA (never vLLM's own "auto"). adapter: vLLM serves a folder with it merged, written once (adapt/adapter.py). Options: vllm_block_size (default 32), vllm_tensor_parallel_size,
     vllm_pipeline_parallel_size, vllm_max_num_seqs, vllm_distributed_executor_backend, vllm_max_model_len,
     vllm_compile (True: vLLM compiles the model, CUDA graphs on a GPU; default eager), plus temperature, top_p,
     seed, num_threads. vllm_* options are ignored by the transformers engine, so a server passes them whatever its
@@ -43,14 +43,17 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
     kw.pop("num_threads", None)
     sampling = SamplingParams(float(kw.pop("temperature", 0.0)), float(kw.pop("top_p", 1.0)), int(kw.pop("seed", 0)))
     random_config = kw.pop("random_config", None)
+    adapter = kw.pop("adapter", None)
     if random_config:
+        if adapter:
+            raise ValueError("make_engine: an adapter needs the model folder it was trained on, not random weights")
         loaded = build_random_model(random_config, device, dtype, seed=sampling.seed)
     else:
         if not model_path:
             from timely_llm_ros.paths import default_model_dir
 
             model_path = str(default_model_dir())
-        loaded = load_pretrained(model_path, device, dtype)
+        loaded = load_pretrained(model_path, device, dtype, adapter=adapter)
     options = {k: kw.pop(k) for k in ("headroom_tokens", "batch_prefill", "prefill_tokens", "prefix_cache_mb",
                                       "prefix_min_tokens", "step_token_budget", "kv_store_rows", "kv_store_tokens")
                if k in kw}
@@ -69,6 +72,12 @@ def _make_vllm(model_path: str | None, device: str, dtype: str, kv_budget_mb: fl
         from timely_llm_ros.paths import default_model_dir
 
         model_path = str(default_model_dir())
+    adapter = kw.pop("adapter", None)
+    if adapter:
+        from timely_llm_ros.adapt.adapter import merged_folder
+        from timely_llm_ros.engine.models import cache_root
+
+        model_path = str(merged_folder(model_path, adapter, cache_root()))
     if dtype in ("", "auto", None):
         import torch
 

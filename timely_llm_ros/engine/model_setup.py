@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from timely_llm_ros.core.models import ModelSpec
-from timely_llm_ros.core.prompting import ChatPrompts, PromptEncoder, RawPrompts
+from timely_llm_ros.core.prompting import ChatPrompts, EncodeChat, PromptEncoder, RawPrompts
 from timely_llm_ros.core.skills.skill_set import SkillSet
 from timely_llm_ros.core.token_limits import EffectiveLimits, Encode, effective_limits, with_limits
 from timely_llm_ros.core.engine import Engine
@@ -30,8 +30,12 @@ def reference_encode() -> Encode:
 
 def setup_engine_options(spec: ModelSpec) -> dict:
     """What make_engine takes from the model entry: the prefix cache's size (the vLLM engine ignores it: it has its
-    own prefix caching)."""
-    return {"prefix_cache_mb": spec.prefix_cache_size_mb() or None}
+    own prefix caching) and its adapter (merged into the weights when the model loads)."""
+    options: dict = {"prefix_cache_mb": spec.prefix_cache_size_mb() or None}
+    adapter = spec.adapter_folder()
+    if adapter is not None:
+        options["adapter"] = str(adapter)
+    return options
 
 
 @dataclass
@@ -77,24 +81,55 @@ class ModelSetup:
         return lines
 
 
+def prompt_encoder(spec: ModelSpec, has_chat_template: bool, encode_chat: EncodeChat, encode: Encode,
+                   bos_id: int | None, examples_in: str | None = None) -> tuple[PromptEncoder, list[str]]:
+    """The prompt format of a model entry on its tokenizer, and notes on what had to be decided against the entry:
+    chat prompts when the entry asks for them and the tokenizer has a template, else the raw planner prompt. The
+    server (model_setup) and the adapter trainer (adapt/train.py) both build prompts through here, so an adapter
+    is trained on exactly the prompts it serves."""
+    notes: list[str] = []
+    if spec.chat_template and has_chat_template:
+        return ChatPrompts(encode_chat, add_bos=spec.add_bos, examples_in=examples_in), notes
+    if spec.chat_template:
+        notes.append(f"model {spec.name}: chat_template is true but its tokenizer has no chat template: using the "
+                     "raw planner prompt (set chat_template: false in its entry to say so)")
+    if spec.add_bos and bos_id is None:
+        notes.append(f"model {spec.name}: add_bos is true but its tokenizer has no BOS token: none added")
+    return RawPrompts(encode, bos_id if spec.add_bos else None), notes
+
+
+def adapter_notes(spec: ModelSpec, skill_sets: Mapping[str, SkillSet], prompts: PromptEncoder) -> list[str]:
+    """Configure-log lines on the entry's adapter: the robot types it was trained for, those it was not, and any
+    whose prompt changed since it was trained (its skill set edited: retrain)."""
+    folder = spec.adapter_folder()
+    if folder is None:
+        return []
+    from timely_llm_ros.adapt.adapter import AdapterInfo, robot_prompt_digest
+
+    info = AdapterInfo.read(folder)
+    trained = [n for n in skill_sets if n in info.robot_types]
+    lines = [f"model {spec.name}: adapter {folder} (trained for {', '.join(info.robot_types)}) merged into the "
+             "weights"]
+    others = [n for n in skill_sets if n not in info.robot_types]
+    if others:
+        lines.append(f"adapter: robot types it was not trained for: {', '.join(others)} (they get the adapted model "
+                     "as it is)")
+    changed = [n for n in trained if robot_prompt_digest(skill_sets[n], prompts) != info.robot_types[n]]
+    if changed:
+        lines.append(f"adapter: the prompt of {', '.join(changed)} changed since the adapter was trained (skill set "
+                     f"edited?): retrain it with make adapt MODEL={spec.name} ROBOT={','.join(info.robot_types)}")
+    return lines
+
+
 def model_setup(spec: ModelSpec, engine: Engine, skill_sets: Mapping[str, SkillSet],
                 examples_in: str | None = None, encode_reference: Encode | None = None) -> ModelSetup:
     """Compose the entry with its loaded engine: chat prompts when the entry asks for them and the tokenizer has a
     template (otherwise the raw planner prompt, with a note), the limits of each robot type in the model's tokens
     (core/token_limits.py). ``examples_in`` overrides every skill set's prompt_examples (turns | system);
     ``encode_reference`` the tokenizer the skill sets' limits are counted in (default: the embedded planner's)."""
-    notes: list[str] = []
-    prompts: PromptEncoder
-    if spec.chat_template and engine.has_chat_template():
-        prompts = ChatPrompts(engine.encode_chat, add_bos=spec.add_bos, examples_in=examples_in)
-    else:
-        if spec.chat_template:
-            notes.append(f"model {spec.name}: chat_template is true but its tokenizer has no chat template: using the "
-                         "raw planner prompt (set chat_template: false in its entry to say so)")
-        bos = getattr(getattr(engine, "tokenizer", None), "bos_token_id", None) if spec.add_bos else None
-        if spec.add_bos and bos is None:
-            notes.append(f"model {spec.name}: add_bos is true but its tokenizer has no BOS token: none added")
-        prompts = RawPrompts(engine.encode, bos)
+    prompts, notes = prompt_encoder(spec, engine.has_chat_template(), engine.encode_chat, engine.encode,
+                                    getattr(getattr(engine, "tokenizer", None), "bos_token_id", None), examples_in)
+    notes += adapter_notes(spec, skill_sets, prompts)
     limits = effective_limits(spec, skill_sets, engine.encode, encode_reference or reference_encode())
     return ModelSetup(spec, prompts, with_limits(skill_sets, limits), limits,
                       float(engine.memory().kv_bytes_per_token), tuple(notes))

@@ -158,11 +158,15 @@ def _example(entry: Any, where: str) -> WorkedExample:
                          str(entry["plan"]).strip())
 
 
+TASK_PATTERNS_SUFFIX = ".tasks.yaml"
+
+
 def load_skill_sets(directory: Path | None = None) -> dict[str, SkillSet]:
-    """Every skill set in ``directory`` (default config/skills), keyed by name."""
+    """Every skill set in ``directory`` (default config/skills), keyed by name. ``<robot>.tasks.yaml`` files beside
+    them are task patterns for adapting a model (timely_llm_ros/adapt/patterns.py), not skill sets."""
     directory = Path(directory) if directory is not None else config_dir() / "skills"
     out: dict[str, SkillSet] = {}
-    for path in sorted(directory.glob("*.yaml")):
+    for path in sorted(p for p in directory.glob("*.yaml") if not p.name.endswith(TASK_PATTERNS_SUFFIX)):
         with open(path, encoding="utf-8") as f:
             cfg = yaml.safe_load(f)
         if not isinstance(cfg, Mapping):

@@ -97,14 +97,26 @@ def build_random_model(config: LlamaConfig | str, device: str = "auto", dtype: s
     return LoadedModel(model, ByteTokenizer(), dev, dt, shape)
 
 
-def load_pretrained(model_path: str | Path, device: str = "auto", dtype: str = "auto") -> LoadedModel:
-    """A model folder with weights and a tokenizer (local files only)."""
+def load_pretrained(model_path: str | Path, device: str = "auto", dtype: str = "auto",
+                    adapter: str | Path | None = None) -> LoadedModel:
+    """A model folder with weights and a tokenizer (local files only); ``adapter``: a LoRA adapter folder
+    (timely_adapt) merged into the weights, after checking it was trained on this model (adapt/adapter.py)."""
     path = Path(model_path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no model at {path} (expected config.json and weights)")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     hf_logging.disable_progress_bar()
+    if adapter:
+        from timely_llm_ros.adapt.adapter import check_adapter
+
+        check_adapter(adapter, path)          # before loading anything: a mismatch names both
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dt, attn_implementation="sdpa", local_files_only=True)
+    source = str(path)
+    if adapter:
+        from timely_llm_ros.adapt.adapter import apply_adapter
+
+        model = apply_adapter(model, adapter, path)
+        source = f"{path} + adapter {adapter}"
     model.to(dev).eval()
-    return LoadedModel(model, _load_tokenizer(path), dev, dt, str(path))
+    return LoadedModel(model, _load_tokenizer(path), dev, dt, source)

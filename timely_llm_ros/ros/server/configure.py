@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import time
+from dataclasses import replace
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 
@@ -84,6 +85,8 @@ def _load(node):
     if robot_types.replaced:
         log.info(f"skills_dir {p.skills_dir}: replaces the package's {', '.join(robot_types.replaced)}")
     node.model_spec = ModelSpec.for_path(p.model_path) if p.model_path else model_spec(p.model)
+    if p.adapter:
+        node.model_spec = replace(node.model_spec, adapter="" if p.adapter == "none" else p.adapter)
     node.grammar = node.model_spec.grammar if p.grammar == "auto" else p.grammar == "on"
     log.info(f"grammar-constrained decoding {'on' if node.grammar else 'off'} (grammar={p.grammar}, model entry "
              f"{node.model_spec.name!r})")

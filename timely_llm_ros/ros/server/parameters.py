@@ -19,6 +19,7 @@ class ServerParams:
     model: str = "embedded"
     model_path: str = ""
     model_cache_dir: str = ""
+    adapter: str = ""
     grammar: str = "auto"
     device: str = "auto"
     dtype: str = "auto"
@@ -72,6 +73,8 @@ _DESCRIPTIONS = {
     "model_cache_dir": ("folder of prepared models (a GGUF entry converted once into an HF folder); a model not "
                         "prepared there yet is prepared at configure; empty = $TIMELY_LLM_ROS_MODEL_CACHE, else "
                         "~/.cache/timely_llm_ros/models (the same for a venv and a colcon install)", None),
+    "adapter": ("a LoRA adapter folder (timely_adapt) merged into the model's weights, instead of the model entry's "
+                "`adapter:`; empty = the entry's; `none` = no adapter", None),
     "grammar": ("constrain decoding to each robot type's skill language (core/skills/grammar.py): auto (the model "
                 "entry's `grammar` field: off for the embedded planner, on for smollm2) | on | off; a goal's "
                 "`unconstrained` turns it off for that goal", None),
