@@ -1,5 +1,5 @@
 """The whole stack on a real pretrained model: SmolLM2-135M-Instruct (its chat prompt, under its skill grammar by
-default) in the real server process, a simulated drone executor in its own, a Plan client over DDS. The plan parses
+default; its GGUF as stored, on the llamacpp engine, the default for a GGUF entry) in the real server process, a simulated drone executor in its own, a Plan client over DDS. The plan parses
 and its robot executes every segment; /diagnostics warns about exactly the urgency classes the hardware fit measured
 this engine cannot meet (whichever those are on this machine)."""
 from __future__ import annotations
@@ -42,6 +42,7 @@ def test_a_smollm2_plan_under_its_grammar_parses_and_the_robot_executes_every_se
     status, result = client.send(agent_id="drone_1", robot_type="drone", task="look for the cat",
                                  context="room: living room; objects: sofa, lamp, plant", **LENIENT).result(180)
     assert "grammar-constrained decoding on (grammar=auto, model entry 'smollm2')" in server.output()
+    assert "engine llamacpp (LlamaCppEngine): SmolLM2-135M-Instruct.Q4_1.gguf" in server.output()
     assert status == 4 and result.error_code == R.ERROR_NONE, (result.error_code, result.error_message)
     assert not parse(result.plan, drone.skills, drone.statement_forms).problems, result.plan
     assert result.segments and all(s.executed for s in result.segments), result.segments

@@ -31,7 +31,8 @@ from timely_llm_ros.engine.model_setup import ModelSetup, model_setup, setup_eng
 class EngineChoice:
     """Which engine runs the model, and how."""
 
-    kind: str = "transformers"               # engine/factory.py make_engine: transformers | vllm
+    kind: str = ""                           # engine/factory.py make_engine: transformers | vllm | llamacpp; "": the
+                                             # model entry's (ModelSpec.engine_kind)
     device: str = "auto"
     dtype: str = "auto"                      # auto: the model entry's
     kv_budget_mb: float | None = None        # device KV budget (None: unbounded; vLLM: its pool's default)
@@ -79,7 +80,10 @@ class Stack:
     def report(self) -> list[tuple[str, str]]:
         """(level, line) for the configure log: the model setup, the hardware fit and the urgency classes against
         it (level "info" or "warning")."""
-        lines = [("info", line) for line in self.setup.describe(self.options.engine.kind)]
+        engine = self.engine
+        about = engine.describe() if callable(getattr(engine, "describe", None)) else getattr(engine, "source", "")
+        lines = [("info", f"engine {self.options.engine.kind} ({type(engine).__name__}){': ' if about else ''}{about}")]
+        lines += [("info", line) for line in self.setup.describe(self.options.engine.kind)]
         if self.fit is None or self.class_check is None:
             return lines + [("info", "hardware_fit is false: the policies use the configured step-time constants and "
                                      "the urgency classes are not checked against this engine")]
@@ -105,16 +109,33 @@ class Stack:
         return switch_policy(self.engine, choice, self.setup.skill_sets, self.fitted_options())
 
 
-def load_engine(spec: ModelSpec, choice: EngineChoice) -> Engine:
-    """The model entry's weights on the chosen engine, with the entry's engine options (its prefix cache)."""
+def engine_kind(spec: ModelSpec, choice: EngineChoice) -> str:
+    """The engine that runs the entry: the choice's, else the entry's own (a GGUF file: llamacpp)."""
+    return choice.kind or spec.engine_kind()
+
+
+def weights_location(spec: ModelSpec, kind: str) -> str:
+    """What the engine loads: the GGUF file itself for llamacpp, else the entry's HF folder (a GGUF entry converted
+    into one first: engine/models.py)."""
+    if kind == "llamacpp":
+        if spec.gguf is None:
+            raise ValueError(f"model {spec.name!r} is a folder ({spec.path}); engine llamacpp serves GGUF files: use "
+                             "engine transformers or vllm for it")
+        return str(spec.gguf.locate())
     from timely_llm_ros.engine.models import weights_folder
 
+    return str(weights_folder(spec))
+
+
+def load_engine(spec: ModelSpec, choice: EngineChoice) -> Engine:
+    """The model entry's weights on the chosen engine, with the entry's engine options (its prefix cache)."""
     if choice.own_process:
         from timely_llm_ros.engine.process_engine import ProcessEngine as make_engine
     else:
         from timely_llm_ros.engine.factory import make_engine
+    kind = engine_kind(spec, choice)
     dtype = choice.dtype if choice.dtype not in ("", "auto") else spec.dtype
-    return make_engine(choice.kind, str(weights_folder(spec)), device=choice.device, dtype=dtype,
+    return make_engine(kind, weights_location(spec, kind), device=choice.device, dtype=dtype,
                        kv_budget_mb=choice.kv_budget_mb, num_threads=choice.num_threads, **dict(choice.options),
                        **setup_engine_options(spec))
 
@@ -145,7 +166,8 @@ def build_stack(options: StackOptions, skill_sets: Mapping[str, Any], exec_model
     """Load the engine (unless given), compose the model entry with it, warm it up, measure the hardware fit
     (when chosen), then build the policy and the scheduler over them. A bad option fails before the model loads
     where it can (the policy's name and options are checked first)."""
-    options = replace(options, policy=engine_provided(options.policy))
+    options = replace(options, policy=engine_provided(options.policy),
+                      engine=replace(options.engine, kind=engine_kind(options.model, options.engine)))
     build_policy(options.policy, skill_sets)          # fail fast on a bad policy name or option
     if engine is None:
         engine = load_engine(options.model, options.engine)
