@@ -132,6 +132,8 @@ def test_each_robot_types_system_prompt_is_prefilled_once_and_reused_token_exact
     while "second" not in e.step(["second"]).finished:
         pass
     assert e.output_ids("second") == alone[2]
+    assert run_alone(e, "again", prompts[0], 24) == alone[0]      # the same prompt again: all but its last token
+    assert e.prefix_cache.reused_tokens == (len(prompts[2]) - left) + (len(prompts[0]) - 1)
     e.close()
 
 

@@ -26,7 +26,10 @@ LENIENT = dict(urgency_class="", ert=60.0, alpha=-0.01, beta=1.0)   # served wha
 def smollm2_fleet():
     nodes = []
     try:
-        nodes.append(start_server("model:=smollm2", "expected_agents:=[drone_1]", "executor_discovery_timeout_s:=8.0"))
+        # configure loads the model, prefills each robot type's system prompt and measures the hardware fit: about
+        # 20 s on a quiet 2-core box, minutes on a crowded one
+        nodes.append(start_server("model:=smollm2", "expected_agents:=[drone_1]", "executor_discovery_timeout_s:=8.0",
+                                  ready_timeout=300.0))
         nodes.append(start_executor("drone_1", "drone", 0.05))
         nodes[0].wait_for("all expected executors discovered", 30.0)
         with plan_client() as client:

@@ -32,7 +32,7 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
     kv_budget_mb sizes its KV pool (None = 16 sequences); prefix_cache_mb, prefix_min_tokens, step_token_budget,
     temperature, top_p, seed and num_threads (llama.cpp's CPU threads) as above. Options: llamacpp_context_tokens
     (KV cells of each sequence: the longest prompt + output; default 2560; the pool holds kv_budget_mb of them),
-    llamacpp_flash_attention ("auto" | "on" | "off"),
+    llamacpp_flash_attention ("on" (default) | "off" | "auto": llama.cpp decides),
     llamacpp_interrupt_poll_s (how often interrupt_check is asked while a decode runs, default 0.002),
     llamacpp_gpu_layers (layers offloaded to a GPU build's device, default 0). llamacpp_* options are ignored by the
     other engines, and theirs by it.
@@ -130,7 +130,7 @@ def _make_llamacpp(model_path: str | None, kv_budget_mb: float | None, llamacpp_
                if k in kw}
     if kw:
         raise ValueError(f"make_engine: unknown options {sorted(kw)}")
-    flash = {"auto": None, "": None, None: None, "on": True, True: True, "off": False, False: False}
+    flash = {"auto": None, "on": True, True: True, "off": False, False: False, "": True, None: True}
     names = {"llamacpp_context_tokens": ("context_tokens", int), "llamacpp_interrupt_poll_s": ("interrupt_poll_s", float),
              "llamacpp_gpu_layers": ("gpu_layers", int)}
     for key, value in llamacpp_kw.items():

@@ -54,7 +54,7 @@ class LlamaCppEngine(GenerationTable, Engine):
     def __init__(self, gguf: str | Path, kv_budget_mb: float | None = None, sampling: SamplingParams | None = None,
                  num_threads: int | None = None, prefix_cache_mb: float | None = None, prefix_min_tokens: int = 32,
                  step_token_budget: int | None = None, context_tokens: int | None = None,
-                 flash_attention: bool | None = None, interrupt_poll_s: float = 0.002, gpu_layers: int = 0) -> None:
+                 flash_attention: bool | None = True, interrupt_poll_s: float = 0.002, gpu_layers: int = 0) -> None:
         if step_token_budget is not None and step_token_budget < 1:
             raise EngineError(f"step_token_budget must be >= 1 or None, got {step_token_budget}")
         path = Path(gguf)

@@ -33,6 +33,7 @@ class StatePrefixCache:
         """(tokens reusable, the entry holding them); (0, None) below min_tokens. At most len(prompt) - 1 tokens:
         the last prompt token must run to give the logits."""
         best, best_key = 0, None
+        prompt = tuple(prompt)          # common_prefix compares slices: tuple with tuple
         for key in self._entries:
             m = common_prefix(key, prompt)
             if m > best:
