@@ -40,7 +40,7 @@ from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
 from timely_llm_ros.engine.transformers.loader import load_pretrained  # noqa: E402
 from timely_llm_ros.engine.models import weights_folder  # noqa: E402
 from timely_llm_ros.engine.transformers.engine import TransformersEngine  # noqa: E402
-from timely_llm_ros.stack import StackOptions, build_stack  # noqa: E402
+from timely_llm_ros.stack import EngineChoice, StackOptions, build_stack  # noqa: E402
 
 
 def first_segment(sched: PlanScheduler, req: PlanRequest) -> tuple[float, str]:
@@ -79,7 +79,8 @@ def main() -> None:
     engines = {"cached": TransformersEngine(loaded, prefix_cache_mb=spec.prefix_cache_size_mb() or 256.0),
                "uncached": TransformersEngine(loaded)}
     scheds = {}
-    options = StackOptions(model=spec, policy=PolicyChoice("fcfs", max_batch=8))   # warmed up as at configure
+    options = StackOptions(model=spec, engine=EngineChoice("transformers"),   # warmed up as at configure
+                           policy=PolicyChoice("fcfs", max_batch=8))
     for name, engine in engines.items():
         stack = build_stack(options, skill_sets, load_exec_models(), engine=engine)
         scheds[name], setup = stack.scheduler, stack.setup

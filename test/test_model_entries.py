@@ -42,7 +42,22 @@ def test_the_prefix_cache_is_on_by_default_only_for_chat_template_models():
     assert own.prefix_cache_size_mb() == 0
 
 
+def test_a_gguf_entry_runs_on_llamacpp_and_a_folder_on_transformers_unless_the_entry_or_the_server_says_otherwise():
+    from timely_llm_ros.stack import EngineChoice, engine_kind
+
+    specs = load_model_specs()
+    assert specs["smollm2"].engine_kind() == "llamacpp"
+    assert specs["embedded"].engine_kind() == "transformers"
+    pinned = ModelSpec.from_config("mine", {"gguf": {"path": "/m.gguf"}, "engine": "transformers"})
+    assert pinned.engine_kind() == "transformers"
+    assert engine_kind(specs["smollm2"], EngineChoice()) == "llamacpp"
+    assert engine_kind(specs["smollm2"], EngineChoice("vllm")) == "vllm"        # ENGINE= / engine:= wins
+
+
 @pytest.mark.parametrize("entry, fragment", [
+    ({"path": "/m", "engine": "onnx"}, "engine must be one of transformers, vllm, llamacpp"),
+    ({"path": "/m", "engine": "llamacpp"}, "engine llamacpp serves GGUF files"),
+    ({"path": "/m", "interrupts": "token"}, "interrupts must be one of auto, layer"),
     ({"path": "/m", "prefix_cache_mb": -1}, "prefix_cache_mb must be >= 0"),
     ({"path": "/m", "limits": {"drone": {"max_segment_tokens": 30, "max_plan_tokens": 20}}}, "max_segment_tokens"),
     ({"path": "/m", "prompt": "chat"}, "unknown fields"),

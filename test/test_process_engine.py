@@ -57,11 +57,21 @@ def _script(engine) -> list:
     return out
 
 
-@pytest.mark.parametrize("config", ["embedded", "tiny"])
+def _engine_args(config: str) -> tuple[str, str | None, dict]:
+    """(kind, model path, options) of a configuration: the embedded planner, a tiny random model, SmolLM2's GGUF."""
+    if config == "llamacpp":
+        pytest.importorskip("llama_cpp")
+        from timely_llm_ros.core.models import model_spec
+
+        return "llamacpp", str(model_spec("smollm2").gguf.locate()), {}
+    return "transformers", None, {} if config == "embedded" else {"random_config": "tiny"}
+
+
+@pytest.mark.parametrize("config", ["embedded", "tiny", "llamacpp"])
 def test_the_child_process_gives_the_same_tokens_and_accounting_as_the_engine_in_this_process(config):
-    kw = {} if config == "embedded" else {"random_config": "tiny"}
-    local = make_engine("transformers", num_threads=1, **kw)
-    remote = ProcessEngine("transformers", None, num_threads=1, **kw)
+    kind, path, kw = _engine_args(config)
+    local = make_engine(kind, path, num_threads=1, **kw)
+    remote = ProcessEngine(kind, path, num_threads=1, **kw)
     try:
         assert remote.pid != os.getpid()
         assert (remote.eos_token_id, remote.max_context) == (local.eos_token_id, local.max_context)

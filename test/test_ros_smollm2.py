@@ -1,5 +1,5 @@
 """The whole stack on a real pretrained model: SmolLM2-135M-Instruct (its chat prompt, under its skill grammar by
-default) in the real server process, a simulated drone executor in its own, a Plan client over DDS. The plan parses
+default; its GGUF as stored, on the llamacpp engine, the default for a GGUF entry) in the real server process, a simulated drone executor in its own, a Plan client over DDS. The plan parses
 and its robot executes every segment; /diagnostics warns about exactly the urgency classes the hardware fit measured
 this engine cannot meet (whichever those are on this machine)."""
 from __future__ import annotations
@@ -26,7 +26,10 @@ LENIENT = dict(urgency_class="", ert=60.0, alpha=-0.01, beta=1.0)   # served wha
 def smollm2_fleet():
     nodes = []
     try:
-        nodes.append(start_server("model:=smollm2", "expected_agents:=[drone_1]", "executor_discovery_timeout_s:=8.0"))
+        # configure loads the model, prefills each robot type's system prompt and measures the hardware fit: about
+        # 20 s on a quiet 2-core box, minutes on a crowded one
+        nodes.append(start_server("model:=smollm2", "expected_agents:=[drone_1]", "executor_discovery_timeout_s:=8.0",
+                                  ready_timeout=300.0))
         nodes.append(start_executor("drone_1", "drone", 0.05))
         nodes[0].wait_for("all expected executors discovered", 30.0)
         with plan_client() as client:
@@ -42,6 +45,7 @@ def test_a_smollm2_plan_under_its_grammar_parses_and_the_robot_executes_every_se
     status, result = client.send(agent_id="drone_1", robot_type="drone", task="look for the cat",
                                  context="room: living room; objects: sofa, lamp, plant", **LENIENT).result(180)
     assert "grammar-constrained decoding on (grammar=auto, model entry 'smollm2')" in server.output()
+    assert "engine llamacpp (LlamaCppEngine): SmolLM2-135M-Instruct.Q4_1.gguf" in server.output()
     assert status == 4 and result.error_code == R.ERROR_NONE, (result.error_code, result.error_message)
     assert not parse(result.plan, drone.skills, drone.statement_forms).problems, result.plan
     assert result.segments and all(s.executed for s in result.segments), result.segments

@@ -31,7 +31,8 @@ from timely_llm_ros.engine.model_setup import ModelSetup, model_setup, setup_eng
 class EngineChoice:
     """Which engine runs the model, and how."""
 
-    kind: str = "transformers"               # engine/factory.py make_engine: transformers | vllm
+    kind: str = ""                           # engine/factory.py make_engine: transformers | vllm | llamacpp; "": the
+                                             # model entry's (ModelSpec.engine_kind)
     device: str = "auto"
     dtype: str = "auto"                      # auto: the model entry's
     kv_budget_mb: float | None = None        # device KV budget (None: unbounded; vLLM: its pool's default)
@@ -81,7 +82,10 @@ class Stack:
     def report(self) -> list[tuple[str, str]]:
         """(level, line) for the configure log: the model setup, the hardware fit and the urgency classes against
         it (level "info" or "warning")."""
-        lines = [("info", line) for line in self.setup.describe(self.options.engine.kind)]
+        engine = self.engine
+        about = engine.describe() if callable(getattr(engine, "describe", None)) else getattr(engine, "source", "")
+        lines = [("info", f"engine {self.options.engine.kind} ({type(engine).__name__}){': ' if about else ''}{about}")]
+        lines += [("info", line) for line in self.setup.describe(self.options.engine.kind)]
         if self.fit is None or self.class_check is None:
             return lines + [("info", "hardware_fit is false: the policies use the configured step-time constants and "
                                      "the urgency classes are not checked against this engine")]
@@ -107,24 +111,55 @@ class Stack:
         return switch_policy(self.engine, choice, self.setup.skill_sets, self.fitted_options())
 
 
-def load_engine(spec: ModelSpec, choice: EngineChoice, model_cache_dir: str = "",
-                progress: Callable[[str], None] | None = None) -> Engine:
-    """The model entry's weights on the chosen engine, with the entry's engine options (its prefix cache). An entry
-    not prepared yet in the model cache is prepared first (engine/models.py weights_folder), reporting to progress."""
+def engine_kind(spec: ModelSpec, choice: EngineChoice) -> str:
+    """The engine that runs the entry: the choice's, else the entry's own (a GGUF file: llamacpp)."""
+    return choice.kind or spec.engine_kind()
+
+
+def weights_location(spec: ModelSpec, kind: str, model_cache_dir: str = "",
+                     progress: Callable[[str], None] | None = None) -> str:
+    """What the engine loads: the GGUF file itself for llamacpp, else the entry's HF folder (a GGUF entry not
+    prepared yet in the model cache is converted into one first, reporting to progress: engine/models.py)."""
+    if kind == "llamacpp":
+        if spec.gguf is None:
+            raise ValueError(f"model {spec.name!r} is a folder ({spec.path}); engine llamacpp serves GGUF files: use "
+                             "engine transformers or vllm for it")
+        if spec.adapter:
+            raise ValueError(f"model {spec.name!r} has the LoRA adapter {spec.adapter}, which engine llamacpp cannot "
+                             "apply: use engine transformers or vllm, or adapter:=none")
+        from timely_llm_ros.engine.llamacpp.tokenizer import tokenizer_folder
+        from timely_llm_ros.engine.models import check_writable
+
+        gguf = spec.gguf.locate()
+        tokenizer = tokenizer_folder(gguf, model_cache_dir or None)
+        if not (tokenizer / "tokenizer_config.json").is_file():
+            check_writable(tokenizer.parent, spec.name)     # the engine builds it there: fail before the model loads
+        return str(gguf)
     from timely_llm_ros.engine.models import weights_folder
 
-    if choice.own_process:
-        from timely_llm_ros.engine.process_engine import ProcessEngine as make_engine
-    else:
-        from timely_llm_ros.engine.factory import make_engine
-    dtype = choice.dtype if choice.dtype not in ("", "auto") else spec.dtype
     folder = weights_folder(spec, cache_dir=model_cache_dir or None, progress=progress)
     if spec.adapter:
         from timely_llm_ros.adapt.adapter import check_adapter
 
         check_adapter(spec.adapter_folder(), folder, spec.name)      # a mismatch fails before the model loads
-    return make_engine(choice.kind, str(folder), device=choice.device, dtype=dtype,
-                       kv_budget_mb=choice.kv_budget_mb, num_threads=choice.num_threads, **dict(choice.options),
+    return str(folder)
+
+
+def load_engine(spec: ModelSpec, choice: EngineChoice, model_cache_dir: str = "",
+                progress: Callable[[str], None] | None = None) -> Engine:
+    """The model entry's weights on the chosen engine, with the entry's engine options (its prefix cache)."""
+    if choice.own_process:
+        from timely_llm_ros.engine.process_engine import ProcessEngine as make_engine
+    else:
+        from timely_llm_ros.engine.factory import make_engine
+    kind = engine_kind(spec, choice)
+    dtype = choice.dtype if choice.dtype not in ("", "auto") else spec.dtype
+    location = weights_location(spec, kind, model_cache_dir, progress)
+    options = dict(choice.options)
+    if kind == "llamacpp" and model_cache_dir:
+        options["llamacpp_model_cache_dir"] = model_cache_dir
+    return make_engine(kind, location, device=choice.device, dtype=dtype,
+                       kv_budget_mb=choice.kv_budget_mb, num_threads=choice.num_threads, **options,
                        **setup_engine_options(spec))
 
 
@@ -154,7 +189,8 @@ def build_stack(options: StackOptions, skill_sets: Mapping[str, Any], exec_model
     """Load the engine (unless given), compose the model entry with it, warm it up, measure the hardware fit
     (when chosen), then build the policy and the scheduler over them. A bad option fails before the model loads
     where it can (the policy's name and options are checked first)."""
-    options = replace(options, policy=engine_provided(options.policy))
+    options = replace(options, policy=engine_provided(options.policy),
+                      engine=replace(options.engine, kind=engine_kind(options.model, options.engine)))
     build_policy(options.policy, skill_sets)          # fail fast on a bad policy name or option
     if engine is None:
         engine = load_engine(options.model, options.engine, options.model_cache_dir, options.progress)

@@ -9,7 +9,8 @@ prompt chunks, in the order the ids are given; a generation whose prompt is not 
 step.
 
 Interrupts (engines with ``interruptible``): the driver sets ``interrupt_check``, a callable the engine asks
-between decoder layers of every forward in a step; when it returns True the step ends there. The forwards already
+between decoder layers of every forward in a step (or, where ``interrupt_granularity`` says "graph-node", every few
+milliseconds while a forward runs); when it returns True the step ends there. The forwards already
 complete keep their tokens; the generations of the forward cut short emit nothing and are left exactly as before
 the step (their partial KV writes are overwritten when they run again), and the result says ``interrupted``.
 """
@@ -79,7 +80,11 @@ class Engine(ABC):
     step_token_budget: int | None = None  # chunked prefill: tokens (decodes + prefill chunks) per step; None = off
     fused_steps: bool = False  # prefills and decodes of a step run in one forward (vLLM); False: the decode pass
                                # of the members already prefilled runs after the prefill forwards, on its own
-    interruptible: bool = False   # asks interrupt_check between decoder layers and can end a step there
+    interruptible: bool = False   # asks interrupt_check while a step runs and can end the step early
+    interrupt_granularity: str = "step"   # where an interrupt ends a step: "layer" (interrupt_check asked between
+                                          # decoder layers), "graph-node" (asked every few milliseconds while a forward
+                                          # runs; the forward ends after its graph node in flight), "step" (never
+                                          # inside a step: an arrival waits for the step in flight)
     interrupt_check: Callable[[], bool] | None = None   # set by the driver (scheduler thread, simulator), held
                                                          # weakly (weak_method) when the driver owns the engine
 
@@ -171,6 +176,7 @@ class EngineWrapper(Engine):
         self.max_context = wrapped.max_context
         self.step_token_budget = wrapped.step_token_budget
         self.fused_steps = wrapped.fused_steps
+        self.interrupt_granularity = wrapped.interrupt_granularity
 
     def encode(self, text: str) -> list[int]:
         return self.wrapped.encode(text)

@@ -15,6 +15,8 @@ import yaml
 from timely_llm_ros.paths import config_dir, share_dir
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+ENGINE_KINDS = ("transformers", "vllm", "llamacpp")   # engine/factory.py make_engine
+INTERRUPTS = ("auto", "layer")
 DEFAULT_PREFIX_CACHE_MB = 256.0   # chat-template models: the shared system prompts of a few robot types (SmolLM2:
                                   # 45 KiB of KV per token, ~0.8k shared tokens per robot type)
 
@@ -74,10 +76,21 @@ class ModelSpec:
     limits: Mapping[str, TokenLimits] = field(default_factory=dict)
     prefix_cache_mb: float | None = None   # None: DEFAULT_PREFIX_CACHE_MB with a chat template, else 0 (off)
     adapter: str = ""                    # a LoRA adapter folder (timely_adapt) merged into the weights at load
+    engine: str = ""                     # "": llamacpp for a GGUF entry without an adapter, else transformers
+    interrupts: str = "auto"             # layer: the entry counts on steps cut short between decoder layers (the
+                                         # configure log warns where the engine gives less); auto: what it gives
 
     def __post_init__(self) -> None:
         if bool(self.path) == (self.gguf is not None):
             raise ValueError(f"model {self.name!r}: give exactly one of path or gguf")
+        if self.engine and self.engine not in ENGINE_KINDS:
+            raise ValueError(f"model {self.name!r}: engine must be one of {', '.join(ENGINE_KINDS)}, got "
+                             f"{self.engine!r}")
+        if self.engine == "llamacpp" and self.gguf is None:
+            raise ValueError(f"model {self.name!r}: engine llamacpp serves GGUF files; this entry is a folder (path)")
+        if self.interrupts not in INTERRUPTS:
+            raise ValueError(f"model {self.name!r}: interrupts must be one of {', '.join(INTERRUPTS)}, got "
+                             f"{self.interrupts!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"model {self.name!r}: dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.prefix_cache_mb is not None and not self.prefix_cache_mb >= 0:
@@ -88,6 +101,12 @@ class ModelSpec:
         if self.prefix_cache_mb is not None:
             return float(self.prefix_cache_mb)
         return DEFAULT_PREFIX_CACHE_MB if self.chat_template else 0.0
+
+    def engine_kind(self) -> str:
+        """The engine this entry runs on unless the server's ``engine`` parameter says otherwise: its ``engine``
+        field, else llamacpp for a GGUF file (its weights as stored) and transformers for a folder or for an entry
+        with an adapter (a peft LoRA adapter is merged into HF weights; llama.cpp does not read it)."""
+        return self.engine or ("llamacpp" if self.gguf is not None and not self.adapter else "transformers")
 
     def folder(self) -> Path | None:
         """The HF folder of a path entry (None for a GGUF entry: engine.models converts it)."""
@@ -116,7 +135,8 @@ class ModelSpec:
         """Build from one YAML entry; ValueError names the file, the entry and the field."""
         if not isinstance(cfg, Mapping):
             raise ValueError(f"{where}: model {name!r} must be a mapping")
-        known = {"path", "gguf", "dtype", "chat_template", "add_bos", "grammar", "limits", "prefix_cache_mb", "adapter"}
+        known = {"path", "gguf", "dtype", "chat_template", "add_bos", "grammar", "limits", "prefix_cache_mb", "adapter",
+                 "engine", "interrupts"}
         unknown = sorted(set(cfg) - known)
         if unknown:
             raise ValueError(f"{where}: model {name!r} has unknown fields {unknown}; known: {sorted(known)}")
@@ -130,7 +150,8 @@ class ModelSpec:
                        chat_template=bool(cfg.get("chat_template", False)), add_bos=bool(cfg.get("add_bos", False)),
                        grammar=bool(cfg.get("grammar", False)), limits=limits,
                        prefix_cache_mb=None if cfg.get("prefix_cache_mb") is None else float(cfg["prefix_cache_mb"]),
-                       adapter=str(cfg.get("adapter") or ""))
+                       adapter=str(cfg.get("adapter") or ""),
+                       engine=str(cfg.get("engine") or ""), interrupts=str(cfg.get("interrupts", "auto")))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: model {name!r}: malformed entry ({exc!r})") from None
         except ValueError as exc:

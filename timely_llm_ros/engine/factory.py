@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from timely_llm_ros.core.engine import Engine
+from timely_llm_ros.core.models import ENGINE_KINDS
 
 
 def make_engine(kind: str, model_path: str | None = None, device: str = "auto", dtype: str = "auto",
@@ -26,12 +27,25 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
     vllm_compile (True: vLLM compiles the model, CUDA graphs on a GPU; default eager), plus temperature, top_p,
     seed, num_threads. vllm_* options are ignored by the transformers engine, so a server passes them whatever its
     engine.
+
+    kind "llamacpp": llama.cpp (engine/llamacpp/engine.py) on a GGUF file (model_path), its weights as stored.
+    kv_budget_mb sizes its KV pool (None = 16 sequences); prefix_cache_mb, prefix_min_tokens, step_token_budget,
+    temperature, top_p, seed and num_threads (llama.cpp's CPU threads) as above. Options: llamacpp_context_tokens
+    (KV cells of each sequence: the longest prompt + output; default 2560; the pool holds kv_budget_mb of them),
+    llamacpp_flash_attention ("on" (default) | "off" | "auto": llama.cpp decides),
+    llamacpp_interrupt_poll_s (how often interrupt_check is asked while a decode runs, default 0.002),
+    llamacpp_gpu_layers (layers offloaded to a GPU build's device, default 0), llamacpp_model_cache_dir (where the
+    tokenizer built from the GGUF is kept: paths.model_cache_dir). llamacpp_* options are ignored by the
+    other engines, and theirs by it.
     """
     vllm_kw = {k: kw.pop(k) for k in list(kw) if k.startswith("vllm_")}
+    llamacpp_kw = {k: kw.pop(k) for k in list(kw) if k.startswith("llamacpp_")}
     if kind == "vllm":
         return _make_vllm(model_path, device, dtype, kv_budget_mb, vllm_kw, kw)
+    if kind == "llamacpp":
+        return _make_llamacpp(model_path, kv_budget_mb, llamacpp_kw, kw)
     if kind != "transformers":
-        raise ValueError(f"unknown engine kind {kind!r}; this factory knows: transformers, vllm")
+        raise ValueError(f"unknown engine kind {kind!r}; this factory knows: {', '.join(ENGINE_KINDS)}")
     import torch
 
     from timely_llm_ros.engine.transformers.loader import build_random_model, load_pretrained
@@ -103,3 +117,41 @@ def _make_vllm(model_path: str | None, device: str, dtype: str, kv_budget_mb: fl
     return VllmEngine(model_path, opts, max_model_len=vllm_kw.get("vllm_max_model_len") or None,
                       temperature=float(engine_kw.get("temperature", 0.0)), top_p=float(engine_kw.get("top_p", 1.0)),
                       seed=int(engine_kw.get("seed", 0)), num_threads=engine_kw.get("num_threads"))
+
+
+_TRANSFORMERS_TUNABLES = ("headroom_tokens", "batch_prefill", "prefill_tokens", "kv_store_rows", "kv_store_tokens")
+
+
+def _make_llamacpp(model_path: str | None, kv_budget_mb: float | None, llamacpp_kw: dict, kw: dict) -> Engine:
+    from pathlib import Path
+
+    from timely_llm_ros.engine.llamacpp.engine import LlamaCppEngine
+    from timely_llm_ros.engine.transformers.sampling import SamplingParams
+
+    if kw.pop("random_config", None):
+        raise ValueError("engine llamacpp needs a GGUF file (model_path); random_config is transformers-only")
+    if not model_path or not str(model_path).endswith(".gguf") or Path(model_path).is_dir():
+        raise ValueError(f"engine llamacpp serves GGUF files; {model_path or 'the embedded planner'!r} is not one: "
+                         "use engine transformers or vllm for a model folder")
+    for ignored in _TRANSFORMERS_TUNABLES:
+        kw.pop(ignored, None)          # transformers-engine tunables: llama.cpp sizes its own pool (kv_budget_mb)
+    sampling = SamplingParams(float(kw.pop("temperature", 0.0)), float(kw.pop("top_p", 1.0)), int(kw.pop("seed", 0)))
+    options = {k: kw.pop(k) for k in ("num_threads", "prefix_cache_mb", "prefix_min_tokens", "step_token_budget")
+               if k in kw}
+    if kw:
+        raise ValueError(f"make_engine: unknown options {sorted(kw)}")
+    flash = {"auto": None, "on": True, True: True, "off": False, False: False, "": True, None: True}
+    names = {"llamacpp_context_tokens": ("context_tokens", int), "llamacpp_interrupt_poll_s": ("interrupt_poll_s", float),
+             "llamacpp_gpu_layers": ("gpu_layers", int), "llamacpp_model_cache_dir": ("model_cache_dir", str)}
+    for key, value in llamacpp_kw.items():
+        if key == "llamacpp_flash_attention":
+            if value not in flash:
+                raise ValueError(f"make_engine: llamacpp_flash_attention must be auto, on or off, got {value!r}")
+            options["flash_attention"] = flash[value]
+        elif key in names:
+            if value not in (None, "", 0):       # unset server parameters keep the engine's defaults
+                name, convert = names[key]
+                options[name] = convert(value)
+        else:
+            raise ValueError(f"make_engine: unknown llama.cpp option {key!r}")
+    return LlamaCppEngine(model_path, kv_budget_mb=kv_budget_mb, sampling=sampling, **options)

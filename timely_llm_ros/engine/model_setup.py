@@ -73,7 +73,7 @@ class ModelSetup:
                          f"{per_type})")
         elif size > 0:
             fits = "" if need <= size else f" -- TOO SMALL: raise prefix_cache_mb above {need:.0f} in the model entry"
-            lines.append(f"prefix cache {size:.0f} MiB (transformers engine): shared prompt tokens per robot type: "
+            lines.append(f"prefix cache {size:.0f} MiB ({engine_kind} engine): shared prompt tokens per robot type: "
                          f"{per_type} ({need:.1f} MiB of KV in all){fits}")
         else:
             lines.append(f"prefix cache off (shared prompt tokens per robot type: {per_type})")
@@ -121,6 +121,18 @@ def adapter_notes(spec: ModelSpec, skill_sets: Mapping[str, SkillSet], prompts: 
     return lines
 
 
+def interrupts_instead(engine: Engine) -> str:
+    """What an engine gives instead of layer-level interrupts, in words."""
+    granularity = getattr(engine, "interrupt_granularity", "step")
+    if granularity == "graph-node":
+        poll = getattr(getattr(engine, "runner", None), "poll_s", None)
+        every = f"every {poll * 1e3:.1f} ms" if poll else "every few milliseconds"
+        return (f"it asks interrupt_check {every} while a forward runs and ends the forward after the graph node in "
+                "flight, so an urgent arrival waits up to that poll interval (plus one graph node) instead of one "
+                "layer")
+    return "an urgent arrival waits for the step in flight to end (step-level interrupts)"
+
+
 def model_setup(spec: ModelSpec, engine: Engine, skill_sets: Mapping[str, SkillSet],
                 examples_in: str | None = None, encode_reference: Encode | None = None) -> ModelSetup:
     """Compose the entry with its loaded engine: chat prompts when the entry asks for them and the tokenizer has a
@@ -130,6 +142,9 @@ def model_setup(spec: ModelSpec, engine: Engine, skill_sets: Mapping[str, SkillS
     prompts, notes = prompt_encoder(spec, engine.has_chat_template(), engine.encode_chat, engine.encode,
                                     getattr(getattr(engine, "tokenizer", None), "bos_token_id", None), examples_in)
     notes += adapter_notes(spec, skill_sets, prompts)
+    if spec.interrupts == "layer" and getattr(engine, "interrupt_granularity", "step") != "layer":
+        notes.append(f"model {spec.name}: interrupts: layer asks for steps cut short between decoder layers, which "
+                      f"{type(engine).__name__} cannot do: {interrupts_instead(engine)}")
     limits = effective_limits(spec, skill_sets, engine.encode, encode_reference or reference_encode())
     return ModelSetup(spec, prompts, with_limits(skill_sets, limits), limits,
                       float(engine.memory().kv_bytes_per_token), tuple(notes))

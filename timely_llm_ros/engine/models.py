@@ -78,7 +78,7 @@ def weights_folder(spec: ModelSpec, convert: bool = True, cache_dir: str | os.Pa
     if not convert:
         raise FileNotFoundError(f"model {spec.name!r} is not prepared yet (no {folder}): run `make setup` or "
                                 f"`python -m timely_llm_ros.engine.models prepare {spec.name}`; {CHOOSE_CACHE}")
-    _check_writable(folder.parent, spec.name)
+    check_writable(folder.parent, spec.name)
     report = progress or log.warning
     report(f"model {spec.name!r} is not prepared yet: converting {gguf.name} ({gguf.stat().st_size / 1e6:.0f} MB) "
            f"into {folder} once (dequantizing every tensor: tens of seconds on a small CPU)")
@@ -90,7 +90,7 @@ def weights_folder(spec: ModelSpec, convert: bool = True, cache_dir: str | os.Pa
                                 "(requirements.txt) and room for the float32 weights") from exc
 
 
-def _check_writable(cache: Path, name: str) -> None:
+def check_writable(cache: Path, name: str) -> None:
     """Fail before the slow conversion when the cache folder cannot be made or written."""
     try:
         cache.mkdir(parents=True, exist_ok=True)

@@ -79,6 +79,7 @@ class TransformersEngine(GenerationTable, Engine):
         self.interrupted_steps = 0
         self._gate = LayerGate(self.model)
         self.interruptible = self._gate.available
+        self.interrupt_granularity = "layer" if self.interruptible else "step"
 
     # ----- tokenizer -----
     def encode(self, text: str) -> list[int]:

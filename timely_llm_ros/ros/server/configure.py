@@ -31,7 +31,8 @@ def configure(node) -> None:
     """Everything configure makes, on ``node``; raises ConfigureError (nothing left loaded) when it cannot."""
     p = node.params
     log = node.get_logger()
-    log.info(f"configuring: engine={p.engine} model={p.model_path or p.model} device={p.device}")
+    engine = p.engine or "(the model entry's)"
+    log.info(f"configuring: engine={engine} model={p.model_path or p.model} device={p.device}")
     if p.grammar not in GRAMMAR_MODES:
         raise ConfigureError(f"grammar must be one of {', '.join(GRAMMAR_MODES)}, got {p.grammar!r}")
     if p.segment_clients not in CLIENT_HOST_KINDS:

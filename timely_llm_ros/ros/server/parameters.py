@@ -15,7 +15,7 @@ GRAMMAR_MODES = ("auto", "on", "off")   # ROS reads `grammar:=on` as a YAML bool
 class ServerParams:
     policy: str = "timely"
     max_batch: int = 8
-    engine: str = "transformers"
+    engine: str = ""
     model: str = "embedded"
     model_path: str = ""
     model_cache_dir: str = ""
@@ -44,6 +44,9 @@ class ServerParams:
     vllm_max_num_seqs: int = 64
     vllm_distributed_executor_backend: str = ""
     vllm_compile: bool = False
+    llamacpp_context_tokens: int = 2560
+    llamacpp_flash_attention: str = "on"
+    llamacpp_interrupt_poll_s: float = 0.002
     replan_on_failure: int = 0
     log_timing: bool = False
     segment_clients: str = "events"
@@ -65,7 +68,9 @@ _DESCRIPTIONS = {
     "policy": ("scheduling policy: timely | fcfs | edf | vllm | vllm-stream, or a registered ablation such as "
                "timely-nointerrupt, timely-mixed-steps or edf-admit (see docs/scheduling.md)", None),
     "max_batch": ("maximum generations decoded in one engine step", (1, 256)),
-    "engine": ("LLM engine backend: transformers | vllm (vllm: kv_budget_mb sizes its KV pool, default 256)", None),
+    "engine": ("LLM engine backend: '' (the model entry's: llamacpp for a GGUF entry, transformers for a folder) | "
+               "transformers | vllm | llamacpp (vllm and llamacpp: kv_budget_mb sizes their KV pool, default 256)",
+               None),
     "model": ("model entry of config/models.yaml: embedded (the project's planner) | smollm2 (SmolLM2-135M-Instruct) "
               "| a team's own entry; model_path, when set, overrides it", None),
     "model_path": ("a local Hugging Face model folder or a .gguf file, instead of a named model entry; empty = use "
@@ -112,6 +117,13 @@ _DESCRIPTIONS = {
                                           None),
     "vllm_compile": ("engine vllm: let vLLM compile the model (torch.compile; CUDA graphs on a GPU): shorter steps, "
                      "a slower start (about 30 s more for the embedded planner on a CPU); false = eager", None),
+    "llamacpp_context_tokens": ("engine llamacpp: KV cells of each generation's sequence (its longest prompt + output); "
+                                "the pool (kv_budget_mb; 0: 16 sequences) holds as many sequences as fit, beyond "
+                                "them suspended generations move to host memory", (64, 1_000_000)),
+    "llamacpp_flash_attention": ("engine llamacpp: llama.cpp's flash attention: on | off | auto (llama.cpp decides); on "
+                                 "keeps V rows whole, so offload and the prefix cache copy rows, not elements", None),
+    "llamacpp_interrupt_poll_s": ("engine llamacpp: how often an urgent arrival is weighed while a forward runs "
+                                  "(the forward then ends after its graph node in flight)", (0.0001, 1.0)),
     "replan_on_failure": ("replans per request after a failed segment (a new generation whose context names the "
                           "failed skill); 0 = the goal ends EXECUTION_FAILED", (0, 100)),
     "log_timing": ("log 'segment timing <request> <index> published|sent <monotonic s>' per segment (make stress "
@@ -161,7 +173,7 @@ _DESCRIPTIONS = {
 
 def engine_options(p: ServerParams) -> dict:
     """The engine options the server passes to make_engine beyond the common ones (vLLM's, the KV store's)."""
-    return {f.name: getattr(p, f.name) for f in fields(ServerParams) if f.name.startswith(("vllm_", "kv_store_"))}
+    return {f.name: getattr(p, f.name) for f in fields(ServerParams) if f.name.startswith(("vllm_", "kv_store_", "llamacpp_"))}
 
 
 _RUNTIME = {"policy", "max_batch", "executor_timeout_s"}

@@ -1,0 +1,247 @@
+"""The llamacpp engine on the real SmolLM2-135M-Instruct GGUF (Q4_1, as stored): batching, suspension, the shared
+system prompt, the KV pool's budget, release, interrupts, grammar masks, and GGUF files it must refuse."""
+from __future__ import annotations
+
+import functools
+import random
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llama_cpp")
+
+from timely_llm_ros.core.engine import EngineError  # noqa: E402
+from timely_llm_ros.core.models import model_spec  # noqa: E402
+from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
+from timely_llm_ros.core.skills.grammar import plan_grammar  # noqa: E402
+from timely_llm_ros.engine.factory import make_engine  # noqa: E402
+from timely_llm_ros.engine.llamacpp.engine import LlamaCppEngine  # noqa: E402
+from timely_llm_ros.engine.llamacpp.native import GgufModel  # noqa: E402
+from timely_llm_ros.engine.model_setup import model_setup  # noqa: E402
+
+SKILLS = load_skill_sets()
+
+
+@functools.lru_cache(maxsize=1)
+def kv_bytes_per_token() -> int:
+    model = GgufModel(SPEC.gguf.locate())
+    try:
+        return model.kv_bytes_per_token()
+    finally:
+        model.close()
+
+
+SPEC = model_spec("smollm2")
+TASKS = [("drone", "look for the cat", "room: living room; objects: sofa, lamp, plant"),
+         ("arm", "stack the red block on the blue block", "table: green block, red block, blue block"),
+         ("drone", "find a toy under the bed", "room: bedroom; objects: bed, chair, cup"),
+         ("arm", "sort the fruits", "table: apple, carrot")]
+
+
+def engine(context_tokens: int = 1024, sequences: int = 5, **kw) -> LlamaCppEngine:
+    """SmolLM2's GGUF on one thread; a pool of ``sequences`` sequences of ``context_tokens`` tokens (the chat prompts
+    are 820-900)."""
+    return make_engine("llamacpp", str(SPEC.gguf.locate()), num_threads=1, llamacpp_context_tokens=context_tokens,
+                       kv_budget_mb=sequences * context_tokens * kv_bytes_per_token() / 2**20, **kw)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    """The chat prompts of TASKS (system prompt with the skills and worked examples, then the task)."""
+    e = engine()
+    try:
+        setup = model_setup(SPEC, e, SKILLS)
+        yield [setup.prompts(SKILLS[robot], task, scene) for robot, task, scene in TASKS]
+    finally:
+        e.close()
+
+
+def run_alone(e: LlamaCppEngine, gid: str, ids: list[int], max_new: int, grammar: str | None = None) -> list[int]:
+    e.add(gid, ids, max_new, grammar=grammar)
+    while gid not in e.step([gid]).finished:
+        pass
+    out = e.output_ids(gid)
+    e.release(gid)
+    return out
+
+
+@pytest.fixture(scope="module")
+def alone(prompts):
+    """Each prompt's greedy output run alone on a fresh engine without a prefix cache (the reference)."""
+    e = engine()
+    try:
+        yield [run_alone(e, f"ref{i}", p, 24) for i, p in enumerate(prompts)]
+    finally:
+        e.close()
+
+
+def test_random_batches_with_suspensions_give_each_generation_its_output_alone(prompts, alone):
+    """Members left out of a step are suspended mid-output and rejoin later; the shared system prompt is reused
+    from the prefix cache; every output equals its own run alone, token for token."""
+    e = engine(prefix_cache_mb=64)
+    rng = random.Random(5)
+    keys = list(range(len(prompts)))
+    for k in keys:
+        e.add(str(k), prompts[k], 24)
+    done: dict[int, list[int]] = {}
+    suspended = 0
+    while len(done) < len(keys):
+        live = [k for k in keys if k not in done]
+        chosen = [k for k in live if rng.random() < 0.6] or live[:1]
+        for k in live:
+            if k in chosen:
+                e.resume(str(k))
+            elif e._gens[str(k)].prefilled:
+                e.suspend(str(k))
+                suspended += 1
+        res = e.step([str(k) for k in chosen])
+        for k in res.finished:
+            done[int(k)] = e.output_ids(k)
+            e.release(k)
+    e.close()
+    assert suspended >= 5
+    assert [done[k] for k in keys] == alone
+
+
+def test_resume_decodes_one_token_and_prefills_nothing(prompts):
+    e = engine()
+    e.add("g", prompts[0], 12)
+    e.step(["g"])
+    e.step(["g"])
+    e.suspend("g")
+    e.add("o", prompts[1], 4)
+    e.step(["o"])
+    e.resume("g")
+    assert e.prefill_left("g") == 0
+    e.step(["g"])
+    assert e.last_step_tokens == 1
+    e.close()
+
+
+def test_each_robot_types_system_prompt_is_prefilled_once_and_reused_token_exact(prompts, alone):
+    e = engine(prefix_cache_mb=64)
+    setup = model_setup(SPEC, e, SKILLS)
+    shared = setup.prompts.shared_tokens(SKILLS["drone"])
+    assert shared > 100
+    run_alone(e, "first", prompts[0], 24)                 # the first drone request prefills its whole prompt
+    e.add("second", prompts[2], 24)
+    left = e.prefill_left("second")
+    assert left <= len(prompts[2]) - shared
+    e.step(["second"])
+    assert e.last_step_tokens == left                     # only the part after the cached prefix ran
+    while "second" not in e.step(["second"]).finished:
+        pass
+    assert e.output_ids("second") == alone[2]
+    assert run_alone(e, "again", prompts[0], 24) == alone[0]      # the same prompt again: all but its last token
+    assert e.prefix_cache.reused_tokens == (len(prompts[2]) - left) + (len(prompts[0]) - 1)
+    e.close()
+
+
+def test_release_gives_the_sequence_and_its_memory_back(prompts):
+    e = engine(sequences=2)
+    assert e.ctx.n_seq_max == 2
+    for i, p in enumerate(prompts[:2]):
+        e.add(str(i), p, 6)
+    e.step(["0", "1"])
+    assert e.memory().kv_device_bytes == (len(prompts[0]) + len(prompts[1])) * e.kv_bytes_per_token
+    e.release("0")
+    e.release("1")
+    assert e.memory().kv_device_bytes == 0 and e.memory().generations == 0
+    e.add("a", prompts[2], 2)          # both sequences are free again: two new prompts run side by side
+    e.add("b", prompts[3], 2)
+    assert set(e.step(["a", "b"]).tokens) == {"a", "b"}
+    e.close()
+
+
+def test_suspended_generations_move_to_host_memory_when_no_sequence_is_free_and_come_back_token_exact(prompts, alone):
+    """A pool of two sequences and four generations: each new prompt pushes the least recently suspended generation
+    out to host memory, and each comes back on resume with its output unchanged."""
+    e = engine(sequences=2)
+    for i, p in enumerate(prompts):
+        e.add(str(i), p, 24)
+        e.step([str(i)])
+        e.suspend(str(i))
+    assert [e.is_offloaded(str(i)) for i in range(4)] == [True, True, False, False]
+    assert e.memory().kv_host_bytes > 0 and e.reload_s("0") > 0
+    outs = {}
+    for i in range(len(prompts)):
+        e.resume(str(i))
+        assert not e.is_offloaded(str(i))
+        while str(i) not in e.step([str(i)]).finished:
+            pass
+        outs[i] = e.output_ids(str(i))
+        e.release(str(i))
+    assert [outs[i] for i in range(len(prompts))] == alone
+    e.close()
+
+
+def test_more_running_generations_than_sequences_fail_with_an_error_that_says_what_to_raise(prompts):
+    e = engine(sequences=2)
+    for i in range(3):
+        e.add(str(i), prompts[i], 8)
+    with pytest.raises(EngineError, match="KV budget exhausted.*raise kv_budget_mb"):
+        e.step(["0", "1", "2"])
+    e.close()
+
+
+def test_an_interrupt_ends_the_decode_in_flight_and_leaves_every_generation_as_before(prompts, alone):
+    """interrupt_check turns true during a long prefill beside a decoding generation: the step ends early with no
+    token, and both generations then give their outputs alone, token for token."""
+    e = engine(context_tokens=4096, sequences=2)
+    e.add("d", prompts[0], 24)
+    e.step(["d"])
+    e.add("p", prompts[1] * 4, 24)             # a prompt long enough for several polls
+    polls = []
+
+    def check() -> bool:
+        polls.append(1)
+        return len(polls) >= 2
+    e.interrupt_check = check
+    res = e.step(["d", "p"])
+    e.interrupt_check = None
+    assert res.interrupted and res.tokens == {} and e.runner.aborts == 1
+    assert e.prefill_left("p") == len(prompts[1]) * 4 and e._gens["d"].kv_len == len(prompts[0])
+    e.release("p")
+    while "d" not in e.step(["d"]).finished:
+        pass
+    assert e.output_ids("d") == alone[0]
+    e.close()
+
+
+def test_constrained_rows_get_their_grammar_and_unconstrained_rows_their_own_output(prompts, alone):
+    from timely_llm_ros.core.skills.minispec import parse
+
+    e = engine()
+    drone = SKILLS["drone"]
+    e.add("free", prompts[1], 24)
+    e.add("plan", prompts[0], 48, grammar=plan_grammar(drone))
+    done = set()
+    while len(done) < 2:
+        done |= e.step([g for g in ("free", "plan") if g not in done]).finished
+    text = e.decode(e.output_ids("plan"))
+    assert not parse(text, drone.skills, drone.statement_forms).problems, text
+    assert e.output_ids("free") == alone[1]
+    e.close()
+
+
+def test_a_gguf_of_an_architecture_llama_cpp_does_not_know_fails_naming_the_file_and_the_architecture(tmp_path):
+    import gguf
+
+    path = tmp_path / "mystery.gguf"
+    writer = gguf.GGUFWriter(str(path), "mysterynet")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(EngineError) as err:
+        make_engine("llamacpp", str(path))
+    assert str(path) in str(err.value) and "'mysterynet'" in str(err.value), err.value
+
+
+def test_a_model_folder_is_not_a_gguf_file_and_says_which_engines_serve_it():
+    from timely_llm_ros.paths import default_model_dir
+
+    with pytest.raises(ValueError, match="serves GGUF files.*transformers or vllm"):
+        make_engine("llamacpp", str(default_model_dir()))
