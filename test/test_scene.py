@@ -114,6 +114,12 @@ def test_the_log_holds_the_path_the_turns_and_what_each_picture_showed():
     assert scene.log.turned_deg == -180 and scene.log.turned_abs_deg == 180
 
 
+def test_an_abstract_scan_turns_until_an_object_the_question_names_is_in_view():
+    scene = load_scene("{objects: [{name: coin purse, x: -2.0, y: 0.1}, {name: coin, x: 2.0, y: 0.0}]}")
+    assert drone(scene, "sa", "where is my Coin Purse?") is None and drone(scene, "iv", "coin purse")
+    assert scene.scan_abstract("anything to cut paper with?") == SCAN_STEPS
+
+
 def test_an_object_under_furniture_is_seen_only_from_low_enough():
     scene = load_scene("{objects: [{name: toy, x: 1.0, y: 0.0, z: 0.1, below: 0.5}]}")
     assert not drone(scene, "iv", "toy")

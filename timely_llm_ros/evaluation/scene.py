@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -282,10 +283,13 @@ class Scene:
         return SCAN_STEPS
 
     def scan_abstract(self, question: str) -> int:
-        """sa: scan until any object named in the question is visible (a full turn if none is)."""
-        words = {w.strip("?,.!'\"").lower() for w in question.split()}
+        """sa: scan until any object the question names (whole words, case ignored; the longest name where one
+        holds another) is visible (a full turn if none is)."""
+        text = " ".join(re.findall(r"[a-z0-9']+", question.lower()))
+        named = [n for n in self.objects if re.search(rf"(?<![a-z0-9']){re.escape(n.lower())}(?![a-z0-9'])", text)]
+        named = [n for n in named if not any(n != m and n.lower() in m.lower() for m in named)]   # "coin purse"
         for turns in range(SCAN_STEPS + 1):
-            if any(n.lower() in words and self.visible(n) for n in self.objects) or turns == SCAN_STEPS:
+            if any(self.visible(n) for n in named) or turns == SCAN_STEPS:
                 return turns
             self.turn(SCAN_STEP_DEG)
         return SCAN_STEPS
