@@ -187,6 +187,8 @@ def test_a_scene_comes_from_a_file_a_name_or_inline_yaml(tmp_path):
     assert "keys" in load_scene("bedroom_keys").objects
     assert list(load_scene("{objects: [{name: ball, x: 1, y: 0}]}").objects) == ["ball"]
     assert load_scene("").objects == {} and load_scene("").name == "empty room"
+    many = "{objects: [" + ", ".join(f"{{name: ball {i}, x: {i}, y: 0}}" for i in range(40)) + "]}"
+    assert len(load_scene(many).objects) == 40      # one line longer than a file name may be
 
 
 @pytest.mark.parametrize("source, fragment", [

@@ -429,6 +429,14 @@ def _segment_distance(a: tuple[float, float], b: tuple[float, float], p: tuple[f
     return math.hypot(ax + t * dx - p[0], ay + t * dy - p[1])
 
 
+def _is_file(path: Path) -> bool:
+    """Whether the path is a file; False for a text no file can be named (inline YAML longer than a file name)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def load_scene(source: str = "") -> Scene:
     """A scene from a file path, a name in config/scenes (``bedroom_keys``), or inline YAML; "" = the empty room.
 
@@ -439,7 +447,7 @@ def load_scene(source: str = "") -> Scene:
     path = Path(source)
     named = config_dir() / "scenes" / f"{source}.yaml"
     for candidate in (path, named):
-        if "\n" not in source and candidate.suffix in (".yaml", ".yml") and candidate.is_file():
+        if "\n" not in source and candidate.suffix in (".yaml", ".yml") and _is_file(candidate):
             with open(candidate, encoding="utf-8") as f:
                 return Scene.from_config(yaml.safe_load(f), candidate.stem)
     try:
