@@ -197,6 +197,8 @@ def test_roles_count_what_a_plan_does_with_each_key_object_not_that_it_names_it(
     assert judged(SORT, picked_not_dropped).roles is False
     assert judged(SORT, "tk('kale');gt('vegetable basket');dr();tk('mango');gt('fruit basket');dr();tk('pear');"
                         "gt('fruit basket');dr();").roles is True
+    assert judged(AT, "sc('cup');gt('cup');pi('cup');mv(30, 40);dr();").roles is True
+    assert judged(AT, "tk('cup');mv(30, 40);gt('pen');dr();").roles is False    # not dropped at the point
     assert judged(FIND_SCARF, "s('scarf');tp();->'scarf';").roles is False     # never approached
     assert judged(POLE, "mr(80);").roles is None                               # no object has a role in avoiding
 

@@ -127,13 +127,17 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Role:
-    """What a plan must do with one of the task's objects (any one of ``objects`` will do)."""
+    """What a plan must do with one of the task's objects (any one of ``objects`` will do); ``moved_to`` takes the
+    point (cm) instead."""
 
     objects: tuple[str, ...]
     role: str        # approached | sought | measured | picked | dropped_on | moved_to | not_picked
+    point: tuple[float, float] | None = None
 
 
+# the project's drone and arm skills that give an object each role (config/skills/drone.yaml, arm.yaml)
 ROLE_SKILLS = {"approached": {"g"}, "sought": {"s", "iv", "g"}, "measured": {"od"}, "picked": {"pi", "tk"}}
+_GRIPPER_MOVES = ("dr", "gt", "mv", "tk")
 
 
 def role_ok(role: Role, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> bool:
@@ -148,28 +152,21 @@ def role_ok(role: Role, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> bool:
     if role.role == "not_picked":
         return not any(n in ROLE_SKILLS["picked"] and names(a) for n, a in calls)
     if role.role == "dropped_on":    # a goto of it, then a drop before the gripper goes anywhere else
-        for i, (n, a) in enumerate(calls):
-            if n == "gt" and names(a):
-                after = [c for c, _ in calls[i + 1:] if c in ("dr", "gt", "mv", "tk")]
-                if after and after[0] == "dr":
-                    return True
-        return False
-    if role.role == "moved_to":      # objects holds "x,y": a move there, then a drop
-        target = role.objects[0]
-        for i, (n, a) in enumerate(calls):
-            if n == "mv" and len(a) == 2 and f"{_num(a[0])},{_num(a[1])}" == target:
-                after = [c for c, _ in calls[i + 1:] if c in ("dr", "gt", "mv", "tk")]
-                if after and after[0] == "dr":
-                    return True
-        return False
+        return any(n == "gt" and names(a) and _drops_next(calls[i + 1:]) for i, (n, a) in enumerate(calls))
+    if role.role == "moved_to":      # a move to the point, then a drop
+        return any(n == "mv" and _at(a, role.point) and _drops_next(calls[i + 1:]) for i, (n, a) in enumerate(calls))
     raise ValueError(f"unknown role {role.role!r}")
 
 
-def _num(value: Any) -> str:
-    try:
-        return f"{float(value):g}"
-    except (TypeError, ValueError):
-        return str(value)
+def _drops_next(calls: Sequence[tuple[str, tuple[Any, ...]]]) -> bool:
+    """Whether the gripper's next move among the calls is a drop."""
+    moves = [n for n, _ in calls if n in _GRIPPER_MOVES]
+    return bool(moves) and moves[0] == "dr"
+
+
+def _at(args: tuple[Any, ...], point: tuple[float, float] | None) -> bool:
+    return (point is not None and len(args) == 2 and all(isinstance(a, (int, float)) for a in args)
+            and math.isclose(args[0], point[0]) and math.isclose(args[1], point[1]))
 
 
 def _plain(value: float) -> float | int:
@@ -179,7 +176,7 @@ def _plain(value: float) -> float | int:
 
 # ---- the conditions
 class GoalCondition(ABC):
-    """One kind of goal; subclasses are registered by their YAML key."""
+    """One kind of goal, written in YAML under its ``key`` (goal_kinds() lists them)."""
 
     key: ClassVar[str]
     robot_type: ClassVar[str]
@@ -563,8 +560,7 @@ class Placed(GoalCondition):
         out: list[Role] = []
         for obj, dest in self.placements:
             out.append(Role((obj,), "picked"))
-            out.append(Role((dest,), "dropped_on") if isinstance(dest, str)
-                       else Role((f"{_num(dest[0])},{_num(dest[1])}",), "moved_to"))
+            out.append(Role((dest,), "dropped_on") if isinstance(dest, str) else Role((), "moved_to", dest))
         return tuple(out + [Role((o,), "not_picked") for o in self.unmoved])
 
     def to_config(self) -> dict[str, Any]:
