@@ -1,21 +1,23 @@
 #!/usr/bin/env python3
-"""Plan quality of one or more planner configurations over the labelled evaluation set (config/eval/).
+"""Plan quality of planner configurations over the labelled evaluation set (config/eval/), measured the way the
+robot would live each plan: does it parse, run, name only what is in the scene, give the key objects their roles,
+and achieve its task (docs/plan_quality.md).
 
-    python benchmarks/plan_quality.py [--configs embedded] [--split all|dev|test] [--robot-types drone,arm]
-        [--limit N] [--policy fcfs] [--max-batch 8] [--threads 1] [--by-kind] [--out out/plan_quality]
+    python benchmarks/plan_quality.py [--configs embedded,smollm2-grammar] [--split all|dev|test|heldout]
+        [--robot-types drone,arm] [--limit N] [--policy fcfs] [--max-batch 8] [--threads 1] [--out out/plan_quality]
 
-Every plan comes through the server's own generation path: the engine that engine/factory.py builds for the
+Every plan comes through the server's own generation path: the engine the composition root (stack.py) builds for the
 configuration's model entry (config/models.yaml), driven by core.scheduler.PlanScheduler under a non-dropping
-policy with up to --max-batch generations per step, each goal validated as the server validates it, as a dry
-run (as the server's dry_run goals: no robot, every segment counts as executed the moment it is generated).
-Segmentation, the plan-length caps and the error codes are therefore exactly
-the server's. Each plan is then checked (evaluation/plan_checks.py: parses, known skills, keys, exact, same skills).
+policy with up to --max-batch generations per step, each goal validated as the server validates it (grounded and
+constrained as the model entry and the goal say), as a dry run (no robot: every segment counts as executed the
+moment it is generated). Segmentation, the plan-length caps and the error codes are exactly the server's.
 
-Prints, per configuration and robot type, the rates, the mean generated tokens per plan, the seconds per plan
-(the pass's wall time over its plans: batched throughput) and the mean latency of a plan (its first engine step
-to its end, in a batch of --max-batch), and the error codes of requests that did not end NONE; then one markdown
-table with the configurations side by side. Writes every plan to <out>/plans.csv and the summary to
-<out>/summary.json.
+Each plan is then run, segment by segment as the server sends it, through the robot's interpreter in every scene
+variant of its task (built from the task's context and goal condition: evaluation/scene_builder.py) and judged by
+the task's goal condition (evaluation/goal_checks.py). Headline figures are over the test and heldout splits.
+
+Prints per configuration and robot type the headline rates, then writes <out>/tables.md (the headline, by split and
+by kind), <out>/plans.csv (every plan with its measures and why it missed its goal) and <out>/summary.json.
 """
 from __future__ import annotations
 
@@ -33,18 +35,22 @@ from typing import Any, Callable, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import yaml  # noqa: E402
+
+from timely_llm_ros.core.composition import PolicyChoice  # noqa: E402
 from timely_llm_ros.core.errors import ErrorCode, RequestError  # noqa: E402
-from timely_llm_ros.evaluation.evalset import SPLITS, EvalTask, load_eval_tasks  # noqa: E402
 from timely_llm_ros.core.exec_time import load_exec_models  # noqa: E402
 from timely_llm_ros.core.models import model_spec  # noqa: E402
-from timely_llm_ros.evaluation.plan_checks import (CHECKS, PlanCheck, called_skills, check_plan, rates,  # noqa: E402
-                                             string_arguments)
-from timely_llm_ros.core.composition import PolicyChoice  # noqa: E402
 from timely_llm_ros.core.request import RequestState  # noqa: E402
 from timely_llm_ros.core.scheduler import PlanScheduler, RequestFinished, StateChanged  # noqa: E402
 from timely_llm_ros.core.skills import SkillSet, load_skill_sets  # noqa: E402
 from timely_llm_ros.core.urgency import load_urgency_classes  # noqa: E402
 from timely_llm_ros.core.validation import GoalFields, validate_goal  # noqa: E402
+from timely_llm_ros.evaluation.evalset import HEADLINE_SPLITS, SPLITS, EvalTask, load_eval_tasks  # noqa: E402
+from timely_llm_ros.evaluation.goal_checks import MEASURES, GoalCheck, check_goal, goal_rates  # noqa: E402
+from timely_llm_ros.evaluation.goals import Avoid  # noqa: E402
+from timely_llm_ros.evaluation.plan_checks import PlanCheck, check_plan  # noqa: E402
+from timely_llm_ros.paths import config_dir  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -68,20 +74,35 @@ class Configuration:
         return spec if self.adapter is None else replace(spec, adapter=self.adapter)
 
 
-# One line per configuration. SmolLM2's entry turns the grammar on by default: "smollm2" asks for it off.
-CONFIGURATIONS = {c.name: c for c in (
+# One line per configuration; a model entry of config/models.yaml with an adapter joins on its own (configurations()).
+# A model entry's defaults (grammar, grounding) apply unless the configuration sets ``grammar``.
+BUILT_IN = (
     Configuration("embedded", "embedded"),
-    Configuration("smollm2", "smollm2", grammar=False),
     Configuration("smollm2-grammar", "smollm2", grammar=True),
+    Configuration("smollm2-unconstrained", "smollm2", grammar=False),
     # SmolLM2 with its entry's adapter (timely_adapt): trained for the drone and the arm on generated task patterns
-    Configuration("smollm2-adapted", "smollm2", grammar=False, adapter=None),
-    Configuration("smollm2-adapted-grammar", "smollm2", grammar=True, adapter=None),
+    Configuration("smollm2-adapted", "smollm2", grammar=True, adapter=None),
+    Configuration("smollm2-adapted-unconstrained", "smollm2", grammar=False, adapter=None),
     # prompt variants of smollm2-grammar (choose on the dev split): the worked examples inside the system text
     # instead of as chat turns; no worked examples; only each robot type's first one
     Configuration("smollm2-grammar-examples-in-system", "smollm2", grammar=True, prompt={"prompt_examples": "system"}),
     Configuration("smollm2-grammar-no-examples", "smollm2", grammar=True, prompt={"examples": ()}),
     Configuration("smollm2-grammar-one-example", "smollm2", grammar=True, prompt={"examples": 1}),
-)}
+)
+
+
+def configurations(models_file: Path | None = None) -> dict[str, Configuration]:
+    """The built-in configurations, and one per model entry that names an ``adapter`` (its own defaults)."""
+    out = {c.name: c for c in BUILT_IN}
+    path = models_file or config_dir() / "models.yaml"
+    entries = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    for name, entry in entries.items():
+        if isinstance(entry, dict) and entry.get("adapter") and name not in out:
+            out[name] = Configuration(name, name, adapter=None)
+    return out
+
+
+CONFIGURATIONS = configurations()
 
 
 @dataclass
@@ -95,15 +116,19 @@ class PlanRecord:
     message: str
     tokens: int
     latency_s: float          # first engine step of the request to its end (nan if it never ran)
-    check: PlanCheck
+    check: PlanCheck          # the textual checks (evaluation/plan_checks.py)
+    goal: GoalCheck           # run in the task's scenes and judged (evaluation/goal_checks.py)
 
     def row(self) -> dict[str, Any]:
-        t = self.task
+        t, g = self.task, self.goal
         return {"config": self.config, "id": t.id, "robot_type": t.robot_type, "kind": t.kind, "split": t.split,
-                "task": t.task, "scene": t.scene, "reference": t.plan, "plan": self.plan,
-                "error_code": self.error_code, "message": self.message, "tokens": self.tokens,
-                "latency_s": round(self.latency_s, 4), **self.check.as_dict(),
-                "problems": "; ".join(self.check.problems)}
+                "task": t.task, "scene": t.scene, "goal": json.dumps(t.goal.to_config()), "reference": t.plan,
+                "plan": self.plan, "error_code": self.error_code, "message": self.message, "tokens": self.tokens,
+                "latency_s": round(self.latency_s, 4), "parses": g.parses, "runs": g.runs,
+                "hallucinated": "; ".join(g.hallucinated), "roles": "" if g.roles is None else g.roles,
+                "achieved": g.achieved, "moved_toward": g.moved_toward, "why": g.why(),
+                "robot_ended": " | ".join(f"{r.variant}: {r.ended_with}" for r in g.runs_by_variant),
+                "keys": self.check.keys, "same_skills": self.check.same_skills, "exact": self.check.exact}
 
 
 @dataclass
@@ -116,21 +141,31 @@ class Pass:
     wall_s: float
 
     def summary(self) -> dict[str, Any]:
+        """Rates over the headline splits (test + heldout), per split and per kind (headline splits), with the
+        throughput figures and the error codes of requests that did not end NONE."""
         n = len(self.records)
         latencies = [r.latency_s for r in self.records if r.latency_s == r.latency_s]
         errors = Counter(r.error_code for r in self.records if r.error_code != ErrorCode.NONE.name)
+        headline = [r for r in self.records if r.task.split in HEADLINE_SPLITS]
         return {"config": self.config, "robot_type": self.robot_type, "n": n,
-                **rates(r.check for r in self.records),
+                "headline": self.rates(headline), "avoid": self.rates([r for r in headline
+                                                                       if isinstance(r.task.goal, Avoid)]),
+                "splits": {split: self.rates([r for r in self.records if r.task.split == split])
+                           for split in SPLITS if any(r.task.split == split for r in self.records)},
+                "kinds": {kind: self.rates(group) for kind, group in self.by_kind(headline).items()},
                 "tokens_per_plan": statistics.fmean(r.tokens for r in self.records) if n else float("nan"),
                 "s_per_plan": self.wall_s / n if n else float("nan"),
                 "latency_s": statistics.fmean(latencies) if latencies else float("nan"),
-                "wall_s": self.wall_s, "errors": dict(sorted(errors.items())),
-                "kinds": {kind: {"n": len(group), **rates(r.check for r in group)}
-                          for kind, group in self.by_kind().items()}}
+                "wall_s": self.wall_s, "errors": dict(sorted(errors.items()))}
 
-    def by_kind(self) -> dict[str, list[PlanRecord]]:
+    @staticmethod
+    def rates(records: Sequence[PlanRecord]) -> dict[str, Any]:
+        return goal_rates([r.goal for r in records])
+
+    @staticmethod
+    def by_kind(records: Sequence[PlanRecord]) -> dict[str, list[PlanRecord]]:
         groups: dict[str, list[PlanRecord]] = {}
-        for r in self.records:
+        for r in records:
             groups.setdefault(r.task.kind, []).append(r)
         return groups
 
@@ -151,24 +186,6 @@ def configured_skill_sets(config: Configuration) -> dict[str, SkillSet]:
                 value = skill_set.examples[:value]
             setattr(out[name], key, value)
     return out
-
-
-def corpus_heldout_tasks(n: int) -> list[EvalTask]:
-    """``n`` drone and arm tasks from the embedded planner's own held-out split (model/corpus.py: unseen
-    template x object pairs), as a reference point measured with the same path and checks. Their key objects are
-    the reference plan's string arguments that the prompt shows; a plan without any has its last skill as key."""
-    from tools.embedded_planner.evaluate import heldout_examples
-
-    examples = [e for e in heldout_examples(2 * n) if e.robot_type in ("drone", "arm")][:n]
-    tasks = []
-    for i, e in enumerate(examples):
-        keys = tuple(a for a in dict.fromkeys(string_arguments(e.plan)) if a in e.context or a in e.task)
-        kind = e.template.rstrip("0123456789")     # "find3" -> "find"
-        urgency = "urgent" if kind in ("injury", "collision", "evade") else "normal"
-        tasks.append(EvalTask(id=f"corpus-{e.robot_type}-{i:03d}", robot_type=e.robot_type, kind=kind, split="test",
-                              urgency=urgency, scene=e.context, task=e.task, plan=e.plan, key_objects=keys,
-                              key_skills=() if keys else (called_skills(e.plan)[-1],)))
-    return tasks
 
 
 def load_engine(config: Configuration, device: str, threads: int):
@@ -205,8 +222,10 @@ def run_pass(scheduler: PlanScheduler, config: Configuration, tasks: Sequence[Ev
 
     def record(task: EvalTask, plan: str, code: ErrorCode, message: str, tokens: int, end: float) -> None:
         latency = end - started[task.id] if task.id in started else float("nan")
+        skill_set = skill_sets[task.robot_type]
         records.append(PlanRecord(config.name, task, plan.strip(), code.name, message, tokens, latency,
-                                  check_plan(task, plan, skill_sets[task.robot_type])))
+                                  check_plan(task, plan, skill_set),
+                                  check_goal(task, plan, skill_set, ended=code == ErrorCode.NONE)))
         if progress is not None:
             progress(len(records), len(tasks))
 
@@ -265,26 +284,52 @@ def _pct(v: float) -> str:
     return "-" if v != v else f"{100 * v:.1f}%"
 
 
-def markdown_table(summaries: Sequence[Mapping[str, Any]]) -> str:
-    """The configurations side by side, grouped by robot type."""
-    head = ["robot", "configuration", "n", *CHECKS, "tokens/plan", "s/plan", "latency s", "not NONE"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+RATE_HEAD = ["n", "parses", "runs", "hallucinated", "roles", "achieved"]
+
+
+def _rate_cells(r: Mapping[str, Any]) -> list[str]:
+    roles = _pct(r["roles"]) + (f" ({r['n_roles']})" if r["n_roles"] != r["n"] else "")
+    return [str(r["n"]), _pct(r["parses"]), _pct(r["runs"]), _pct(r["hallucinated"]), roles, _pct(r["achieved"])]
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                     + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def headline_table(summaries: Sequence[Mapping[str, Any]]) -> str:
+    """Per robot type and configuration, over the test and heldout splits: the five rates, the avoid tasks that
+    moved toward their hazard, throughput and the requests that did not end NONE."""
+    rows = []
     for s in sorted(summaries, key=lambda s: s["robot_type"]):
+        avoid = s["avoid"]
+        toward = f"{avoid['moved_toward']} of {avoid['n']}" if avoid["n"] else "-"
         errors = ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "-"
-        cells = [s["robot_type"], s["config"], str(s["n"]), *(_pct(s[c]) for c in CHECKS),
-                 f"{s['tokens_per_plan']:.1f}", f"{s['s_per_plan']:.3f}", f"{s['latency_s']:.3f}", errors]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append([s["robot_type"], s["config"], *_rate_cells(s["headline"]), toward,
+                     f"{s['tokens_per_plan']:.1f}", f"{s['s_per_plan']:.3f}", errors])
+    return _table(["robot", "configuration", *RATE_HEAD, "avoid: moved toward", "tokens/plan", "s/plan",
+                   "not NONE (all splits)"], rows)
+
+
+def splits_table(summaries: Sequence[Mapping[str, Any]]) -> str:
+    """The five rates per split."""
+    rows = [[s["robot_type"], s["config"], split, *_rate_cells(r)]
+            for s in sorted(summaries, key=lambda s: s["robot_type"]) for split, r in s["splits"].items()]
+    return _table(["robot", "configuration", "split", *RATE_HEAD], rows)
 
 
 def kinds_table(summaries: Sequence[Mapping[str, Any]]) -> str:
-    """The check rates per task kind, the configurations side by side."""
-    head = ["robot", "kind", "configuration", "n", *CHECKS]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    rows = [(s["robot_type"], kind, s["config"], k) for s in summaries for kind, k in s["kinds"].items()]
-    for robot_type, kind, config, k in sorted(rows, key=lambda r: r[:2]):
-        lines.append("| " + " | ".join([robot_type, kind, config, str(k["n"]), *(_pct(k[c]) for c in CHECKS)]) + " |")
-    return "\n".join(lines)
+    """The five rates per task kind (test and heldout), the configurations side by side."""
+    rows = [(s["robot_type"], kind, s["config"], r) for s in summaries for kind, r in s["kinds"].items()]
+    return _table(["robot", "kind", "configuration", *RATE_HEAD],
+                  [[rt, kind, config, *_rate_cells(r)] for rt, kind, config, r in sorted(rows, key=lambda x: x[:2])])
+
+
+def tables(summaries: Sequence[Mapping[str, Any]]) -> str:
+    """The three tables as one markdown text."""
+    return (f"Over the {' and '.join(HEADLINE_SPLITS)} splits:\n\n{headline_table(summaries)}\n\n"
+            f"By split:\n\n{splits_table(summaries)}\n\n"
+            f"By kind ({' and '.join(HEADLINE_SPLITS)} splits):\n\n{kinds_table(summaries)}\n")
 
 
 def write_outputs(out: Path, passes: Sequence[Pass]) -> None:
@@ -294,15 +339,15 @@ def write_outputs(out: Path, passes: Sequence[Pass]) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (out / "summary.json").write_text(json.dumps([p.summary() for p in passes], indent=1) + "\n", encoding="utf-8")
+    summaries = [p.summary() for p in passes]
+    (out / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n", encoding="utf-8")
+    (out / "tables.md").write_text(tables(summaries), encoding="utf-8")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", default="embedded", help=f"comma-separated; known: {', '.join(CONFIGURATIONS)}")
     ap.add_argument("--split", default="all", choices=("all", *SPLITS))
-    ap.add_argument("--corpus-heldout", type=int, default=0, metavar="N",
-                    help="instead of the evaluation set: N tasks of the embedded planner's own held-out corpus split")
     ap.add_argument("--robot-types", default="", help="comma-separated (default: every file in config/eval)")
     ap.add_argument("--limit", type=int, default=0, help="first N tasks per robot type (0: all)")
     ap.add_argument("--policy", default="fcfs", help="a non-dropping policy: fcfs | vllm-stream | vllm")
@@ -310,7 +355,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (0: torch's default; 1 is steadier on a shared machine)")
-    ap.add_argument("--by-kind", action="store_true", help="also print the rates per task kind")
     ap.add_argument("--adapter", default="", help="an adapter folder for the configurations that use their model "
                                                   "entry's (smollm2-adapted*): one being trained, say")
     ap.add_argument("--out", type=Path, default=Path("out/plan_quality"))
@@ -324,11 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown or not names:
         raise SystemExit(f"unknown configurations {unknown}; known: {', '.join(CONFIGURATIONS)}")
     robot_types = [r.strip() for r in args.robot_types.split(",") if r.strip()] or None
-    if args.corpus_heldout:
-        tasks = [t for t in corpus_heldout_tasks(args.corpus_heldout) if robot_types is None or t.robot_type in
-                 robot_types]
-    else:
-        tasks = load_eval_tasks(robot_types, None if args.split == "all" else args.split)
+    tasks = load_eval_tasks(robot_types, None if args.split == "all" else args.split)
     if args.limit:
         tasks = [t for rt in dict.fromkeys(t.robot_type for t in tasks)
                  for t in [t for t in tasks if t.robot_type == rt][:args.limit]]
@@ -340,18 +380,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = replace(config, adapter=args.adapter)
         for p in evaluate(config, tasks, args.policy, args.max_batch, args.device, args.threads):
             s = p.summary()
-            print(f"{name} {p.robot_type}: n={s['n']} " + " ".join(f"{c}={_pct(s[c])}" for c in CHECKS)
-                  + f" tokens/plan={s['tokens_per_plan']:.1f} s/plan={s['s_per_plan']:.3f}"
-                  + f" latency={s['latency_s']:.3f} s not NONE={s['errors'] or '-'}", flush=True)
+            print(f"{name} {p.robot_type}: n={s['n']} " + " ".join(
+                f"{m}={_pct(s['headline'][m])}" for m in MEASURES) + f" (test+heldout) moved toward="
+                f"{s['avoid']['moved_toward']}/{s['avoid']['n']} tokens/plan={s['tokens_per_plan']:.1f} "
+                f"s/plan={s['s_per_plan']:.3f} not NONE={s['errors'] or '-'}", flush=True)
             passes.append(p)
-    print()
-    summaries = [p.summary() for p in passes]
-    print(markdown_table(summaries))
-    if args.by_kind:
-        print()
-        print(kinds_table(summaries))
     write_outputs(args.out, passes)
-    print(f"\nevery plan: {args.out / 'plans.csv'}; summary: {args.out / 'summary.json'}")
+    print(f"\n{tables([p.summary() for p in passes])}\nevery plan: {args.out / 'plans.csv'}; tables: "
+          f"{args.out / 'tables.md'}; summary: {args.out / 'summary.json'}")
     return 0
 
 

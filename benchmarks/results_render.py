@@ -93,7 +93,7 @@ def plot_ros_vs_sim(folder: Path) -> None:
 
 
 def plot_plan_quality(folder: Path) -> None:
-    """plan_quality.png: each check's pass rate per configuration and robot type."""
+    """plan_quality.png: each measure over the test and heldout splits, per configuration and robot type."""
     summary = folder / "summary.json"
     if not summary.exists():
         return
@@ -101,14 +101,14 @@ def plot_plan_quality(folder: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     passes = json.loads(summary.read_text())
-    checks = ["parses", "known_skills", "keys", "exact", "same_skills"]
+    measures = ["parses", "runs", "hallucinated", "roles", "achieved"]
     fig, ax = plt.subplots(figsize=(10, 4))
     width = 0.8 / len(passes)
     for i, p in enumerate(passes):
-        ax.bar([j + i * width for j in range(len(checks))], [100 * p[c] for c in checks], width,
+        ax.bar([j + i * width for j in range(len(measures))], [100 * p["headline"][m] for m in measures], width,
                label=f"{p['config']} ({p['robot_type']})")
-    ax.set_xticks([j + width * (len(passes) - 1) / 2 for j in range(len(checks))], checks)
-    ax.set_ylabel("% of plans")
+    ax.set_xticks([j + width * (len(passes) - 1) / 2 for j in range(len(measures))], measures)
+    ax.set_ylabel("% of plans (test + heldout)")
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     fig.savefig(folder / "plan_quality.png", dpi=110)

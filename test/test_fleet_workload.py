@@ -1,11 +1,14 @@
-"""fleet_workload waits for the server's first contact with its robots' executors before its first goal, and exits
-non-zero, saying why, when it executed no plan."""
+"""fleet_workload waits for the server's first contact with its robots' executors before its first goal, exits
+non-zero, saying why, when it executed no plan, and runs each task with a goal condition in the scene its context
+describes and says whether the plan achieved it."""
 from __future__ import annotations
 
+import csv
 import re
 import time
 
 import pytest
+import yaml
 
 rclpy = pytest.importorskip("rclpy")
 
@@ -19,6 +22,20 @@ def test_unmet_executors_are_the_driven_robots_the_server_still_lists():
     assert executors_unmet({"drone_1", "arm_1"}, []) == []
     assert executors_unmet({"drone_1", "arm_1"}, ["/arm_1", "drone_9", "drone_1"]) == ["arm_1", "drone_1"]
     assert executors_unmet({"drone_1"}, ["drone_2"]) == []                 # another fleet's robot: not ours
+
+
+def test_the_outcome_table_says_which_plans_achieved_their_task_and_why_the_others_did_not():
+    from timely_llm_ros.ros.fleet.outcome_table import OutcomeRow, format_table
+
+    rows = [OutcomeRow("drone_1", "drone", "prevent a collision with the pole", "urgent", 0.0, status="ok",
+                       achieved="no: as placed: moved toward the pole"),
+            OutcomeRow("drone_2", "drone", "evade the bird", "urgent", 0.1, status="ok", achieved="yes"),
+            OutcomeRow("arm_1", "arm", "clean the desk", "normal", 0.2, status="INVALID_PLAN", achieved="?"),
+            OutcomeRow("chat_1", "chat", "what do you see?", "normal", 0.3, status="ok")]
+    table = format_table(rows)
+    assert [line.split()[-2] for line in table.splitlines()[2:6]] == ["no", "yes", "?", "-"]
+    assert "1/2 plans achieved their task in their robot's scene" in table
+    assert "drone_1 'prevent a collision with the pole': as placed: moved toward the pole" in table
 
 
 def test_first_goals_wait_until_the_server_has_met_their_executors():
@@ -63,3 +80,56 @@ def test_a_run_that_executes_no_plan_exits_1_and_says_how_its_goals_ended():
     finally:
         for n in reversed(nodes):
             n.stop()
+
+
+def test_a_task_with_a_goal_runs_in_the_scene_its_context_describes_and_the_table_says_whether_it_achieved_it(
+        tmp_path):
+    """The workload sets the robot's simulated scene before each task with a goal and judges what the robot reports
+    it ran there; the verdict equals the one the evaluation harness gives the same plan without ROS."""
+    from timely_llm_ros.core.skills import load_skill_sets
+    from timely_llm_ros.core.skills.context import parse_context
+    from timely_llm_ros.core.skills.interpreter import format_value
+    from timely_llm_ros.evaluation.goal_checks import judge_robot_run
+    from timely_llm_ros.evaluation.goals import read_goal
+    from timely_llm_ros.evaluation.scene_builder import variant_scene
+    from timely_llm_ros.evaluation.scene_run import run_plan
+
+    tasks = {"drone": [
+        {"task": "look for the cat", "context": "room: living room; objects: sofa, lamp", "urgency": "normal",
+         "goal": {"photograph": "cat"}},
+        {"task": "get away from the pole", "context": "pole in front, 50 cm away", "urgency": "normal",
+         "goal": {"avoid": "pole"}},
+        {"task": "take a picture", "context": "room: hall; objects: door", "urgency": "normal"}]}
+    (tmp_path / "tasks.yaml").write_text(yaml.safe_dump(tasks))
+    nodes = []
+    try:
+        nodes.append(start_server("expected_agents:=[drone_1]"))
+        executor = start_executor("drone_1", "drone", 0.02)
+        nodes.append(executor)
+        workload = NodeProcess("timely_llm_ros.ros.fleet.workload_node",
+                               ["-r", "__node:=fleet_workload", "-p", "agents:=['drone_1:drone']",
+                                "-p", "requests_per_agent:=3", "-p", f"tasks_file:={tmp_path / 'tasks.yaml'}",
+                                "-p", f"results_csv:={tmp_path / 'results.csv'}"], "no ready line")
+        nodes.append(workload)
+        assert workload.proc.wait(180) in (0, 1), workload.output()
+        time.sleep(0.5)
+        out = workload.output()
+    finally:
+        for n in reversed(nodes):
+            n.stop()
+    assert executor.output().count("scene set") == 2, executor.output()
+    rows = list(csv.DictReader(open(tmp_path / "results.csv", encoding="utf-8")))
+    assert [r["task"] for r in rows] == [t["task"] for t in tasks["drone"]]
+    assert rows[2]["achieved"] == "-"
+    drone = load_skill_sets()["drone"]
+    for row, entry in zip(rows[:2], tasks["drone"]):
+        goal = read_goal(entry["goal"])
+        variant = goal.variants(parse_context(entry["context"]).objects)[0]
+        scene = variant_scene("drone", entry["context"], goal, variant)
+        run = run_plan(drone, row["plan"], scene.copy())
+        error = "" if row["status"] == "ok" else row["status"]
+        verdict = judge_robot_run(goal, variant, scene, "drone", run.executed,
+                                  format_value(run.value) if run.returned else None, error)
+        assert row["achieved"].startswith("yes" if verdict.achieved else "no"), (row, verdict)
+    judged = sum(r["achieved"] == "yes" for r in rows[:2])
+    assert f"{judged}/2 plans achieved their task in their robot's scene" in out, out[-3000:]

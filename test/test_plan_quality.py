@@ -1,5 +1,5 @@
 """benchmarks/plan_quality.py end to end on the embedded planner: a few evaluation tasks through the real engine
-and PlanScheduler, plans checked, tables and files written."""
+and PlanScheduler, each plan run in its task's scenes and judged, tables and files written."""
 import csv
 import json
 import sys
@@ -12,11 +12,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import plan_quality as pq  # noqa: E402
 
-from timely_llm_ros.evaluation.evalset import load_eval_tasks  # noqa: E402
-from timely_llm_ros.evaluation.plan_checks import check_plan  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
+from timely_llm_ros.evaluation.evalset import load_eval_tasks  # noqa: E402
+from timely_llm_ros.evaluation.goal_checks import check_goal  # noqa: E402
+from timely_llm_ros.evaluation.plan_checks import check_plan  # noqa: E402
 
-IDS = ("drone-find-000", "drone-injury-000", "arm-stack2-006")   # today the last one ends INVALID_PLAN
+IDS = ("drone-find-001", "drone-heldout-injury-000", "arm-stack2-006")   # today the last one ends INVALID_PLAN
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +57,14 @@ def test_each_plan_is_the_planners_greedy_output_cut_where_the_server_stops(run)
             assert record.error_code in ("INVALID_PLAN", "PLAN_TOO_LONG") and expected.startswith(record.plan)
         assert record.tokens > 0 and record.latency_s > 0
         assert record.check == check_plan(task, record.plan, sets[task.robot_type])
+        assert record.goal == check_goal(task, record.plan, sets[task.robot_type], record.error_code == "NONE")
 
 
 def test_a_goal_the_server_refuses_is_counted_with_its_code(run):
     _, too_long, passes = run
     [record] = [r for p in passes for r in p.records if r.task.id == too_long.id]
-    assert record.error_code == "INVALID_TASK" and record.plan == "" and not record.check.parses
+    assert record.error_code == "INVALID_TASK" and record.plan == ""
+    assert not record.goal.parses and not record.goal.runs and not record.goal.achieved
 
 
 def test_one_pass_per_robot_type_and_a_summary_of_each(run):
@@ -69,22 +72,38 @@ def test_one_pass_per_robot_type_and_a_summary_of_each(run):
     assert [(p.robot_type, len(p.records)) for p in passes] == [("drone", 3), ("arm", 1)]
     drone = passes[0].summary()
     assert drone["n"] == 3 and drone["errors"].get("INVALID_TASK") == 1
-    assert drone["kinds"]["find"]["n"] == 2 and drone["kinds"]["injury"]["n"] == 1
-    assert drone["tokens_per_plan"] == pytest.approx(sum(r.tokens for r in passes[0].records) / 3)
+    assert drone["headline"]["n"] == 3 and drone["splits"]["test"]["n"] == 2 and drone["splits"]["heldout"]["n"] == 1
+    assert drone["kinds"]["find"]["n"] == 2 and drone["kinds"]["injury"]["n"] == 1 and drone["avoid"]["n"] == 1
+    records = passes[0].records
+    assert drone["headline"]["achieved"] == pytest.approx(sum(r.goal.achieved for r in records) / 3)
+    assert drone["avoid"]["moved_toward"] == sum(r.goal.moved_toward for r in records if r.task.kind == "injury")
+    assert drone["tokens_per_plan"] == pytest.approx(sum(r.tokens for r in records) / 3)
 
 
 def test_tables_and_files_hold_every_plan(run, tmp_path):
     _, _, passes = run
     summaries = [p.summary() for p in passes]
-    table = pq.markdown_table(summaries)
+    table = pq.headline_table(summaries)
     assert table.count("| embedded |") == 2 and "INVALID_TASK 1" in table
     assert "| drone | find | embedded | 2 |" in pq.kinds_table(summaries)
+    assert "| drone | embedded | heldout | 1 |" in pq.splits_table(summaries)
     pq.write_outputs(tmp_path, passes)
     rows = list(csv.DictReader(open(tmp_path / "plans.csv", encoding="utf-8")))
     assert [r["id"] for r in rows] == [*IDS[:2], "drone-too-long", IDS[2]]
+    assert all(r["why"] == "" for r in rows if r["achieved"] == "True")
+    assert all(r["why"] for r in rows if r["achieved"] == "False")
     assert len(json.loads((tmp_path / "summary.json").read_text())) == 2
+    assert (tmp_path / "tables.md").read_text() == pq.tables(summaries)
 
 
 def test_an_unknown_configuration_is_refused_with_the_known_names():
     with pytest.raises(SystemExit, match="known: embedded"):
         pq.main(["--configs", "gpt"])
+
+
+def test_a_model_entry_with_an_adapter_becomes_a_configuration_of_its_own(tmp_path):
+    models = tmp_path / "models.yaml"
+    models.write_text("smollm2:\n  path: x\nsmollm2-drone:\n  path: x\n  adapter: adapters/drone\n")
+    configs = pq.configurations(models)
+    assert configs["smollm2-drone"] == pq.Configuration("smollm2-drone", "smollm2-drone", adapter=None)
+    assert "smollm2" not in configs and {"embedded", "smollm2-grammar", "smollm2-unconstrained"} <= set(configs)

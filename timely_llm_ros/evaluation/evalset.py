@@ -1,10 +1,12 @@
 """The labelled plan-quality evaluation set (config/eval/<robot type>.yaml): tasks with reference plans.
 
 Each file holds one robot type's tasks. A task is what a robot's client would send (scene and task text, an
-urgency class) plus what a good plan must look like: a reference plan in the project's plan conventions (the
-file's header states them), the key objects a plan must name as skill arguments and the key skills it must call.
-``split`` is ``dev`` (the only tasks anyone may look at while choosing prompts or examples) or ``test``.
-The files are written by benchmarks/make_evalset.py; test/test_evalset.py checks every reference plan.
+urgency class) plus what it asks the robot to bring about: its goal condition (evaluation/goals.py, judged on what
+a plan does in the task's scene), a reference plan in the project's plan conventions (the file's header states
+them) that achieves it, the key objects a plan must name as skill arguments and the key skills it must call.
+``split`` is ``dev`` (the only tasks anyone may look at while choosing prompts or examples), ``test`` or
+``heldout`` (tasks phrased from tables of their own, which no prompt, worked example or training corpus draws from).
+The files are written by tools/evalset/make_evalset.py; test/test_evalset.py checks every reference plan.
 """
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from timely_llm_ros.evaluation.goals import GoalCondition, read_goal
 from timely_llm_ros.paths import config_dir
 
-SPLITS = ("dev", "test")
-_FIELDS = ("id", "kind", "split", "urgency", "scene", "task", "plan", "key_objects", "key_skills")
+SPLITS = ("dev", "test", "heldout")
+HEADLINE_SPLITS = ("test", "heldout")   # the splits headline figures are measured on
+_FIELDS = ("id", "kind", "split", "urgency", "scene", "task", "plan", "key_objects", "key_skills", "goal")
 
 
 @dataclass(frozen=True)
@@ -27,13 +31,14 @@ class EvalTask:
     id: str
     robot_type: str
     kind: str                        # task family, e.g. "find", "stack3" (the file's header lists them)
-    split: str                       # "dev" or "test"
+    split: str                       # one of SPLITS
     urgency: str                     # urgency class the request is sent with (config/urgency_classes.yaml)
     scene: str                       # the context the planner sees
     task: str                        # the request in natural language
     plan: str                        # the reference plan
     key_objects: tuple[str, ...]     # each must be a string argument of some call in the plan
     key_skills: tuple[str, ...]      # each must be called somewhere in the plan
+    goal: GoalCondition              # what the plan must bring about in the task's scene
 
     @classmethod
     def from_config(cls, robot_type: str, entry: Mapping[str, Any], where: str) -> "EvalTask":
@@ -56,9 +61,16 @@ class EvalTask:
         empty = [f for f, v in text.items() if not isinstance(v, str) or not v.strip()]
         if empty:
             raise ValueError(f"{where}: task {name!r}: {empty} must be non-empty strings")
+        try:
+            goal = read_goal(entry["goal"])
+        except ValueError as exc:
+            raise ValueError(f"{where}: task {name!r}: goal: {exc}") from None
+        if goal.robot_type != robot_type:
+            raise ValueError(f"{where}: task {name!r}: goal {goal.key!r} is for the {goal.robot_type}, not the "
+                             f"{robot_type} of this file")
         return cls(id=text["id"], robot_type=robot_type, kind=text["kind"], split=entry["split"],
                    urgency=text["urgency"], scene=text["scene"], task=text["task"], plan=text["plan"],
-                   key_objects=tuple(keys["key_objects"]), key_skills=tuple(keys["key_skills"]))
+                   key_objects=tuple(keys["key_objects"]), key_skills=tuple(keys["key_skills"]), goal=goal)
 
 
 def eval_dir() -> Path:
@@ -68,7 +80,7 @@ def eval_dir() -> Path:
 
 def load_eval_tasks(robot_types: Iterable[str] | None = None, split: str | None = None,
                     directory: Path | None = None) -> list[EvalTask]:
-    """The tasks of the chosen robot types (default: every file) and split (None: both), in file order."""
+    """The tasks of the chosen robot types (default: every file) and split (None: all), in file order."""
     directory = Path(directory) if directory is not None else eval_dir()
     if split is not None and split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS} or None (both), got {split!r}")

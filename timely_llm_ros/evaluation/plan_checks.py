@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from timely_llm_ros.evaluation.evalset import EvalTask
 from timely_llm_ros.core.skills import SkillSet
@@ -55,22 +55,50 @@ def called_skills(plan: str) -> list[str]:
     return _CALL.findall(_STRING.sub("''", plan))
 
 
-def string_arguments(plan: str) -> list[str]:
-    """String literals passed as call arguments (any position), unquoted, in text order."""
-    out: list[str] = []
+def _raw_calls(plan: str) -> list[tuple[str, list[str]]]:
+    """Every call written in the plan, in text order, with the text of each argument (stripped)."""
+    out: list[tuple[str, list[str]]] = []
     masked = _STRING.sub(lambda lit: lit.group()[0] + " " * (len(lit.group()) - 2) + lit.group()[-1], plan)
     for m in _CALL.finditer(masked):   # calls outside literals; offsets are the same in both texts
-        depth, i = 1, m.end()
+        depth, i, args, current = 1, m.end(), [], ""
         while i < len(plan) and depth:
             lit = _STRING.match(plan, i)
             if lit is not None:
-                if depth == 1:
-                    out.append(lit.group()[1:-1])
+                current += lit.group()
                 i = lit.end()
                 continue
             depth += {"(": 1, ")": -1}.get(plan[i], 0)
+            if depth == 1 and plan[i] == ",":
+                args.append(current.strip())
+                current = ""
+            elif depth >= 1:
+                current += plan[i]
             i += 1
+        if current.strip() or args:
+            args.append(current.strip())
+        out.append((m.group(1), args))
     return out
+
+
+def _literal(text: str) -> Any:
+    """A string literal unquoted, a number as a number, anything else (a variable, a nested call) as its text."""
+    if _STRING.fullmatch(text):
+        return text[1:-1]
+    try:
+        return float(text) if any(c in text for c in ".eE") else int(text)
+    except ValueError:
+        return text
+
+
+def plan_calls(plan: str) -> list[tuple[str, tuple[Any, ...]]]:
+    """Every call written in the plan, in text order (a conditional's query where it is written, a loop's body
+    once), with its literal arguments. Reads plans that do not parse too."""
+    return [(name, tuple(_literal(a) for a in args)) for name, args in _raw_calls(plan)]
+
+
+def string_arguments(plan: str) -> list[str]:
+    """String literals passed as call arguments (any position), unquoted, in text order."""
+    return [a[1:-1] for _, args in _raw_calls(plan) for a in args if _STRING.fullmatch(a)]
 
 
 def _name(text: str) -> str:

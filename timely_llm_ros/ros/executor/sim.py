@@ -1,6 +1,10 @@
 """The simulated robot: every skill of its execution-time profile (config/exec_time, or a team's skills_dir) sleeps
 a sampled time, then acts on a simulated scene (``scene``: evaluation/scene.py; queries answer from it, moves and turns
-change what is in view, so the same plan takes different branches in different scenes); faults on request.
+change what is in view, so the same plan takes different branches in different scenes, and a skill the robot could
+not do there fails its segment); faults on request.
+
+``scene`` may be set again between plans (``ros2 param set``, or fleet_workload before each task with a goal
+condition: the scene its context describes); a set while a segment is open is refused.
 
 Fault injection (for the stress suite; all 0 by default): ``abort_probability`` (the segment's first skill
 fails half-way), ``hang_probability`` (the segment never finishes on its own; cancel still stops it),
@@ -10,7 +14,7 @@ from __future__ import annotations
 
 import random
 
-from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
+from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor, SetParametersResult
 
 from timely_llm_ros.core.exec_time import ExecTimeModel
 from timely_llm_ros.core.request import SkillCall
@@ -35,7 +39,8 @@ class SimulatedExecutorNode(SkillExecutorNode):
         super().__init__("executor", **kwargs)
         self.scene = load_scene(self.declare_parameter("scene", "", ParameterDescriptor(
             description="simulated scene: a YAML file, a name in config/scenes, or inline YAML; empty: an empty "
-                        "room (nothing in view)", read_only=True)).value)
+                        "room (nothing in view); may be set again while no segment is open")).value)
+        self.add_on_set_parameters_callback(self._on_set_scene)
         self.time_scale = self.declare_parameter(
             "time_scale", 1.0, ParameterDescriptor(description="multiplies every execution time (demos, tests)",
                                                    floating_point_range=[FloatingPointRange(
@@ -65,6 +70,22 @@ class SimulatedExecutorNode(SkillExecutorNode):
                                     f"(profiles: {', '.join(sorted(models))}); add exec_time/{profile}.yaml to "
                                     "skills_dir")
         return models[profile]
+
+    def _on_set_scene(self, params) -> SetParametersResult:
+        """A new scene replaces the current one between plans; a bad one, or one set mid-plan, is refused."""
+        for param in params:
+            if param.name != "scene":
+                continue
+            if not self.idle():
+                return SetParametersResult(successful=False, reason="the robot has a segment open: set its scene "
+                                                                    "between plans")
+            try:
+                scene = load_scene(str(param.value))
+            except (ValueError, FileNotFoundError) as exc:
+                return SetParametersResult(successful=False, reason=str(exc))
+            self.scene = scene
+            self.get_logger().info(f"scene set: {scene.name!r} ({len(scene.objects)} objects)")
+        return SetParametersResult(successful=True)
 
     def on_segment_start(self, request_id: str, index: int, calls: list[SkillCall]) -> None:
         u = self._rng.random()

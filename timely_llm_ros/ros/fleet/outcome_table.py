@@ -24,6 +24,7 @@ class OutcomeRow:
     tokens: int = 0
     message: str = ""
     plan: str = ""
+    achieved: str = "-"       # yes | no: why | ? (not judged) | - (no goal condition): ros/fleet/scene_staging.py
 
     def fill(self, result, code_name: str) -> None:
         """Copy a Plan.Result into the row."""
@@ -44,13 +45,16 @@ def _sec(x: float) -> str:
 
 
 def format_table(rows: list[OutcomeRow]) -> str:
-    """A fixed-width table of every request, with totals."""
-    head = f"{'robot':<9} {'task':<38} {'urgency':<7} {'seg':>3} {'resp s':>6} {'wait s':>6} {'util':>5}  status"
+    """A fixed-width table of every request, with totals; then why each judged plan missed its task."""
+    head = (f"{'robot':<9} {'task':<38} {'urgency':<7} {'seg':>3} {'resp s':>6} {'wait s':>6} {'util':>5} "
+            f"{'achieved':<8}  status")
     lines = [head, "-" * len(head)]
     for r in rows:
-        task = r.task if len(r.task) <= 38 else r.task[:35] + "..."
+        task = _short(r.task)
+        achieved = r.achieved.split(":")[0]
         lines.append(f"{r.agent:<9} {task:<38} {r.urgency:<7} {r.segments:>3} {_sec(r.response_time)} "
-                     f"{_sec(r.waiting_time)} {r.utility:5.2f}  {r.status}{(': ' + r.message) if r.message else ''}")
+                     f"{_sec(r.waiting_time)} {r.utility:5.2f} {achieved:<8}  "
+                     f"{r.status}{(': ' + r.message) if r.message else ''}")
     ok = [r for r in rows if r.status == "ok"]
     lines.append("-" * len(head))
     if ok:
@@ -60,7 +64,16 @@ def format_table(rows: list[OutcomeRow]) -> str:
                      f"{mean([r.utility for r in ok]):.2f}")
     else:
         lines.append(f"0/{len(rows)} plans executed")
+    judged = [r for r in rows if r.achieved == "yes" or r.achieved.startswith("no")]
+    if judged:
+        lines.append(f"{sum(r.achieved == 'yes' for r in judged)}/{len(judged)} plans achieved their task in their "
+                     "robot's scene")
+        lines += [f"  {r.agent} {_short(r.task)!r}: {r.achieved[len('no: '):]}" for r in judged if r.achieved != "yes"]
     return "\n".join(lines)
+
+
+def _short(task: str) -> str:
+    return task if len(task) <= 38 else task[:35] + "..."
 
 
 def no_plan_summary(rows: list[OutcomeRow]) -> str:

@@ -10,6 +10,8 @@ Before its first goal the node waits (executors_wait_s) until the server's latch
 no longer lists any robot it drives among the executors it has yet to meet: a first goal sent earlier waits for
 that first contact on its own clock, and an urgent one may be dropped for it. ros2 launch and timely_bringup
 get the same order this way.
+Closed loop, a task with a goal condition (``goal:``): its robot's simulated scene is set to the one its context
+describes before the goal is sent, and the plan's result is judged in it (judge_goals; ros/fleet/scene_staging.py).
 Both modes print a table of every request at the end and exit 0 if every request got a result
 (whatever its error code) and, unless stopped, at least one plan was executed, 1 otherwise (a run that executed no
 plan says how its goals ended). On SIGINT/SIGTERM no new goal is sent; goals in flight get
@@ -42,6 +44,7 @@ from timely_llm_ros.evaluation.workload.generator import Workload
 from timely_llm_ros.paths import config_dir
 from timely_llm_ros.ros.action_client import ActionClient, deep_queues
 from timely_llm_ros.ros.fleet.outcome_table import OutcomeRow, code_name, format_table, no_plan_summary
+from timely_llm_ros.ros.fleet.scene_staging import NO_GOAL, NOT_JUDGED, SceneStager
 from timely_llm_ros.ros.spin import NodeStartError, spin_node
 from timely_llm_ros.ros.fleet.workload_replay import ReplayRun
 from timely_llm_ros.ros.fleet.workload_timeline import TimelineRecorder
@@ -124,6 +127,11 @@ class FleetWorkloadNode(Node):
             "events_csv", "", d(description="closed loop: write what the run looked like from here (goals sent, "
                                              "Plan feedback and results, each robot's executor status) to this "
                                              "CSV for tools.demo_timeline; empty = none")).value
+        judge_goals = self.declare_parameter(
+            "judge_goals", True, d(description="closed loop: before each task with a goal condition (goal: in the "
+                                               "tasks file), set its robot's simulated scene (<agent>/executor "
+                                               "parameter scene) to the one its context describes, and judge the "
+                                               "plan's result in it (the table's achieved column)")).value
         self.server_state_topic = self.declare_parameter(
             "server_state_topic", "timely_server/state",
             d(description="the server's latched SchedulerState topic (its executors_pending)")).value
@@ -161,6 +169,7 @@ class FleetWorkloadNode(Node):
         self._others_generating = threading.Event()
         self._sent_by_agent: dict[str, int] = {}
         self.timeline = TimelineRecorder(self, names) if self.events_csv and self.workload is None else None
+        self.stager = SceneStager(self, names) if judge_goals and self.workload is None else None
 
     def _on_state(self, msg: SchedulerState) -> None:
         self._pending = list(msg.executors_pending)
@@ -309,8 +318,10 @@ class FleetWorkloadNode(Node):
         with self._rows_lock:
             self._sent_by_agent[agent.name] = self._sent_by_agent.get(agent.name, 0) + 1
             label = f"{agent.name}#{self._sent_by_agent[agent.name]}"
+        staged = self.stager.stage(agent.name, agent.robot_type, task, _wait) if self.stager is not None else None
         row = OutcomeRow(agent=agent.name, robot_type=agent.robot_type, task=task["task"],
-                         urgency=goal.urgency_class, sent_at=time.monotonic())
+                         urgency=goal.urgency_class, sent_at=time.monotonic(),
+                         achieved=NO_GOAL if "goal" not in task else NOT_JUDGED)
         if self.timeline is not None:
             self.timeline.record(agent.name, label, "sent", goal.urgency_class)
             if held:
@@ -327,13 +338,16 @@ class FleetWorkloadNode(Node):
             else:
                 res = wrapped.result
                 row.fill(res, code_name(res.error_code))
+                if staged is not None:
+                    row.achieved = staged.judge(res, "" if row.status == "ok" else f"{row.status} {row.message}")
                 if self.timeline is not None:
                     self.timeline.record(agent.name, label, "result", row.status, res.request_id)
         self._plan_generating(agent.name)   # ended: nothing more to wait for from this agent
         with self._rows_lock:
             self.rows.append(row)
         log.info(f"{agent.name}: {row.status} '{row.task}' segments={row.segments} "
-                 f"response={row.response_time:.2f}s waiting={row.waiting_time:.2f}s utility={row.utility:.2f}")
+                 f"response={row.response_time:.2f}s waiting={row.waiting_time:.2f}s utility={row.utility:.2f} "
+                 f"achieved={row.achieved}")
 
     def _on_feedback(self, agent: AgentSpec, label: str, msg) -> None:
         fb = msg.feedback

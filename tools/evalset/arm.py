@@ -1,16 +1,20 @@
-"""Arm tasks of the plan-quality set: word tables, phrasings, and one function per task kind writing a scene,
-a task and its reference plan (the conventions are in HEADER, written at the top of config/eval/arm.yaml)."""
+"""Arm tasks of the dev and test splits: word tables, phrasings, and one function per task kind writing a scene, a
+task, its goal condition and its reference plan (the conventions are in HEADER, written at the top of
+config/eval/arm.yaml). The heldout split has tables of its own (tools/evalset/heldout_arm.py)."""
 from __future__ import annotations
 
 import random
 from typing import Callable
 
 from timely_llm_ros.evaluation.evalset import EvalTask
+from timely_llm_ros.evaluation.goals import Placed
 
 HEADER = """\
 # Plan-quality evaluation set, arm (one skill call per statement, config/skills/arm.yaml). Written by
-# benchmarks/make_evalset.py from the tables of benchmarks/evalset_arm.py: edit those and run it again rather
-# than editing this file (test/test_evalset.py checks every plan). Fields as in drone.yaml.
+# tools/evalset/make_evalset.py from the tables of tools/evalset/arm.py (dev, test) and tools/evalset/heldout_arm.py
+# (heldout): edit those and run it again rather than editing this file (test/test_evalset.py checks every plan).
+# Fields as in drone.yaml; every goal is a placement: placed {object: where it ends (a name or [x, y] cm)} and
+# unmoved [objects that stay where they are].
 # Reference plan conventions (the project's, as in the LRTrace traces 9-11):
 #   pick and place X onto/into D:  gt('X');pi('X');gt('D');dr();
 #   stacking:          sc() every block in the order the task names them, then bottom-up for each level above
@@ -28,11 +32,11 @@ def q(text: str) -> str:
     return f"'{text}'"
 
 
-def draft(kind: str, urgency: str, scene: str, task: str, plan: str, key_objects: tuple[str, ...] = (),
+def draft(kind: str, urgency: str, scene: str, task: str, plan: str, goal: Placed, key_objects: tuple[str, ...] = (),
           key_skills: tuple[str, ...] = ()) -> EvalTask:
     """An arm task before make_evalset gives it its id and split."""
     return EvalTask(id="", robot_type="arm", kind=kind, split="", urgency=urgency, scene=scene, task=task, plan=plan,
-                    key_objects=tuple(key_objects), key_skills=tuple(key_skills))
+                    key_objects=tuple(key_objects), key_skills=tuple(key_skills), goal=goal)
 
 
 # ------------------------------------------------------------------ arm tables and phrasings
@@ -111,7 +115,8 @@ def stack(rng: random.Random, kind: str, phrases: list[str], slots: list[str]) -
     rng.shuffle(table)
     plan = "".join(f"sc({q(b)});" for b in mention_order(template, values))
     plan += "".join(pick_place(upper, lower) for lower, upper in zip(levels, levels[1:]))
-    return draft(kind, "normal", f"table: {', '.join(table)}", template.format(**values), plan, tuple(levels))
+    goal = Placed(tuple((upper, lower) for lower, upper in zip(levels, levels[1:])))
+    return draft(kind, "normal", f"table: {', '.join(table)}", template.format(**values), plan, goal, tuple(levels))
 
 
 def arm_stack2(rng: random.Random) -> EvalTask:
@@ -133,7 +138,8 @@ def desk_scene(items: list[str]) -> str:
 def arm_clean(rng: random.Random) -> EvalTask:
     items = rng.sample(list(DESK_PLACE), rng.randint(2, 4))
     plan = "".join(pick_place(o, DESK_PLACE[o]) for o in items)
-    return draft("clean", "normal", desk_scene(items), rng.choice(CLEAN_ALL), plan, tuple(items))
+    return draft("clean", "normal", desk_scene(items), rng.choice(CLEAN_ALL), plan,
+                 Placed(tuple((o, DESK_PLACE[o]) for o in items)), tuple(items))
 
 
 def arm_clean_trash(rng: random.Random) -> EvalTask:
@@ -142,7 +148,8 @@ def arm_clean_trash(rng: random.Random) -> EvalTask:
     rng.shuffle(items)
     moved = [o for o in items if o in trash]
     plan = "".join(pick_place(o, "trash bin") for o in moved)
-    return draft("clean_trash", "normal", desk_scene(items), rng.choice(CLEAN_TRASH), plan, tuple(moved))
+    goal = Placed(tuple((o, "trash bin") for o in moved), tuple(o for o in items if o not in moved))
+    return draft("clean_trash", "normal", desk_scene(items), rng.choice(CLEAN_TRASH), plan, goal, tuple(moved))
 
 
 def produce_scene(items: list[str]) -> str:
@@ -158,7 +165,8 @@ def arm_sort(rng: random.Random) -> EvalTask:
     items = list(dict.fromkeys(items))
     rng.shuffle(items)
     plan = "".join(pick_place(o, basket(o)) for o in items)
-    return draft("sort", "normal", produce_scene(items), rng.choice(SORT_ALL), plan, tuple(items))
+    return draft("sort", "normal", produce_scene(items), rng.choice(SORT_ALL), plan,
+                 Placed(tuple((o, basket(o)) for o in items)), tuple(items))
 
 
 def arm_sort_only(rng: random.Random) -> EvalTask:
@@ -167,8 +175,9 @@ def arm_sort_only(rng: random.Random) -> EvalTask:
     rng.shuffle(items)
     moved = [o for o in items if (o in FRUITS) == fruit]
     plan = "".join(pick_place(o, basket(o)) for o in moved)
+    goal = Placed(tuple((o, basket(o)) for o in moved), tuple(o for o in items if o not in moved))
     return draft("sort_only", "normal", produce_scene(items), rng.choice(SORT_FRUIT if fruit else SORT_VEG), plan,
-                 tuple(moved))
+                 goal, tuple(moved))
 
 
 def arm_into(rng: random.Random) -> EvalTask:
@@ -182,7 +191,8 @@ def arm_into(rng: random.Random) -> EvalTask:
     plan = "".join(f"sc({q(o)});" + pick_place(o, p) for o, p in zip(objs, dests))
     task = (rng.choice(INTO2).format(o=objs[0], p=places[0], o2=objs[1], p2=places[1]) if two
             else rng.choice(INTO1).format(o=objs[0], p=places[0]))
-    return draft("place_into", "normal", scene, task, plan, tuple(objs) + tuple(dests))
+    return draft("place_into", "normal", scene, task, plan, Placed(tuple(zip(objs, dests))),
+                 tuple(objs) + tuple(dests))
 
 
 def arm_at(rng: random.Random) -> EvalTask:
@@ -197,7 +207,8 @@ def arm_at(rng: random.Random) -> EvalTask:
         task = rng.choice(AT2).format(o=objs[0], o2=objs[1], x=x, y=y, u=u, v=v)
     else:
         task = rng.choice(AT1).format(o=objs[0], x=coords[0][0], y=coords[0][1])
-    return draft("place_at", "normal", f"table: {', '.join(table)}", task, plan, tuple(objs), ("mv",))
+    goal = Placed(tuple((o, (float(x), float(y))) for o, (x, y) in zip(objs, coords)))
+    return draft("place_at", "normal", f"table: {', '.join(table)}", task, plan, goal, tuple(objs), ("mv",))
 
 
 KINDS: list[tuple[Callable[[random.Random], EvalTask], int]] = [

@@ -1,18 +1,23 @@
-"""Drone tasks of the plan-quality set: word tables, phrasings, and one function per task kind writing a scene,
-a task and its reference plan (the conventions are in HEADER, written at the top of config/eval/drone.yaml)."""
+"""Drone tasks of the dev and test splits: word tables, phrasings, and one function per task kind writing a scene, a
+task, its goal condition and its reference plan (the conventions are in HEADER, written at the top of
+config/eval/drone.yaml). The heldout split has tables of its own (tools/evalset/heldout_drone.py)."""
 from __future__ import annotations
 
 import random
 from typing import Callable
 
 from timely_llm_ros.evaluation.evalset import EvalTask
+from timely_llm_ros.evaluation.goals import (Approach, Avoid, Check, Either, FlightPath, GoalCondition, PhotosAround,
+                                             Photograph, Tool)
 
 HEADER = """\
-# Plan-quality evaluation set, drone (MiniSpec, config/skills/drone.yaml). Written by benchmarks/make_evalset.py
-# from the tables of benchmarks/evalset_drone.py: edit those and run it again rather than editing this file
-# (test/test_evalset.py checks every plan).
-# Fields: id, kind, split (dev: the only tasks to look at while choosing prompts or examples; test: the rest),
-# urgency (class the request is sent with), scene (the context the planner sees), task, plan (the reference),
+# Plan-quality evaluation set, drone (MiniSpec, config/skills/drone.yaml). Written by tools/evalset/make_evalset.py
+# from the tables of tools/evalset/drone.py (dev, test) and tools/evalset/heldout_drone.py (heldout): edit those and
+# run it again rather than editing this file (test/test_evalset.py checks every plan).
+# Fields: id, kind, split (dev: the only tasks to look at while choosing prompts or examples; test: the rest of the
+# project's tables; heldout: tables of their own that no prompt, example or training corpus draws from), urgency
+# (class the request is sent with), scene (the context the planner sees), task, goal (the condition a plan must
+# bring about in the task's scene: timely_llm_ros/evaluation/goals.py), plan (a reference that achieves it),
 # key_objects (each must be a string argument of a call in the plan), key_skills (each must be called).
 # Reference plan conventions (the project's, as in the LRTrace traces 1-8):
 #   find X:            X in the scene: g('X');tp();->'found';
@@ -37,11 +42,11 @@ def q(text: str) -> str:
     return f"'{text}'"
 
 
-def draft(kind: str, urgency: str, scene: str, task: str, plan: str, key_objects: tuple[str, ...] = (),
-          key_skills: tuple[str, ...] = ()) -> EvalTask:
+def draft(kind: str, urgency: str, scene: str, task: str, plan: str, goal: GoalCondition,
+          key_objects: tuple[str, ...] = (), key_skills: tuple[str, ...] = ()) -> EvalTask:
     """A drone task before make_evalset gives it its id and split."""
     return EvalTask(id="", robot_type="drone", kind=kind, split="", urgency=urgency, scene=scene, task=task, plan=plan,
-                    key_objects=tuple(key_objects), key_skills=tuple(key_skills))
+                    key_objects=tuple(key_objects), key_skills=tuple(key_skills), goal=goal)
 
 
 # ------------------------------------------------------------------ drone tables
@@ -136,7 +141,7 @@ def drone_find(rng: random.Random) -> EvalTask:
     obj, visible = rng.choice(THINGS), rng.random() < 0.4
     scene = room_scene(rng, [obj] if visible else [], FILLERS + THINGS, rng.randint(2, 4), (obj,))
     plan = f"g({q(obj)});tp();->{q('found')};" if visible else look_block(obj, False, "found") + f"->{q('not found')};"
-    return draft("find", "normal", scene, rng.choice(FIND).format(o=obj), plan, (obj,))
+    return draft("find", "normal", scene, rng.choice(FIND).format(o=obj), plan, Photograph(obj), (obj,))
 
 
 def drone_two(rng: random.Random) -> EvalTask:
@@ -144,14 +149,15 @@ def drone_two(rng: random.Random) -> EvalTask:
     seen = [o for o in (a, b) if rng.random() < 0.4]
     scene = room_scene(rng, seen, FILLERS + THINGS, rng.randint(2, 3), (a, b))
     plan = "".join(look_block(o, o in seen, o) for o in (a, b)) + f"->{q('none')};"
-    return draft("either", "normal", scene, rng.choice(TWO).format(a=a, b=b), plan, (a, b))
+    return draft("either", "normal", scene, rng.choice(TWO).format(a=a, b=b), plan, Either((a, b)), (a, b))
 
 
 def drone_on(rng: random.Random) -> EvalTask:
     obj, furn = rng.choice(THINGS), rng.choice(SURFACES)
     scene = room_scene(rng, [furn], FILLERS, rng.randint(2, 4))
     plan = f"g({q(furn)});?iv({q(obj)})==True{{tp();->{q('yes')};}}->{q('no')};"
-    return draft("on", "normal", scene, rng.choice(ON).format(o=obj, f=furn), plan, (obj, furn))
+    return draft("on", "normal", scene, rng.choice(ON).format(o=obj, f=furn), plan, Check(obj, "on", furn),
+                 (obj, furn))
 
 
 def drone_under(rng: random.Random) -> EvalTask:
@@ -159,7 +165,8 @@ def drone_under(rng: random.Random) -> EvalTask:
     scene = room_scene(rng, [furn], FILLERS, rng.randint(2, 4))
     plan = (f"g({q(furn)});md({UNDER[furn]});s({q(obj)});"
             f"?iv({q(obj)})==True{{tp();->{q('found')};}}->{q('not found')};")
-    return draft("under", "normal", scene, rng.choice(UNDER_PHRASES).format(o=obj, f=furn), plan, (obj, furn))
+    return draft("under", "normal", scene, rng.choice(UNDER_PHRASES).format(o=obj, f=furn), plan,
+                 Check(obj, "under", furn), (obj, furn))
 
 
 def drone_behind(rng: random.Random) -> EvalTask:
@@ -167,7 +174,8 @@ def drone_behind(rng: random.Random) -> EvalTask:
     scene = room_scene(rng, [furn], FILLERS, rng.randint(2, 4), (furn,))
     plan = (f"g({q(furn)});mr(100);mf(100);tu(90);s({q(obj)});"
             f"?iv({q(obj)})==True{{tp();->{q('found')};}}->{q('not found')};")
-    return draft("behind", "normal", scene, rng.choice(BEHIND_PHRASES).format(o=obj, f=furn), plan, (obj, furn))
+    return draft("behind", "normal", scene, rng.choice(BEHIND_PHRASES).format(o=obj, f=furn), plan,
+                 Check(obj, "behind", furn), (obj, furn))
 
 
 def drone_purpose(rng: random.Random) -> EvalTask:
@@ -183,9 +191,10 @@ def drone_purpose(rng: random.Random) -> EvalTask:
     chosen = next((o for o in objects if o in tools), None)
     task = rng.choice(PURPOSE_PHRASES).format(p=purpose)
     if chosen is not None:
-        return draft("purpose", "normal", scene, task, f"g({q(chosen)});tp();->{q(chosen)};", (chosen,))
+        return draft("purpose", "normal", scene, task, f"g({q(chosen)});tp();->{q(chosen)};", Tool(tuple(tools)),
+                     (chosen,))
     return draft("purpose", "normal", scene, task, f"sa({q('what can be used for ' + purpose + '?')});rp();",
-                 key_skills=("sa",))
+                 Tool(tuple(tools)), key_skills=("sa",))
 
 
 def urgent(kind: str, phrases: list[str], thing: str, rng: random.Random, second: Callable[[bool], str]) -> EvalTask:
@@ -195,7 +204,7 @@ def urgent(kind: str, phrases: list[str], thing: str, rng: random.Random, second
     move = f"{away}({80 if dist < 100 else 50});"
     plan = second(vertical).replace("{away}", move)
     return draft(kind, "urgent", f"{thing} {direction}, {dist} cm away", rng.choice(phrases).format(t=thing), plan,
-                 key_skills=(away,))
+                 Avoid(thing), key_skills=(away,))
 
 
 def sidestep(vertical: bool) -> str:
@@ -225,7 +234,8 @@ def drone_approach(rng: random.Random) -> EvalTask:
     obj, n = rng.choice(THINGS), rng.choice(range(60, 310, 20))
     scene = room_scene(rng, [obj], FILLERS, rng.randint(1, 3))
     plan = f"_1=od({q(obj)});?_1>{n}{{g({q(obj)});}}tp();"
-    return draft("approach", "normal", scene, rng.choice(APPROACH).format(o=obj, n=n), plan, (obj,), ("od",))
+    return draft("approach", "normal", scene, rng.choice(APPROACH).format(o=obj, n=n), plan, Approach(obj, n),
+                 (obj,), ("od",))
 
 
 def drone_loop(rng: random.Random) -> EvalTask:
@@ -234,14 +244,14 @@ def drone_loop(rng: random.Random) -> EvalTask:
     if shape == "photos":
         k = rng.choice([3, 4, 5, 6, 8])
         return draft("loop", "normal", scene, rng.choice(PHOTOS).format(k=NUMBER_WORDS.get(k, str(k))),
-                     f"{k}{{tc({360 // k});tp();}}", key_skills=("tc", "tp"))
+                     f"{k}{{tc({360 // k});tp();}}", PhotosAround(k), key_skills=("tc", "tp"))
     n = rng.choice(range(40, 210, 20))
     if shape == "square":
         return draft("loop", "normal", scene, rng.choice(SQUARE).format(n=n), f"4{{mf({n});tc(90);}}",
-                     key_skills=("mf", "tc"))
+                     FlightPath(4 * n, round(n * 2 ** 0.5)), key_skills=("mf", "tc"))
     k = rng.choice([2, 3, 4])
     return draft("loop", "normal", scene, rng.choice(SHUTTLE).format(n=n, k=NUMBER_WORDS[k]),
-                 f"{k}{{mf({n});mb({n});}}", key_skills=("mf", "mb"))
+                 f"{k}{{mf({n});mb({n});}}", FlightPath(2 * k * n, n), key_skills=("mf", "mb"))
 
 
 KINDS: list[tuple[Callable[[random.Random], EvalTask], int]] = [

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Write the plan-quality evaluation set (config/eval/drone.yaml, config/eval/arm.yaml) from the tables of
-benchmarks/evalset_drone.py and benchmarks/evalset_arm.py.
+tools/evalset/drone.py and arm.py (splits dev and test) and tools/evalset/heldout_drone.py and heldout_arm.py
+(split heldout).
 
-    python benchmarks/make_evalset.py            # write both files, print the overlap with the training corpus
-    python benchmarks/make_evalset.py --overlap  # only print the overlap of the committed files
+    python -m tools.evalset.make_evalset            # write both files, print the overlap with the training corpus
+    python -m tools.evalset.make_evalset --overlap  # only print the overlap of the committed files
 
-A task kind is a list of phrasings, a scene drawn from word tables and a rule writing the reference plan in the
-project's plan conventions (each file's header states them). The phrasings are the project's own and none is a
-template of the embedded planner's corpus (tools/embedded_planner/corpus.py); ``overlap`` measures that, and
-test/test_evalset.py keeps it at zero. Within each kind every third task (the first, fourth, ...) is ``dev``, the
-rest ``test``. Deterministic: the same tables and seed write the same files.
+A task kind is a list of phrasings, a scene drawn from word tables, a goal condition (what the plan must bring about
+in the task's scene: timely_llm_ros/evaluation/goals.py) and a rule writing the reference plan in the project's plan
+conventions (each file's header states them). The phrasings are the project's own and none is a template of the
+embedded planner's corpus (tools/embedded_planner/corpus.py); ``overlap`` measures that, and test/test_evalset.py
+keeps it at zero. Within each kind of the dev/test tables every third task (the first, fourth, ...) is ``dev``, the
+rest ``test``; every task of the heldout tables is ``heldout``. Deterministic: the same tables and seed write the
+same files.
 """
 from __future__ import annotations
 
@@ -22,41 +25,50 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import evalset_arm  # noqa: E402
-import evalset_drone  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from timely_llm_ros.evaluation.evalset import EvalTask, eval_dir, load_eval_tasks  # noqa: E402
 from timely_llm_ros.evaluation.plan_checks import string_arguments  # noqa: E402
+from tools.evalset import arm, drone, heldout_arm, heldout_drone  # noqa: E402
 
 SEED = 30
 AN = re.compile(r"\b([Aa]) ([aeiou])")   # "a umbrella" -> "an umbrella"
-SOURCES = {"drone": evalset_drone, "arm": evalset_arm}
+SOURCES = {"drone": drone, "arm": arm}
+HELDOUT_SOURCES = {"drone": heldout_drone, "arm": heldout_arm}
 
 
-def draft_tasks(robot_type: str, seed: int = SEED) -> list[EvalTask]:
-    """Every task of a robot type: each kind's drafts in order, ids numbered per kind, every third one dev."""
-    kinds = SOURCES[robot_type].KINDS
-    rng = random.Random(f"{seed}:{robot_type}")
-    out: list[EvalTask] = []
+def _drafts(kinds, rng: random.Random) -> list[list[EvalTask]]:
+    """Each kind's drafts, in order; no two tasks of a kind with the same scene and text."""
+    out: list[list[EvalTask]] = []
     for make, count in kinds:
         seen: set[tuple[str, str]] = set()
         drafts: list[EvalTask] = []
-        while len(drafts) < count:       # no two tasks of a kind with the same scene and text
+        while len(drafts) < count:
             d = make(rng)
             if (d.scene, d.task) not in seen:
                 seen.add((d.scene, d.task))
                 drafts.append(d)
+        out.append(drafts)
+    return out
+
+
+def draft_tasks(robot_type: str, seed: int = SEED) -> list[EvalTask]:
+    """Every task of a robot type: the dev/test tables' kinds (ids numbered per kind, every third one dev), then the
+    heldout tables' kinds."""
+    out: list[EvalTask] = []
+    for drafts in _drafts(SOURCES[robot_type].KINDS, random.Random(f"{seed}:{robot_type}")):
         out += [replace(d, id=f"{robot_type}-{d.kind}-{i:03d}", split="dev" if i % 3 == 0 else "test",
+                        task=AN.sub(r"\1n \2", d.task)) for i, d in enumerate(drafts)]
+    for drafts in _drafts(HELDOUT_SOURCES[robot_type].KINDS, random.Random(f"{seed}:{robot_type}:heldout")):
+        out += [replace(d, id=f"{robot_type}-heldout-{d.kind}-{i:03d}", split="heldout",
                         task=AN.sub(r"\1n \2", d.task)) for i, d in enumerate(drafts)]
     return out
 
 
 def write(robot_type: str, tasks: list[EvalTask], directory: Path) -> Path:
     entries = [{"id": t.id, "kind": t.kind, "split": t.split, "urgency": t.urgency, "scene": t.scene, "task": t.task,
-                "plan": t.plan, "key_objects": list(t.key_objects), "key_skills": list(t.key_skills)} for t in tasks]
+                "goal": t.goal.to_config(), "plan": t.plan, "key_objects": list(t.key_objects),
+                "key_skills": list(t.key_skills)} for t in tasks]
     body = yaml.safe_dump({"robot_type": robot_type, "tasks": entries}, sort_keys=False, width=200,
                           default_flow_style=None, allow_unicode=True)
     directory.mkdir(parents=True, exist_ok=True)
@@ -133,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         for robot_type in ("drone", "arm"):
             tasks = draft_tasks(robot_type)
             path = write(robot_type, tasks, directory)
-            dev = sum(t.split == "dev" for t in tasks)
-            print(f"{path}: {len(tasks)} tasks ({dev} dev, {len(tasks) - dev} test)")
+            counts = ", ".join(f"{sum(t.split == s for t in tasks)} {s}" for s in ("dev", "test", "heldout"))
+            print(f"{path}: {len(tasks)} tasks ({counts})")
         report_overlap(load_eval_tasks(directory=directory))
     else:
         report_overlap(load_eval_tasks(directory=args.out))
