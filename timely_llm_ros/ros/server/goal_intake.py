@@ -143,16 +143,20 @@ class GoalIntake:
         self._enter(session, req)
 
     def _enter(self, session: GoalSession, req: PlanRequest) -> None:
-        """Check the robot's type against its executor's status, then hand the request to the scheduler thread."""
+        """Check the robot's type against its executor's status, then hand the request to the scheduler thread (its
+        plan may call only the skills the executor advertises; the skill set's own when it has not reported)."""
         node = self._node
         if not session.dry_run and node.directory is not None:
             # WRONG_ROBOT_TYPE before anything is generated, when the agent's executor serves another robot type
+            status = node.directory.status(req.agent_id)
             try:
-                check_robot_type(req.agent_id, req.robot_type, node.directory.status(req.agent_id))
+                check_robot_type(req.agent_id, req.robot_type, status)
             except RequestError as err:
                 node.get_logger().warning(f"[{session.req_id}] {err.code.name}: {err.message}")
                 session.end(bare_outcome(session, err.code, err.message))
                 return
+            if status is not None and status.skills:
+                req.skills = tuple(sorted(status.skills))
         loop = node.loop
         if session.ended:
             return
@@ -163,7 +167,8 @@ class GoalIntake:
         loop.post(lambda s: node.events.submit(s, req, session))
         loop.announce(req)      # an engine step in flight may end early for it (policy parameter interrupt)
         node.get_logger().info(f"[{session.req_id}] {req.agent_id} ({req.robot_type}, "
-                               f"{req.urgency or 'custom TUF'}): {req.task!r}")
+                               f"{req.urgency or 'custom TUF'}{'' if req.constrained else ', unconstrained'}): "
+                               f"{req.task!r}")
 
     def _log_outcome(self, session: GoalSession, outcome) -> None:
         log = self._node.get_logger()

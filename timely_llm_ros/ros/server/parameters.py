@@ -27,6 +27,7 @@ class ServerParams:
     max_task_chars: int = 2000
     max_context_chars: int = 8000
     max_new_tokens: int = 512
+    max_plan_calls: int = 1000
     max_prompt_tokens: int = 2048
     max_queued: int = 256
     urgency_classes_file: str = ""
@@ -65,9 +66,9 @@ _DESCRIPTIONS = {
               "| a team's own entry; model_path, when set, overrides it", None),
     "model_path": ("a local Hugging Face model folder or a .gguf file, instead of a named model entry; empty = use "
                    "`model`", None),
-    "grammar": ("constrain decoding to each robot type's skill language (core/skills/grammar.py): auto (the model "
-                "entry's `grammar` field: off for the embedded planner, on for smollm2) | on | off; a goal's "
-                "`unconstrained` turns it off for that goal", None),
+    "grammar": ("grounded decoding: constrain each plan to its robot's skills and scene objects "
+                "(core/skills/grammar.py): auto (the model entry's `grammar` field, on for every shipped entry) | on "
+                "| off; a goal's `unconstrained` turns it off for that goal", None),
     "device": ("auto | cpu | cuda (auto = cuda when present)", None),
     "dtype": ("auto | float32 | bfloat16 | float16 (auto = float32 on cpu, bfloat16 on cuda)", None),
     "num_threads": ("torch CPU threads for the engine; 0 = torch's default (1 is steadier on a shared 2-core box)",
@@ -81,6 +82,8 @@ _DESCRIPTIONS = {
     "max_task_chars": ("longest task text accepted", (1, 1_000_000)),
     "max_context_chars": ("longest scene/context text accepted", (0, 1_000_000)),
     "max_new_tokens": ("largest max_new_tokens a goal may ask for", (1, 100_000)),
+    "max_plan_calls": ("skill calls a plan may make with its loops unrolled; grounded decoding writes no plan "
+                       "beyond it (core/skills/grammar.py)", (1, 1_000_000)),
     "max_prompt_tokens": ("longest prompt (tokens) accepted", (16, 1_000_000)),
     "max_queued": ("Plan goals accepted and not yet finished, at most; a goal beyond it ends at once with "
                    "OVERLOADED (41): retry later", (1, 4096)),
