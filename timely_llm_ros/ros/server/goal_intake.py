@@ -172,12 +172,15 @@ class GoalIntake:
 
     def _log_outcome(self, session: GoalSession, outcome) -> None:
         log = self._node.get_logger()
+        # a goal that said `unconstrained` on a server that applies the grammar is reported apart
+        free = (" (unconstrained: decoded without its grammar)"
+                if self._node.grammar and outcome.req.robot_type and not outcome.req.constrained else "")
         if outcome.ok:
-            log.info(f"[{session.req_id}] {session.agent_id} done: {len(outcome.segments)} segments, "
+            log.info(f"[{session.req_id}] {session.agent_id} done{free}: {len(outcome.segments)} segments, "
                      f"response {outcome.response_time:.2f} s, waiting {outcome.waiting_time:.2f} s, "
                      f"utility {outcome.utility:.2f} (segments {outcome.total_utility:.2f})")
         else:
-            log.warning(f"[{session.req_id}] {session.agent_id} ended {outcome.state.value}: "
+            log.warning(f"[{session.req_id}] {session.agent_id} ended {outcome.state.value}{free}: "
                         f"{outcome.error_code.name}: {outcome.message}")
 
     # ------------------------------------------------------------------ shutdown
