@@ -69,7 +69,7 @@ class ModelSpec:
     dtype: str = "auto"
     chat_template: bool = False
     add_bos: bool = False
-    grammar: bool = False
+    grammar: bool = True     # grounded decoding by default (core/skills/grammar.py)
     limits: Mapping[str, TokenLimits] = field(default_factory=dict)
     prefix_cache_mb: float | None = None   # None: DEFAULT_PREFIX_CACHE_MB with a chat template, else 0 (off)
 
@@ -119,7 +119,7 @@ class ModelSpec:
                       for rt, v in (cfg.get("limits") or {}).items()}
             return cls(name=name, path=str(cfg.get("path", "")), gguf=source, dtype=str(cfg.get("dtype", "auto")),
                        chat_template=bool(cfg.get("chat_template", False)), add_bos=bool(cfg.get("add_bos", False)),
-                       grammar=bool(cfg.get("grammar", False)), limits=limits,
+                       grammar=bool(cfg.get("grammar", True)), limits=limits,
                        prefix_cache_mb=None if cfg.get("prefix_cache_mb") is None else float(cfg["prefix_cache_mb"]))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: model {name!r}: malformed entry ({exc!r})") from None
