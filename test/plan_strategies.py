@@ -70,7 +70,7 @@ class _PlanWriter:
         for kind in self.skills[name].args:
             if kind == "int":
                 args.append(self.value("float", scope, depth))
-            elif kind == "str":
+            elif kind in ("str", "object"):      # an object is a str that names an object
                 args.append(self.value("str", scope, depth))
             else:
                 args.append(self.value(self.draw(st.sampled_from(["float", "str", "bool"])), scope, depth))

@@ -51,7 +51,7 @@ class Scene:
         if spec.is_action:
             if spec.args and spec.args[0] == "int" and not isinstance(call.args[0], (int, float)):
                 raise TypeError(f"{call.name} needs a number, got {call.args[0]!r}")
-            if spec.args and spec.args[0] == "str" and not isinstance(call.args[0], str):
+            if spec.args and spec.args[0] in ("str", "object") and not isinstance(call.args[0], str):
                 raise TypeError(f"{call.name} needs a name, got {call.args[0]!r}")
             return None
         return self.VALUES[spec.returns]

@@ -42,7 +42,7 @@ def call_of(skill_set: SkillSet, kinds: tuple[str, ...] = ("action", "query")):
             options = [variable]
             if kind in ("int", "any"):
                 options.append(number)
-            if kind in ("str", "any"):
+            if kind in ("str", "object", "any"):
                 options.append(string_literal())
             args.append(draw(st.one_of(options)))
         sep = draw(st.sampled_from([",", ", "]))

@@ -14,6 +14,7 @@ from timely_llm_ros.core.request import PlanRequest  # noqa: E402
 from timely_llm_ros.core.scheduler import PlanScheduler, SegmentReady  # noqa: E402
 from timely_llm_ros.evaluation.sim.clock import VirtualClock  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
+from timely_llm_ros.core.skills.context import grounded_objects  # noqa: E402
 from timely_llm_ros.core.skills.grammar import plan_grammar  # noqa: E402
 from timely_llm_ros.core.skills.minispec import parse  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
@@ -94,7 +95,8 @@ def test_greedy_output_equals_the_transformers_engine(engine):
 
 def test_a_grammar_constrains_the_generation_through_vllm_structured_outputs(engine):
     """A drone task under the arm grammar: unconstrained, the planner writes drone skills the arm language lacks;
-    constrained (vLLM's structured outputs, per request), an arm plan that parses and ends by EOS."""
+    constrained (vLLM's structured outputs, its guidance backend, per request), an arm plan that parses and ends by
+    EOS."""
     arm = SKILLS["arm"]
     p = prompt(engine, "look for the cat", "cat, chair, table, lamp")
     engine.add("free", p, 60)
@@ -106,6 +108,54 @@ def test_a_grammar_constrains_the_generation_through_vllm_structured_outputs(eng
     assert constrained[-1] == engine.eos_token_id
     text = engine.decode(constrained[:-1])
     assert text.strip() and not parse(text, arm.skills, arm.statement_forms).problems, text
+
+
+def test_grounded_generations_are_token_exact_through_suspension_and_equal_the_transformers_engines(engine):
+    """Each task under its grounded grammar (its scene's objects and its task's phrases): the plan names only those,
+    is the same token for token when suspended every third token while another generation runs, and equals the
+    transformers engine's greedy constrained output."""
+    tasks = {"d": ("drone", "find the red ball", "room: den; objects: red ball, sofa, door"),
+             "a": ("arm", "put the apple in the bowl", "table: apple, pear; places: bowl, tray")}
+    grammars = {k: plan_grammar(SKILLS[r], objects=grounded_objects(scene, task)) for k, (r, task, scene) in tasks.items()}
+    prompts = {k: prompt(engine, task, scene, r) for k, (r, task, scene) in tasks.items()}
+    reference = {}
+    for key in tasks:
+        engine.add(key, prompts[key], 40, grammar=grammars[key])
+        reference[key] = run(engine, key)
+        engine.release(key)
+    engine.add("x", prompts["d"], 40, grammar=grammars["d"])
+    engine.add("y", prompts["a"], 40, grammar=grammars["a"])
+    got: dict[str, list[int]] = {"x": [], "y": []}
+    left = {"x": len(reference["d"]), "y": len(reference["a"])}
+
+    def step(gen: str) -> None:
+        if len(got[gen]) < left[gen]:
+            got[gen].append(engine.step([gen]).tokens[gen])
+
+    while len(got["x"]) < left["x"] or len(got["y"]) < left["y"]:
+        step("x")
+        if len(got["x"]) % 3 == 0 and len(got["x"]) < left["x"]:     # x parked while y runs two steps
+            engine.suspend("x")
+            step("y")
+            step("y")
+            engine.resume("x")
+        elif len(got["x"]) == left["x"]:
+            step("y")
+    engine.release("x")
+    engine.release("y")
+    assert got == {"x": reference["d"], "y": reference["a"]}
+    for key, (robot, task, scene) in tasks.items():
+        text = engine.decode(reference[key][:-1] if reference[key][-1] == engine.eos_token_id else reference[key])
+        calls = parse(text[:text.rfind(";") + 1], SKILLS[robot].skills, SKILLS[robot].statement_forms).skills
+        named = {a for c in calls for kind, a in zip(SKILLS[robot].skills[c.name].args, c.args) if kind == "object"}
+        assert calls and named <= set(grounded_objects(scene, task)), text
+    other = make_engine("transformers", None, device="cpu", dtype="float32", num_threads=1)
+    try:
+        for key in tasks:
+            other.add(key, prompts[key], 40, grammar=grammars[key])
+            assert run(other, key) == reference[key], key
+    finally:
+        other.close()
 
 
 def test_release_frees_the_kv_blocks(engine):

@@ -122,7 +122,7 @@ class Engine(ABC):
 
         forced_ids (trace replay): emit exactly these tokens, then finish, while still running
         real forward passes.
-        grammar: constrain the output to this grammar (xgrammar EBNF, core/skills/grammar.py): each token is one the
+        grammar: constrain the output to this grammar (Lark for llguidance, core/skills/grammar.py): each token is one the
         grammar allows after the output so far, and EOS comes exactly where the grammar accepts the output. Ignored
         when forced_ids is given; an engine that cannot constrain ignores it too.
         """

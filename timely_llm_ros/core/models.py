@@ -72,7 +72,7 @@ class ModelSpec:
     dtype: str = "auto"
     chat_template: bool = False
     add_bos: bool = False
-    grammar: bool = False
+    grammar: bool = True     # grounded decoding by default (core/skills/grammar.py)
     limits: Mapping[str, TokenLimits] = field(default_factory=dict)
     prefix_cache_mb: float | None = None   # None: DEFAULT_PREFIX_CACHE_MB with a chat template, else 0 (off)
     adapter: str = ""                    # a LoRA adapter folder (timely_adapt) merged into the weights at load
@@ -148,7 +148,7 @@ class ModelSpec:
                       for rt, v in (cfg.get("limits") or {}).items()}
             return cls(name=name, path=str(cfg.get("path", "")), gguf=source, dtype=str(cfg.get("dtype", "auto")),
                        chat_template=bool(cfg.get("chat_template", False)), add_bos=bool(cfg.get("add_bos", False)),
-                       grammar=bool(cfg.get("grammar", False)), limits=limits,
+                       grammar=bool(cfg.get("grammar", True)), limits=limits,
                        prefix_cache_mb=None if cfg.get("prefix_cache_mb") is None else float(cfg["prefix_cache_mb"]),
                        adapter=str(cfg.get("adapter") or ""),
                        engine=str(cfg.get("engine") or ""), interrupts=str(cfg.get("interrupts", "auto")))

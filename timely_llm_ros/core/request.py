@@ -8,6 +8,8 @@ from typing import Any
 
 from timely_llm_ros.core.tuf import TimeUtility
 
+MAX_PLAN_CALLS = 1000   # default cap on a plan's skill calls with its loops unrolled (core/skills/program.py)
+
 
 class RequestState(str, Enum):
     """Lifecycle of a plan request, as published in Plan feedback."""
@@ -44,7 +46,10 @@ class PlanRequest:
     urgency: str = ""          # named class it came from ("" if explicit TUF)
     max_new_tokens: int = 200  # hard cap on plan length (tokens)
     forced_plan: str | None = None  # trace replay: emit exactly this plan (benchmarks)
-    constrained: bool = False  # decode under the robot type's grammar (core/skills/grammar.py)
+    constrained: bool = False  # decode under the robot's grammar (core/skills/grammar.py), built from the three below
+    skills: tuple[str, ...] = ()    # the skills its robot advertises (() = its skill set's own)
+    objects: tuple[str, ...] = ()   # names its object arguments may take (() = free strings)
+    max_calls: int = MAX_PLAN_CALLS   # skill calls the plan may make with its loops unrolled
     task_type: str = ""        # label for metrics (e.g. LRTrace trace id)
     # paper policies (0 = not given; each policy documents its default)
     time_budget_s: float = 0.0   # TimeBill / RT-LM: hard budget for the whole plan, from arrival (s)

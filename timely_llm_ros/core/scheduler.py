@@ -18,6 +18,7 @@ with the measured outcome). Single-threaded: callers serialise calls.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import AbstractSet, Callable, Iterable, Mapping, Sequence
 
 from timely_llm_ros.core.engine import Engine
@@ -31,10 +32,12 @@ from timely_llm_ros.core.outcome import Progress, RequestOutcome, measure_outcom
 from timely_llm_ros.core.plan_time import PlanTimeEstimator, SegmentTime
 from timely_llm_ros.core.policies.base import Policy
 from timely_llm_ros.core.prompting import PromptEncoder, RawPrompts
-from timely_llm_ros.core.request import Generation, PlanRequest, RequestState, Segment, SkillCall
+from timely_llm_ros.core.request import MAX_PLAN_CALLS, Generation, PlanRequest, RequestState, Segment, SkillCall
 from timely_llm_ros.core.scheduler_config import SchedulerConfig
-from timely_llm_ros.core.skills.grammar import plan_grammar
+from timely_llm_ros.core.skills.grammar import GrammarSpec, grammar_text
 from timely_llm_ros.core.skills.minispec import parse
+
+GRAMMAR_TEXTS = 1024   # grammar texts the scheduler keeps, by robot type, skill list, object list and cap
 
 
 class PlanScheduler(EngineLoop):
@@ -55,7 +58,7 @@ class PlanScheduler(EngineLoop):
         self.execution = ExecutionTracker(clock, self.config.network_delay_s, self.config.ack_timeout_s,
                                           self.config.exec_timeout_s, plan_rule,
                                           getattr(policy, "uses_feedback", True))
-        self._grammars: dict[str, str | None] = {}   # robot type -> its grammar, made on its first constrained request
+        self._grammars: OrderedDict[GrammarSpec, str] = OrderedDict()   # recent grammar texts by what they admit
         self.plan_time = PlanTimeEstimator(branch_aware=self.config.branch_aware)   # segments' execution times
         self._events: list[Event] = []
         # the skills each robot's executor has (its advertised status), by agent id; None: not known. A plan that
@@ -110,6 +113,7 @@ class PlanScheduler(EngineLoop):
                                    f"prompt is {len(prompt_ids)} tokens; the model attends over {room} tokens in all,"
                                    " which leaves no room for a plan: shorten the task or context")
             max_new = min(max_new, room - len(prompt_ids))
+        grammar = self._grammar(req)     # INVALID_TASK here, before anything of the request is held
         gen = Generation(req=req, prompt_ids=list(prompt_ids), enqueued_at=self.clock(), max_new_tokens=max_new,
                          max_segment_tokens=skill_set.max_segment_tokens)
         exec_profile = getattr(skill_set, "exec_profile", req.robot_type)
@@ -123,7 +127,7 @@ class PlanScheduler(EngineLoop):
             raise RequestError(ErrorCode.EXECUTOR_UNAVAILABLE, f"{exc}: fix the robot's plan rule") from None
         added = False
         try:
-            self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced, grammar=self._grammar(req))
+            self.engine.add(req.req_id, prompt_ids, max_new, forced_ids=forced, grammar=grammar)
             added = True
             gen.prefill_left = self._prefill_left(req.req_id, len(prompt_ids))
         except Exception as exc:    # nothing of it stays: no plan holds its robot, no engine state is left
@@ -288,22 +292,37 @@ class PlanScheduler(EngineLoop):
         return self.skill_sets[req.robot_type].segmenter(self.config.max_plan_calls, robot_skills)
 
     def prepare_grammars(self) -> None:
-        """Have the engine compile every robot type's grammar now (the server does at configure when it constrains
-        decoding), not when the first constrained request of each type arrives."""
-        for robot_type in self.skill_sets:
-            grammar = self._robot_grammar(robot_type)
-            if grammar is not None:
-                self.engine.prepare_grammar(grammar)
+        """Have the engine compile each robot type's grammar for a goal that lists no objects to a robot with every
+        skill of its set now (the server does at configure when it constrains decoding), not at its first goal."""
+        for robot_type, skill_set in self.skill_sets.items():
+            if getattr(skill_set, "mode", "") == "statements":
+                cap = self.config.max_plan_calls or MAX_PLAN_CALLS
+                self.engine.prepare_grammar(self._grammar_text(robot_type, (), (), cap))
 
     def _grammar(self, req: PlanRequest) -> str | None:
-        """The grammar a constrained request decodes under: its robot type's."""
-        return self._robot_grammar(req.robot_type) if req.constrained else None
+        """The grammar a request decodes under (None: unconstrained, or a prose skill set): its robot's skills, its
+        objects and its call cap (core/skills/grammar.py); RequestError INVALID_TASK when no plan could be written."""
+        if not req.constrained or getattr(self.skill_sets[req.robot_type], "mode", "") != "statements":
+            return None
+        try:
+            return self._grammar_text(req.robot_type, req.skills, req.objects, req.max_calls)
+        except ValueError as exc:
+            raise RequestError(ErrorCode.INVALID_TASK, f"no {req.robot_type} plan can be written for this goal: {exc}")
 
-    def _robot_grammar(self, robot_type: str) -> str | None:
-        """A robot type's grammar (None for prose), made once."""
-        if robot_type not in self._grammars:
-            self._grammars[robot_type] = plan_grammar(self.skill_sets[robot_type], self.config.max_plan_tokens)
-        return self._grammars[robot_type]
+    def _grammar_text(self, robot_type: str, skills: tuple[str, ...], objects: tuple[str, ...], max_calls: int) -> str:
+        """The grammar text of a plan for a robot of a statements skill set (skills: those it advertises, () = all),
+        made once per distinct spec while it is among the GRAMMAR_TEXTS most recent."""
+        skill_set = self.skill_sets[robot_type]
+        spec = GrammarSpec.of(skill_set, skills or None, objects,
+                              self.config.max_plan_tokens or skill_set.max_plan_tokens, max_calls)
+        text = self._grammars.get(spec)
+        if text is None:
+            text = self._grammars[spec] = grammar_text(skill_set, spec)
+            while len(self._grammars) > GRAMMAR_TEXTS:
+                self._grammars.popitem(last=False)
+        else:
+            self._grammars.move_to_end(spec)
+        return text
 
     def _invalid_plan(self, track: Track, t: float) -> None:
         """The text can no longer be a valid plan: stop generating now instead of at the length cap, and send no

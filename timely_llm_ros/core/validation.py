@@ -7,13 +7,16 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from timely_llm_ros.core.errors import ErrorCode, RequestError
-from timely_llm_ros.core.request import PlanRequest
+from timely_llm_ros.core.request import MAX_PLAN_CALLS, PlanRequest
+from timely_llm_ros.core.skills.context import grounded_objects
 from timely_llm_ros.core.tuf import TimeUtility
 
 _AGENT_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/")
 # the agent's executor serves /<agent_id>/execute_segment, whose hidden action topics must stay within
 # DDS's 256-character topic names with the longest prefix and suffix ROS adds
 MAX_AGENT_CHARS = 100
+MAX_OBJECTS = 256        # a goal's object list (each name becomes an alternative of its grammar)
+MAX_OBJECT_CHARS = 100
 
 
 def agent_problem(agent_id: str) -> str | None:
@@ -46,6 +49,7 @@ class GoalLimits:
     max_task_chars: int = 2000
     max_context_chars: int = 8000
     max_new_tokens: int = 512
+    max_plan_calls: int = MAX_PLAN_CALLS   # skill calls a plan may make with its loops unrolled
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class GoalFields:
     tpot_slo_ms: float = 0.0    # 0 = policy default
     ttft_slo_ms: float = 0.0    # 0 = none
     unconstrained: bool = False  # decode without the skill-set grammar even where the server applies one
+    objects: tuple[str, ...] = ()  # the objects a plan may name (() = the ones the context lists, if any)
 
 
 def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Mapping[str, object],
@@ -72,7 +77,8 @@ def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Ma
                   grammar: bool = False) -> PlanRequest:
     """Check every field; raise RequestError(code, message) on the first problem. ``grammar``: the server
     constrains decoding to the skill-set grammar (its parameter ``grammar``); the request is constrained unless
-    the goal says ``unconstrained``."""
+    the goal says ``unconstrained``, and its object arguments take the goal's objects, else those its context lists
+    (with the task's phrases: core/skills/context.py), else free strings."""
     agent = goal.agent_id.strip().strip("/")
     problem = agent_problem(goal.agent_id)
     if problem:
@@ -94,6 +100,10 @@ def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Ma
     if goal.max_new_tokens < 0 or goal.max_new_tokens > limits.max_new_tokens:
         raise RequestError(ErrorCode.INVALID_LIMITS,
                            f"max_new_tokens must be 0 (server default) .. {limits.max_new_tokens}, got {goal.max_new_tokens}")
+    if len(goal.objects) > MAX_OBJECTS or any(not visible(o) or len(o) > MAX_OBJECT_CHARS for o in goal.objects):
+        raise RequestError(ErrorCode.INVALID_TASK,
+                           f"objects must be at most {MAX_OBJECTS} names of 1..{MAX_OBJECT_CHARS} visible characters "
+                           f"each, got {len(goal.objects)}: list the objects in the robot's scene, or none")
     tuf = _time_requirement(goal, urgency_classes)
     for name in ("time_budget", "tpot_slo_ms", "ttft_slo_ms"):
         v = getattr(goal, name)
@@ -104,7 +114,8 @@ def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Ma
                        arrival=arrival, context=goal.context.strip(), urgency=goal.urgency_class,
                        max_new_tokens=goal.max_new_tokens, task_type=goal.urgency_class or "custom",
                        time_budget_s=goal.time_budget, tpot_slo_ms=goal.tpot_slo_ms, ttft_slo_ms=goal.ttft_slo_ms,
-                       constrained=grammar and not goal.unconstrained)
+                       constrained=grammar and not goal.unconstrained, max_calls=limits.max_plan_calls,
+                       objects=grounded_objects(goal.context, task, tuple(goal.objects)))
 
 
 def _time_requirement(goal: GoalFields, classes: Mapping[str, TimeUtility]) -> TimeUtility:

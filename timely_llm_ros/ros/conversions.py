@@ -62,7 +62,8 @@ def goal_fields(goal: Plan.Goal) -> GoalFields:
     return GoalFields(agent_id=goal.agent_id, robot_type=goal.robot_type, task=goal.task, context=goal.context,
                       urgency_class=goal.urgency_class, ert=goal.ert, alpha=goal.alpha, beta=goal.beta,
                       max_new_tokens=goal.max_new_tokens, time_budget=goal.time_budget,
-                      tpot_slo_ms=goal.tpot_slo_ms, ttft_slo_ms=goal.ttft_slo_ms, unconstrained=goal.unconstrained)
+                      tpot_slo_ms=goal.tpot_slo_ms, ttft_slo_ms=goal.ttft_slo_ms, unconstrained=goal.unconstrained,
+                      objects=tuple(goal.objects))
 
 
 def execute_goal(req_id: str, seg: Segment, preempts: bool = False) -> ExecuteSegment.Goal:

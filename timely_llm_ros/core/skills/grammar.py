@@ -1,273 +1,479 @@
-"""The statement language of a skill set as an EBNF grammar, for grammar-constrained decoding.
+"""The plans one request may be decoded into, as a Lark grammar for llguidance (grounded decoding).
 
-``plan_grammar(skill_set)`` returns the grammar text (xgrammar's EBNF, which llguidance and vLLM's structured
-outputs also take) or None for a prose skill set. Every plan it accepts parses under ``minispec.parse`` with no
-problems; it accepts a subset of what the parser does, chosen so that a small model cannot wander:
+``plan_grammar(skill_set, ...)`` returns the grammar text, or None for a prose skill set. ``GrammarSpec`` says what a
+request's grammar admits -- the robot's skills, the objects of its scene, the plan's bounds -- and is the key its
+compiled form is cached under. Every plan the grammar accepts parses under ``minispec.parse`` with no problems and
+runs on the robot (``interpreter.Interpreter``, each query answering the kind its skill declares) with no run-time
+error of the plan's own making. It admits a subset of what the parser does, chosen so that a small model cannot
+wander:
 
-- only the skill set's skills, each argument of its declared kind: ``int`` a number of at most 4 digits with an
-  optional '-' (coordinates), ``str`` a single-quoted string of 1-40 characters (letters, digits, space and
-  ``?.,!``; it starts with a letter or digit), ``any`` either or True/False; a variable stands for a value wherever
-  the skill set allows assignments, once it is set (below);
-- the statement forms the skill set allows: a call ``sk(...);``, an assignment ``_1=query(...);`` (query skills
-  only), a return ``->value;`` (it ends its block, or the plan: nothing after it would run), a loop ``N{...}``
-  (N in 1..99) and a conditional ``?cond{...}`` (at most four comparisons joined by ``&`` or ``|``, a query of a
-  declared return kind compared with values of that kind); simple statements always end in ';', a block may be
-  followed by one;
-- blocks closed, nested at most two deep, never empty;
-- whitespace only where it reads naturally, at most one space or newline at a time (a model under a grammar that
-  allows any whitespace can emit it forever);
-- at most ``max_statements`` statements in all, nested ones and block heads counted, so the plan ends cleanly before
-  the length cap. The bound is the cap divided by ``TOKENS_PER_STATEMENT`` = 10: the project's reference plans
-  (model/corpus.py, config/eval) average 4-5 tokens a statement, their longest statement takes 13 of SmolLM2's
-  tokens (18 of the embedded planner's, whose prompts run unconstrained) and their longest plan holds 16
-  statements. A 200-token cap gives 20 statements (SmolLM2's caps in its own tokens, 189 for the arm and 228 for
-  the drone, give 18 and 22): more than any reference plan, and a model repeating statements of up to 10 tokens
-  reaches the last one and must stop before the cap would cut it;
-- at least one action call (a plan of queries and returns alone gives the robot nothing to execute);
-- variables set before they are read: a plan's first assignment outside any block sets ``_1``, the next one a new
-  variable ``_2``, and so on up to ``_3`` (``MAX_VARIABLES``); inside a block (a loop that may run no time, a branch
-  that may not be taken) an assignment may only set one of those again; a value, argument or comparison may read
-  only the variables set so far (the interpreter ends a plan that reads one never set EXECUTION_FAILED: SmolLM2 on
-  the demo wrote ``g('child');?_1>60{...}``). Every reference plan of the project sets ``_1`` first, outside blocks.
+- **skills**: only the allowed ones (what the target robot advertises, within its skill set), each argument of its
+  declared kind: ``int`` an integer of at most 4 digits with an optional '-'; ``str`` a single-quoted string of 1-40
+  characters (letters, digits, space and ``?.,!``; it starts with a letter or digit); ``object`` one of the
+  request's objects, quoted (``'red cube'``), or a ``str`` where the request lists none; ``any`` a number, a string,
+  True or False. A variable stands for a value of its kind (below);
+- **statement forms** the skill set allows: a call ``sk(...);``, an assignment ``_1=query(...);`` (a query with a
+  declared ``returns``), a return ``->value;`` (it ends its block, or the plan), a loop ``N{...}`` and a conditional
+  ``?condition{...}``; simple statements end in ';', a block may be followed by one; blocks are never empty and nest
+  at most ``MAX_DEPTH`` deep, and a loop never runs inside another loop;
+- **conditions**: at most ``MAX_COMPARISONS`` comparisons joined by ``&`` or ``|``, each typed by its left side, a
+  query of a declared return kind or a variable: a bool with ``==``/``!=`` True, False or a bool variable (or alone),
+  a number with any of ``== != > < >= <=`` and a number or number variable, a string with ``==``/``!=`` and a string
+  or string variable. A query that declares no return kind is only called, or returned;
+- **variables**: the plan's first assignment, outside any block, sets ``_1``, the next one ``_2``, up to
+  ``MAX_VARIABLES``; each takes the kind of the query that first set it, and may be set again (anywhere) only by a
+  query of that kind. A value, argument or comparison reads only the variables set before it, as their kind allows
+  (a number variable fills an ``int`` argument; no variable fills an object slot of a grounded request);
+- **whitespace** only where it reads naturally, at most one space or newline at a time, none at the end;
+- **at least one action call** (a plan of queries and returns alone gives the robot nothing to execute);
+- **at most ``max_statements`` simple statements** (calls, assignments and returns, nested ones counted; a block
+  holds at least one, so block heads are bounded by them): the plan-length cap divided by ``TOKENS_PER_STATEMENT``
+  = 10. The project's reference plans average 4-5 tokens a statement and their longest statement takes 13 of
+  SmolLM2's tokens; their longest plan holds 16 statements. A 200-token cap gives 20: more than any reference plan,
+  and a model repeating statements of up to 10 tokens stops before the cap would cut it;
+- **at most ``max_calls`` skill calls with loops unrolled** (``DEFAULT_MAX_CALLS`` = 1,000 unless the request says
+  otherwise). A call, an assignment and a return count 1 call, a conditional's head ``MAX_COMPARISONS`` (each
+  comparison calls at most one query). Outside loops each statement is charged as written. A loop reserves
+  ``R = loop_reservation(max_calls)`` calls when it opens (the largest power of two at most ``max_calls / 4``: 128
+  under the default cap) and its count N buys each round ``R / 2**k`` calls, ``2**k`` the class of N: N in 1..2,
+  3..8, 9..32, 33..128 (every second power of two up to R), so ``N * (calls of one round) <= R``; a statement in the
+  body is admitted only while the round's calls stay within that. A statement outside loops, or a loop, is admitted
+  only while the charges stay within ``max_calls``, and before the plan's first action one call is kept back for it.
+  Every plan the grammar takes therefore makes at most ``max_calls`` calls, a loop count is at most R, and a plan
+  holds at most ``max_calls / R`` loops (7 under the default cap); loops never nest, so nothing multiplies further.
 
-The statement count, whether an action came yet and the variables set are tracked by the rules themselves
-(``s<d>_<k>``: a statement at block depth d with k left, ``e<d>_<k>``: what may follow one, suffix ``n``: no action
-yet, ``_v<j>``: variables ``_1``..``_j`` set; the statement and value rules that read variables come once per j), a
-right-linear grammar of O(max_statements) rules (unreachable ones left out).
+How the grammar counts: its statement rules carry one 64-bit parameter (llguidance's parametric rules, materialised
+lazily as the parser needs them) holding the simple statements written, whether an action came, each variable's
+kind, which open blocks are loops, the open loop's round calls and the calls charged outside loops. The text is about
+a hundred short rules and lexemes whatever the bounds and objects (compiling it takes milliseconds: docs/engine.md).
 """
 from __future__ import annotations
 
+import json
 import re
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Iterable, Sequence
 
+from timely_llm_ros.core.request import MAX_PLAN_CALLS
 from timely_llm_ros.core.skills.skill_set import SkillSet
 from timely_llm_ros.core.skills.spec import SkillSpec
 
 TOKENS_PER_STATEMENT = 10
-MAX_DEPTH = 2            # blocks inside blocks: one level
-MAX_COMPARISONS = 4      # comparisons in a condition
-STRING_CHARS = "a-zA-Z0-9 ?.,!"   # the characters a string argument may hold (a character class body)
+DEFAULT_MAX_CALLS = MAX_PLAN_CALLS   # skill calls of a plan with its loops unrolled (1,000)
+MAX_DEPTH = 2                 # blocks inside blocks: one level
+MAX_COMPARISONS = 4           # comparisons in a condition (each calls at most one query)
+STRING_CHARS = "a-zA-Z0-9 ?.,!"   # the characters a free string argument may hold (a character class body)
 MAX_STRING = 40
 MAX_DIGITS = 4
-MAX_VARIABLES = 3        # variables a plan may set (_1.._3); the reference plans use one
+MAX_VARIABLES = 3             # variables a plan may set (_1.._3); the reference plans use one
+MAX_STATEMENTS = 127          # the statement count's field holds 7 bits
+ALWAYS = "le([0:7], 127)"   # a condition that always holds (the statement count has 7 bits)
+Rule = tuple[str, list[tuple[str, str]]]   # a rule's name and its alternatives (body, condition or "")
+KIND_CODES = {"bool": 1, "float": 2, "str": 3}   # a variable's kind in its 2-bit field (0: not set)
+
+
+def loop_reservation(max_calls: int) -> int:
+    """The calls a loop reserves of a plan's cap: the largest power of two at most ``max_calls / 4`` (128 under the
+    default cap of 1,000), at least 1."""
+    return 1 << max(0, (max_calls // 4).bit_length() - 1)
 
 
 def max_statements(max_plan_tokens: int) -> int:
     """Statements a plan may hold under a cap of ``max_plan_tokens`` tokens (see the module docstring)."""
-    return max(1, max_plan_tokens // TOKENS_PER_STATEMENT)
+    return min(MAX_STATEMENTS, max(1, max_plan_tokens // TOKENS_PER_STATEMENT))
 
 
-def plan_grammar(skill_set: SkillSet, max_plan_tokens: int | None = None) -> str | None:
-    """The EBNF grammar of the skill set's plans (root rule ``root``), or None for a prose skill set.
-    ``max_plan_tokens`` (default the skill set's) sets the statement bound."""
+@dataclass(frozen=True)
+class GrammarSpec:
+    """What one request's grammar admits; equal specs give the same grammar text (the compile cache's key).
+
+    ``skills``: the allowed skill names, sorted (the robot's advertised skills within its skill set); ``objects``:
+    the names object slots take, in order (() leaves them free strings); ``max_plan_tokens`` sets the statement bound;
+    ``max_calls`` bounds the calls with loops unrolled."""
+
+    robot_type: str
+    skills: tuple[str, ...]
+    objects: tuple[str, ...] = ()
+    max_plan_tokens: int = 200
+    max_calls: int = DEFAULT_MAX_CALLS
+
+    @classmethod
+    def of(cls, skill_set: SkillSet, skills: Iterable[str] | None = None, objects: Sequence[str] = (),
+           max_plan_tokens: int | None = None, max_calls: int = DEFAULT_MAX_CALLS) -> "GrammarSpec":
+        """The spec of a request to a robot of ``skill_set``: ``skills`` the robot advertises (None: all of the
+        skill set's; names outside the skill set are left out), ``objects`` its scene's (deduplicated, in order)."""
+        allowed = sorted(skill_set.skills if skills is None else set(skills) & set(skill_set.skills))
+        return cls(skill_set.name, tuple(allowed), tuple(dict.fromkeys(o for o in objects if o)),
+                   skill_set.max_plan_tokens if max_plan_tokens is None else int(max_plan_tokens), int(max_calls))
+
+
+def plan_grammar(skill_set: SkillSet, max_plan_tokens: int | None = None, *, skills: Iterable[str] | None = None,
+                 objects: Sequence[str] = (), max_calls: int = DEFAULT_MAX_CALLS) -> str | None:
+    """The Lark grammar (llguidance's dialect) of the skill set's plans under these bounds, or None for a prose
+    skill set; ValueError when no plan could be written (no allowed action skill, a bound below 1)."""
     if skill_set.mode != "statements":
         return None
+    return grammar_text(skill_set, GrammarSpec.of(skill_set, skills, objects, max_plan_tokens, max_calls))
+
+
+def grammar_text(skill_set: SkillSet, spec: GrammarSpec) -> str:
+    """The grammar of ``spec`` (its skills looked up in ``skill_set``, a statements skill set)."""
     if "call" not in skill_set.statement_forms:
         raise ValueError(f"skill set {skill_set.name!r} allows no call statements: no plan of it could act")
-    cap = skill_set.max_plan_tokens if max_plan_tokens is None else max_plan_tokens
-    return _Builder(skill_set.skills.values(), skill_set.statement_forms, max_statements(cap)).text()
+    unknown = [s for s in spec.skills if s not in skill_set.skills]
+    if unknown:
+        raise ValueError(f"skills {unknown} are not in skill set {skill_set.name!r}")
+    specs = [skill_set.skills[s] for s in spec.skills]
+    if not any(s.is_action for s in specs):
+        raise ValueError(f"no action skill allowed for a {skill_set.name} plan (allowed: {list(spec.skills) or 'none'})"
+                         ": the robot advertises none of its skill set's actions, so no plan could act")
+    if spec.max_calls < 1:
+        raise ValueError(f"max_calls must be >= 1, got {spec.max_calls}")
+    return _Builder(specs, skill_set.statement_forms, spec.objects, max_statements(spec.max_plan_tokens),
+                    spec.max_calls).text()
+
+
+class _Layout:
+    """Where each count lives in the rules' 64-bit parameter, for a plan cap of ``max_calls`` calls."""
+
+    def __init__(self, max_calls: int) -> None:
+        self.reserve = loop_reservation(max_calls).bit_length() - 1          # log2 of a loop's reservation
+        self.n = (0, 7)                                     # simple statements written
+        self.acted = 7                                      # an action came
+        self.var = [(8 + 2 * j, 10 + 2 * j) for j in range(MAX_VARIABLES)]   # each variable's kind
+        self.loop = {1: 14, 2: 15}                          # the open block at depth d is a loop
+        self.body = (16, 17 + self.reserve)                 # the open loop's body calls, from its start value
+        self.calls = (self.body[1], self.body[1] + max_calls.bit_length())   # calls charged outside loop bodies
+        if self.calls[1] > 64:
+            raise ValueError(f"max_calls {max_calls} is too large for the grammar's counters")
+
+
+def _rng(field: tuple[int, int]) -> str:
+    return f"[{field[0]}:{field[1]}]"
+
+
+def _all(*conditions: str | None) -> str | None:
+    """The conjunction of conditions ("" when there are none; None when one of them can never hold)."""
+    if any(c is None for c in conditions):
+        return None
+    out = [c for c in conditions if c]
+    if not out:
+        return ""
+    expr = out[-1]
+    for c in reversed(out[:-1]):
+        expr = f"and({c}, {expr})"
+    return expr
+
+
+def _lit(text: str) -> str:
+    """A Lark string literal matching ``text`` exactly."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _quoted(name: str) -> str:
+    """An object name as a plan's single-quoted string (quotes and backslashes escaped as the parser reads them)."""
+    return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _int_range(lo: int, hi: int) -> str:
+    """A regular expression matching the decimal integers lo..hi (no leading zeros; 1 <= lo <= hi)."""
+    parts = []
+    for width in range(len(str(lo)), len(str(hi)) + 1):
+        a, b = max(lo, 10 ** (width - 1)), min(hi, 10 ** width - 1)
+        parts.append(_digits_range(str(a), str(b)))
+    return "|".join(parts)
+
+
+def _digits_range(a: str, b: str) -> str:
+    """A regular expression matching the digit strings a..b of a's length (a <= b)."""
+    if not a:
+        return ""
+    rest = len(a) - 1
+    any_rest = "[0-9]" * rest if rest <= 1 else f"[0-9]{{{rest}}}"
+    if a[0] == b[0]:
+        return a[0] + _group(_digits_range(a[1:], b[1:]))
+    if a[1:] == "0" * rest and b[1:] == "9" * rest:
+        return f"[{a[0]}-{b[0]}]" + any_rest
+    parts = [a[0] + _group(_digits_range(a[1:], "9" * rest))]
+    if int(a[0]) + 1 <= int(b[0]) - 1:
+        mid = str(int(a[0]) + 1) if int(a[0]) + 1 == int(b[0]) - 1 else f"[{int(a[0]) + 1}-{int(b[0]) - 1}]"
+        parts.append(mid + any_rest)
+    parts.append(b[0] + _group(_digits_range("0" * rest, b[1:])))
+    return "|".join(parts)
+
+
+def _group(regex: str) -> str:
+    return f"({regex})" if "|" in regex else regex
 
 
 class _Builder:
-    def __init__(self, skills: Iterable[SkillSpec], forms: tuple[str, ...], n: int) -> None:
-        self.skills = list(skills)
-        self.queries = [s for s in self.skills if not s.is_action]
+    """The rules of one grammar: per block depth d, ``s<d>`` a statement, ``c<d>`` its ';' (the statement counted),
+    ``e<d>`` what may follow, ``close<d>`` a block's '}'. llguidance applies an update of the parameter only after a
+    symbol that is never empty, so each update follows one: an action's '(...' sets "acted", its ')' charges its call,
+    its ';' counts it."""
+
+    def __init__(self, skills: list[SkillSpec], forms: tuple[str, ...], objects: tuple[str, ...],
+                 statements: int, max_calls: int) -> None:
+        self.actions = [s for s in skills if s.is_action]
+        self.queries = [s for s in skills if not s.is_action]
+        self.typed = {kind: [s for s in self.queries if s.returns == kind] for kind in KIND_CODES}
         self.forms = forms
-        self.variables = "assign" in forms and bool(self.queries)
-        self.blocks = [f for f in ("loop", "conditional") if f in forms]
-        self.n = n
-        self.sets = range(MAX_VARIABLES + 1) if self.variables else range(1)   # how many variables may be set
+        self.objects = objects
+        self.s = statements
+        self.cap = max_calls
+        self.at = _Layout(max_calls)
+        typed = any(self.typed.values())
+        self.variables = "assign" in forms and typed
+        self.loops = "loop" in forms
+        self.conditionals = "conditional" in forms and typed     # a condition compares a typed query's value
+        self.depth = MAX_DEPTH if (self.loops or self.conditionals) else 0
+        self._heads: dict[tuple[str, ...], str] = {}     # skill names -> the lexeme of their calls' heads
 
+    # ----- conditions on the parameter
+    def _calls_at_most(self, n: int) -> str | None:
+        """The calls charged outside loop bodies are at most n (None: never, n < 0)."""
+        return f"le({_rng(self.at.calls)}, {n})" if n >= 0 else None
+
+    def _body_at_most(self, charge: int) -> str | None:
+        """The open loop's body has room for ``charge`` more calls."""
+        top = 1 << self.at.reserve
+        return f"le({_rng(self.at.body)}, {top - charge})" if charge <= top else None
+
+    def _calls_leave(self, charge: int) -> str | None:
+        """Room for ``charge`` calls outside loop bodies, and for the first action after them unless one came."""
+        acted, after = self._calls_at_most(self.cap - charge), self._calls_at_most(self.cap - charge - 1)
+        if after is None:
+            return _all(f"bit_set({self.at.acted})", acted)
+        return f"or(and(bit_set({self.at.acted}), {acted}), {after})" if acted else None
+
+    def _statement_left(self, quiet: bool) -> str:
+        """Room for one more simple statement, and for a second one (the first action) when this one does not act
+        and none came."""
+        n = _rng(self.at.n)
+        if not quiet:
+            return f"lt({n}, {self.s})"
+        return f"or(and(bit_set({self.at.acted}), lt({n}, {self.s})), lt({n}, {self.s - 1}))"
+
+    def _in_loop(self, inside: bool) -> str:
+        lo, hi = self.at.loop[1], self.at.loop[2] + 1
+        return f"not(is_zeros([{lo}:{hi}]))" if inside else f"is_zeros([{lo}:{hi}])"
+
+    def _charge(self, inside: bool, exponent: int = 0) -> str:
+        """The update charging 2**exponent calls: to the open loop's body, or outside loops."""
+        lo, hi = self.at.body if inside else self.at.calls
+        return f"incr([{lo + exponent}:{hi}])"
+
+    # ----- the text
     def text(self) -> str:
-        header = [f"# plans of at most {self.n} statements, at least one of them an action;",
-                  "# s<d>_<k>[n]: a statement at block depth d with k left (n: no action yet), e<d>_<k>[n]: after one"
-                  + ("; _v<j>: variables _1.._j set" if self.variables else "")]
-        root = "root ::= [ \\n]? " + self._s(0, self.n, False, 0)
-        rules = [root] + self._counting_rules() + self._shared_rules()
-        for v in self.sets:
-            rules += self._reading_rules(v)
-        return "\n".join(header + _reachable(rules)) + "\n"
+        # no_forcing: every token that fits the grammar is allowed (by default llguidance drops a token whose forced
+        # continuation a longer token would spell, e.g. "')" where only "');" can follow), so the mask and
+        # validate_tokens (engine/grammar.py's greedy check) agree
+        head = ['%llguidance {"no_forcing": true}',
+                f"// plans of at most {self.s} simple statements and {self.cap} calls with loops unrolled, at least "
+                "one action; the rules' parameter counts (core/skills/grammar.py)"]
+        rules = [("start", [("s0::0x0", ""), ("WS s0::0x0", "")])] + self._statement_rules() + self._value_rules()
+        return "\n".join(head + _render(rules) + self._terminals()) + "\n"
 
-    def _s(self, depth: int, left: int, acted: bool, v: int) -> str:
-        return self._name(_s(depth, left, acted), v)
+    def _statement_rules(self) -> list[Rule]:
+        at = self.at
+        rules: list[Rule] = []
+        for d in range(self.depth + 1):
+            alts: list[tuple[str, str | None]] = []
+            for inside in ((False, True) if d > 0 and self.loops else (False,)):
+                where = self._in_loop(inside) if d > 0 and self.loops else ""
+                io = "in" if inside else "out"
 
-    def _e(self, depth: int, left: int, acted: bool, v: int) -> str:
-        e = _e(depth, left, acted)
-        return self._name(e, v) if e else ""
+                def room(charge: int, quiet: bool) -> str | None:
+                    if inside:
+                        return self._body_at_most(charge)
+                    return self._calls_leave(charge) if quiet else self._calls_at_most(self.cap - charge)
 
-    def _name(self, rule: str, v: int) -> str:
-        """A rule's name with the variables set (only for a skill set with variables)."""
-        return f"{rule}_v{v}" if self.variables else rule
-
-    # ----- the statement count, whether an action came yet, the variables set
-    def _counting_rules(self) -> list[str]:
-        depth = MAX_DEPTH if self.blocks else 0
-        rules = []
-        for k in range(self.n, 0, -1):
-            for d in range(depth + 1):
-                for acted in (True, False):
-                    for v in self.sets:
-                        alts = [_seq(self._name("act", v), self._e(d, k - 1, True, v))]
-                        if _possible(k - 1, acted):
-                            if self.looks(v):
-                                alts.append(_seq(self._name("look", v), self._e(d, k - 1, acted, v)))
-                            if self.variables and d == 0 and v < MAX_VARIABLES:
-                                alts.append(_seq(self._name("assign", v), self._e(d, k - 1, acted, v + 1)))
-                        if "return" in self.forms and (d or acted) and _possible(k - 1, acted):
-                            ret = self._name("ret", v)
-                            alts.append(_seq(ret, "close", self._e(d - 1, k - 1, acted, v)) if d else ret)
-                        if d < depth and k >= 2:
-                            alts.append(f"{self._name('open', v)} {self._s(d + 1, k - 1, acted, v)}")
-                        rules.append(f"{self._s(d, k, acted, v)} ::= " + " | ".join(alts))
-        for k in range(self.n - 1, -1, -1):
-            for d in range(depth + 1):
-                for acted in (True, False):
-                    for v in self.sets:
-                        if not _possible(k, acted) or not self._e(d, k, acted, v):
-                            continue
-                        more = f"sep {self._s(d, k, acted, v)}" if k else ""
-                        if d == 0:
-                            body = f"({more})?" if acted else more
-                        else:
-                            body = " | ".join(a for a in (_seq("close", self._e(d - 1, k, acted, v)), more) if a)
-                        rules.append(f"{self._e(d, k, acted, v)} ::= {body}")
-        rules.append('sep ::= [ \\n]?')
+                alts.append((f"act acted{d}{io}::set_bit({at.acted})",
+                             _all(where, self._statement_left(False), room(1, False))))
+                rules.append((f"acted{d}{io}", [(f"\")\" c{d}::{self._charge(inside)}", "")]))
+                if self.queries:
+                    alts.append((f"look c{d}::{self._charge(inside)}",
+                                  _all(where, self._statement_left(True), room(1, True))))
+                if "return" in self.forms and d > 0:
+                    alts.append((f"\"->\" value r{d}::{self._charge(inside)}",
+                                  _all(where, self._statement_left(True), room(1, True))))
+                if self.conditionals and d < self.depth:    # a head: MAX_COMPARISONS calls, then its body's first
+                    alts.append((f"\"?\" condition open{d + 1}::{self._charge(inside, 2)}",
+                                  _all(where, self._statement_left(False), room(MAX_COMPARISONS + 1, True))))
+            if "return" in self.forms and d == 0:
+                alts.append(("\"->\" value \";\"", _all(f"bit_set({at.acted})", self._calls_at_most(self.cap - 1))))
+            if self.variables and d == 0:
+                for j in range(MAX_VARIABLES):
+                    was_set = f"ne({_rng(at.var[j - 1])}, 0)" if j else ""
+                    alts.append((f"\"_{j + 1}\" set{j + 1}::{self._charge(False)}",
+                                 _all(f"eq({_rng(at.var[j])}, 0)", was_set, self._statement_left(True),
+                                      self._calls_leave(1))))
+                    rules.append((f"set{j + 1}", [(f"\"=\" q_{kind} c0::bit_or({code << at.var[j][0]:#x})", "")
+                                                  for kind, code in KIND_CODES.items() if self.typed[kind]]))
+            if self.loops and d < self.depth:
+                top = 1 << at.reserve
+                for k, _, _ in self._loop_classes():    # a count of at most 2**k: 2**(reserve-k) body calls a round
+                    bits = (top - (1 << (at.reserve - k))) << at.body[0] | (1 << at.loop[d + 1])
+                    alts.append((f"LOOP{k} loop{d + 1}::bit_or({bits:#x})",
+                                 _all(self._in_loop(False), self._statement_left(False), self._calls_leave(top))))
+                rules.append((f"loop{d + 1}", [(f"OPEN s{d + 1}::incr([{at.calls[0] + at.reserve}:{at.calls[1]}])", "")]))
+            rules.append((f"s{d}", [(body, cond) for body, cond in alts if cond is not None]))
+            rules.append((f"c{d}", [(f"\";\" e{d}::incr({_rng(at.n)})", "")]))
+            # a space or newline only where a statement can follow: where an action can (every statement needs
+            # at least what an action does)
+            acts = [self._calls_at_most(self.cap - 1)]
+            if d > 0 and self.loops:
+                acts = [f"or(and({self._in_loop(True)}, {self._body_at_most(1)}), "
+                        f"and({self._in_loop(False)}, {self._calls_at_most(self.cap - 1)}))"]
+            follow = [(f"s{d}", f"lt({_rng(at.n)}, {self.s})"), (f"WS s{d}", _all(f"lt({_rng(at.n)}, {self.s})", *acts))]
+            follow.append((f"close{d}", "") if d > 0 else ("\"\"", f"bit_set({at.acted})"))
+            rules.append((f"e{d}", follow))
+            if d > 0:
+                if self.conditionals:
+                    rules.append((f"open{d}", [(f"OPEN s{d}", "")]))
+                if "return" in self.forms:
+                    rules.append((f"r{d}", [(f"\";\" close{d}::incr({_rng(at.n)})", "")]))
+                clear = ~((((1 << (at.body[1] - at.body[0])) - 1) << at.body[0]) | (1 << at.loop[d])) & (2**64 - 1)
+                closes = []
+                for space in ("", "\" \" "):
+                    closes.append((f"{space}CLOSE e{d - 1}", f"bit_clear({at.loop[d]})" if self.loops else ""))
+                    if self.loops:
+                        closes.append((f"{space}CLOSE e{d - 1}::bit_and({clear:#x})", f"bit_set({at.loop[d]})"))
+                rules.append((f"close{d}", closes))
         return rules
 
-    # ----- statements
-    def looks(self, v: int) -> list[str]:
-        """The statements that neither act, open a block nor return, nor set a new variable, with v variables set: a
-        query call, an assignment to a variable already set."""
-        return ((["query"] if "call" in self.forms and self.queries else [])
-                + (['var "=" query'] if self.variables and v else []))
-
-    def _shared_rules(self) -> list[str]:
-        """The rules that read no variable."""
-        rules = ['close ::= " "? "}" ";"?'] if self.blocks else []
-        if "conditional" in self.blocks:
-            rules.append('cmp ::= "==" | "!=" | ">=" | "<=" | ">" | "<"')
-        used = {k for s in self.skills for k in s.args} | {"any"}
-        if used & {"int", "any"}:
-            rules.append(f"num ::= \"-\"? (\"0\" | [1-9] [0-9]{{0,{MAX_DIGITS - 1}}})")
-        if used & {"str", "any"}:
-            rules.append(f"text ::= \"'\" [a-zA-Z0-9] [{STRING_CHARS}]{{0,{MAX_STRING - 1}}} \"'\"")
-        return rules
-
-    def _reading_rules(self, v: int) -> list[str]:
-        """The statement and value rules with variables _1.._v set, named with that count."""
-        rules = self._statement_rules(v) + self._value_rules(v)
-        if not self.variables:
-            return rules
-        names = {r.split(" ::= ", 1)[0] for r in rules}
-        return [_renamed(r, names, f"_v{v}") for r in rules]
-
-    def _statement_rules(self, v: int) -> list[str]:
-        actions = [s for s in self.skills if s.is_action]
-        rules = ["act ::= (" + " | ".join(_skill_call(s) for s in actions) + ') ";"']
-        if self.looks(v):
-            rules.append(f"look ::= ({' | '.join(self.looks(v))}) \";\"")
-        if self.variables and v < MAX_VARIABLES:
-            rules.append(f'assign ::= "_{v + 1}=" query ";"')
+    def _value_rules(self) -> list[Rule]:
+        rules: list[Rule] = [("act", self._calls(self.actions, closed=False))]
+        groups = {kind: skills for kind, skills in self.typed.items() if skills}
+        untyped = [s for s in self.queries if s.returns not in KIND_CODES]
+        for kind, skills in groups.items():
+            rules.append((f"q_{kind}", self._calls(skills)))
+        if untyped:
+            rules.append(("q_any", self._calls(untyped)))
+        queries = [(f"q_{kind}", "") for kind in groups] + ([("q_any", "")] if untyped else [])
+        looks = list(queries)
+        if self.variables:
+            for j in range(MAX_VARIABLES):
+                for kind, code in KIND_CODES.items():
+                    if self.typed[kind]:
+                        looks.append((f"\"_{j + 1}\" \"=\" q_{kind}", f"eq({_rng(self.at.var[j])}, {code})"))
+        if looks:
+            rules.append(("look", looks))
         if "return" in self.forms:
-            rules.append('ret ::= "->" value ";"')
-        if self.queries:
-            rules.append("query ::= " + " | ".join(_skill_call(s) for s in self.queries))
-        if self.blocks:
-            heads = []
-            if "loop" in self.blocks:
-                heads.append("[1-9] [0-9]?")
-            if "conditional" in self.blocks:
-                heads.append('"?" condition')
-            rules.append(f"open ::= ({' | '.join(heads)}) \"{{\" \" \"?")
-        if "conditional" in self.blocks:
-            rules.append(f'condition ::= comparison ((" "? [&|] " "?) comparison){{0,{MAX_COMPARISONS - 1}}}')
-            rules += self._comparison_rules(v)
+            rules.append(("value", [("any", "")] + queries))
+        var = {kind: (f" | var_{kind}" if self.variables and self.typed[kind] else "") for kind in KIND_CODES}
+        rules.append(("int", [(f"INT{var['float']}", "")]))
+        rules.append(("str", [(f"TEXT{var['str']}", "")]))
+        rules.append(("object", [("OBJECT" if self.objects else f"TEXT{var['str']}", "")]))
+        rules.append(("any", [(f"NUMBER | TEXT | BOOL{var['bool']}{var['float']}{var['str']}", "")]))
+        if self.variables:
+            for kind, code in KIND_CODES.items():
+                if self.typed[kind]:
+                    rules.append((f"var_{kind}", [(f"\"_{j + 1}\"", f"eq({_rng(self.at.var[j])}, {code})")
+                                                  for j in range(MAX_VARIABLES)]))
+        if self.conditionals:
+            rules.append(("condition", [(f"comparison (JOIN comparison){{0,{MAX_COMPARISONS - 1}}}", "")]))
+            forms = {"bool": f"(EQUALS (BOOL{var['bool']}))?", "float": f"ORDER (NUMBER{var['float']})",
+                     "str": f"EQUALS (TEXT{var['str']})"}
+            alts = []
+            for kind in KIND_CODES:
+                if self.typed[kind]:
+                    alts.append((f"q_{kind} {forms[kind]}", ""))
+                    if self.variables:
+                        alts.append((f"var_{kind} {forms[kind]}", ""))
+            rules.append(("comparison", alts))
         return rules
 
-    def _comparison_rules(self, v: int) -> list[str]:
-        """A comparison by what its left side is: a query of a declared return kind compares with values of that
-        kind (``iv('cup')==True``, ``od('cup')>50``, ``p('shelf')=='empty'``), an undeclared query or a variable
-        with any value."""
-        var = " | var" if v else ""
-        typed = {kind: [s for s in self.queries if s.returns == kind] for kind in ("bool", "float", "str", None)}
-        alts, rules = [], []
-        forms = {"bool": '" "? ("==" | "!=") " "? ("True" | "False")',
-                 "float": f'" "? cmp " "? (num | qfloat{var})',
-                 "str": f'" "? ("==" | "!=") " "? (text{var})',
-                 None: '" "? cmp " "? value'}
-        for kind, skills in typed.items():
-            if skills:
-                name = f"q{kind or 'any'}"
-                rules.append(f"{name} ::= " + " | ".join(_skill_call(s) for s in skills))
-                alts.append(f"{name} ({forms[kind]})" + ("?" if kind in ("bool", None) else ""))
-        if v:
-            alts.append(f"var ({forms[None]})?")
-        if not alts:     # conditionals without queries or variables: constants only
-            alts.append(f"value ({forms[None]})?")
-        rules.insert(0, "comparison ::= " + " | ".join(alts))
-        return rules
+    def _terminals(self) -> list[str]:
+        digits = f"-?(0|[1-9][0-9]{{0,{MAX_DIGITS - 1}}})"
+        out = [
+            "WS: /[ \\n]/",
+            "SEP: /, ?/",
+            f"INT: /{digits}/",
+            f"NUMBER: /{digits}(\\.[0-9]{{1,2}})?/",
+            f"TEXT: /'[a-zA-Z0-9][{STRING_CHARS}]{{0,{MAX_STRING - 1}}}'/",
+            "BOOL: \"True\" | \"False\"",
+        ]
+        if self.depth:
+            out += ["OPEN: /\\{ ?/", "CLOSE: /\\};?/"]
+        if self.conditionals:
+            out += ["EQUALS: / ?(==|!=) ?/", "ORDER: / ?(==|!=|>=|<=|>|<) ?/", "JOIN: / ?[&|] ?/"]
+        if self.objects:
+            out.append("OBJECT: " + " | ".join(_lit(_quoted(o)) for o in self.objects))
+        if self.loops:
+            for k, lo, hi in self._loop_classes():
+                out.append(f"LOOP{k}: /{_int_range(lo, hi)}/")
+        out += [f"{name}: /(?:{'|'.join(names)})\\(/" for names, name in self._heads.items()]
+        return out
 
-    # ----- values
-    def _value_rules(self, v: int) -> list[str]:
-        used = {k for s in self.skills for k in s.args}
-        if "return" in self.forms or "conditional" in self.forms:
-            used |= {"value", "any"}
-        if self.queries:
-            used |= {k for s in self.queries for k in s.args}
-        var = " | var" if v else ""
-        rules = {
-            "value": "any" + (" | query" if self.queries else ""),
-            "int": f"num{var}",
-            "str": f"text{var}",
-            "any": f"num | text | \"True\" | \"False\"{var}",
-        }
-        out = [f"{name} ::= {body}" for name, body in rules.items() if name in used]
-        if v:
-            out.append(f'var ::= "_" [1-{v}]')
+    def _loop_classes(self) -> list[tuple[int, int, int]]:
+        """(k, lowest count, highest count) of each class of loop counts, the highest a power of two 2**k: every
+        second power of two up to the reservation (each class is one lexeme; a count is charged as its class's
+        highest)."""
+        top = self.at.reserve
+        ks = sorted(range(top, -1, -2))
+        return [(k, 1 if i == 0 else (1 << ks[i - 1]) + 1, 1 << k) for i, k in enumerate(ks)]
+
+    def _calls(self, skills: list[SkillSpec], closed: bool = True) -> list[tuple[str, str]]:
+        """Alternatives calling any of ``skills``: one per argument signature, whose names and '(' are one lexeme
+        (a grammar's lexemes cost compile time); ``closed=False`` leaves out the ')'."""
+        by_args: dict[tuple[str, ...], list[str]] = {}
+        for skill in skills:
+            by_args.setdefault(skill.args, []).append(skill.short)
+        out = []
+        for args, names in by_args.items():
+            head = self._heads.setdefault(tuple(names), f"CALL{len(self._heads)}")
+            out.append((" ".join(p for p in (head, " SEP ".join(args), "\")\"" if closed else "") if p), ""))
         return out
 
 
-def _s(depth: int, left: int, acted: bool) -> str:
-    """The rule of a statement at ``depth`` with ``left`` statements left, ``acted``: an action came before."""
-    return f"s{depth}_{left}" + ("" if acted else "n")
+_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NAME = re.compile(r"[a-z_][a-z0-9_]*(::)?")
 
 
-def _e(depth: int, left: int, acted: bool) -> str:
-    """The rule of what may follow a statement ("" at the end of a plan that acted)."""
-    return "" if depth == 0 and left == 0 and acted else f"e{depth}_{left}" + ("" if acted else "n")
+def _render(rules: list[Rule]) -> list[str]:
+    """The rules as Lark text. A rule is parametric (``name::_``) when it reads the parameter: it has a condition,
+    updates the parameter for a rule it calls (``e0::incr(...)``) or calls a parametric rule, which then gets the
+    parameter as it is (``name::_``)."""
+    names = {head for head, _ in rules}
 
+    def references(body: str) -> list[tuple[str, bool]]:
+        """(rule name, called with an update or a value) of each rule the body calls, outside literals."""
+        out = []
+        for part in _LITERAL.split(body):
+            out += [(m.group(0).removesuffix("::"), bool(m.group(1))) for m in _NAME.finditer(part)
+                    if m.group(0).removesuffix("::") in names]
+        return out
 
-def _possible(left: int, acted: bool) -> bool:
-    """Whether a plan can still end well: it acted, or a statement is left to act."""
-    return acted or left > 0
+    def updates(body: str) -> bool:
+        """Whether the body calls a rule with an update of its own parameter (not a constant)."""
+        return bool(re.search(r"::[a-z_]+\(", body))
 
+    parametric = {head for head, alts in rules if any(cond or updates(body) for body, cond in alts)}
+    changed = True
+    while changed:
+        changed = False
+        for head, alts in rules:
+            if head not in parametric and any(r in parametric and not given for body, _ in alts
+                                              for r, given in references(body)):
+                parametric.add(head)
+                changed = True
 
-def _renamed(rule: str, names: set[str], suffix: str) -> str:
-    """The rule with every one of ``names`` it defines or mentions (outside literals) given ``suffix``."""
-    def rename(part: str) -> str:
-        return re.sub(r"[a-z_][a-z0-9_]*", lambda m: m.group(0) + suffix if m.group(0) in names else m.group(0), part)
+    def call(part: str) -> str:
+        return _NAME.sub(lambda m: m.group(0) + "::_" if m.group(0) in parametric and not m.group(1) else m.group(0),
+                         part)
 
-    pieces = re.split(r'("(?:[^"\\]|\\.)*"|\[[^\]]*\])', rule)     # literals and classes at odd indices
-    return "".join(p if i % 2 else rename(p) for i, p in enumerate(pieces))
-
-
-def _reachable(rules: list[str]) -> list[str]:
-    """The rules ``root`` reaches (itself included), in their order."""
-    bodies = dict(r.split(" ::= ", 1) for r in rules)
-    seen, todo = {"root"}, ["root"]
-    while todo:
-        body = re.sub(r'"(?:[^"\\]|\\.)*"|\[[^\]]*\]', " ", bodies[todo.pop()])   # names outside literals
-        for name in re.findall(r"[a-z_][a-z0-9_]*", body):
-            if name in bodies and name not in seen:
-                seen.add(name)
-                todo.append(name)
-    return [r for r in rules if r.split(" ::= ", 1)[0] in seen]
-
-
-def _seq(*parts: str) -> str:
-    return " ".join(p for p in parts if p)
-
-
-def _skill_call(skill: SkillSpec) -> str:
-    args = ' "," " "? '.join(skill.args)
-    return f'"{skill.short}(" {args} ")"' if args else f'"{skill.short}()"'
+    out = []
+    for head, alts in rules:
+        if len(alts) == 1 and not alts[0][1] and updates(alts[0][0]):
+            # llguidance 1.7 inlines a rule of one unconditional alternative into its caller, and its optimiser
+            # fails (a panic) when that alternative updates the parameter: a condition that always holds keeps it
+            alts = [(alts[0][0], ALWAYS)]
+        bodies = []
+        for body, cond in alts:
+            pieces = _LITERAL.split(body)
+            literals = _LITERAL.findall(body)
+            text = call(pieces[0]) + "".join(lit + call(piece) for lit, piece in zip(literals, pieces[1:]))
+            bodies.append(f"{text} %if {cond}" if cond else text)
+        out.append(f"{head}{'::_' if head in parametric else ''} : " + "\n    | ".join(bodies))
+    return out

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 from timely_llm_ros.core.request import SkillCall
 from timely_llm_ros.core.skills.program import (MAX_PLAN_CALLS, Assign, Compare, Condition, Conditional, Logic, Loop,
                                                 Operand, Return, Statement, Var, call_count, worst_case_calls)
-from timely_llm_ros.core.skills.spec import SkillSpec
+from timely_llm_ros.core.skills.spec import SkillSpec, shown_kind
 
 FORMS = ("call", "assign", "return", "loop", "conditional")
 MAX_LOOP = 1000
@@ -267,7 +267,7 @@ def _check(name: str, pos: int, values: list[Any], skills: Mapping[str, SkillSpe
         return
     for k, (kind, value) in enumerate(zip(spec.args, values), 1):
         if not _fits(kind, value):
-            problems.append(f"{name} argument {k} must be {kind}, got {value!r} at offset {pos}")
+            problems.append(f"{name} argument {k} must be {shown_kind(kind)}, got {value!r} at offset {pos}")
 
 
 def _plain_value(text: str) -> Any:

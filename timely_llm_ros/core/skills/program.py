@@ -9,12 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from timely_llm_ros.core.request import SkillCall
-
-# A plan's skill calls with its loops unrolled, at most (its worst case: every conditional's body taken). A plan over
-# it is refused before anything is unrolled: ``1000{1000{mf(1);}}`` is 18 characters and 10^6 calls. The server's
-# parameter max_plan_calls defaults to it; the plan grammar's bound on unrolled calls uses the same figure.
-MAX_PLAN_CALLS = 1000
+# MAX_PLAN_CALLS: a plan's skill calls with its loops unrolled, at most (its worst case: every conditional's body
+# taken). A plan over it is refused before anything is unrolled: ``1000{1000{mf(1);}}`` is 18 characters and 10^6
+# calls. The server's parameter max_plan_calls defaults to it; the plan grammar's bound on unrolled calls is the same.
+from timely_llm_ros.core.request import MAX_PLAN_CALLS, SkillCall  # noqa: F401  (MAX_PLAN_CALLS re-exported)
 
 
 class Var(str):

@@ -5,9 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-ARG_KINDS = ("int", "str", "any")
+ARG_KINDS = ("int", "str", "object", "any")   # "object": a str naming an object in the scene (grounded decoding)
 SKILL_KINDS = ("action", "query")
 RETURN_KINDS = ("bool", "float", "str")
+
+
+def shown_kind(kind: str) -> str:
+    """An argument kind as prompts and messages show it: an object is a str (only grounded decoding tells them
+    apart)."""
+    return "str" if kind == "object" else kind
 
 
 @dataclass(frozen=True)
@@ -19,7 +25,7 @@ class SkillSpec:
 
     short: str
     long: str
-    args: tuple[str, ...]   # each of ARG_KINDS; "int" accepts any number
+    args: tuple[str, ...]   # each of ARG_KINDS; "int" accepts any number, "object" is a str that names an object
     kind: str               # "action" makes a segment executable; "query" does not
     returns: str | None = None  # a query's value: one of RETURN_KINDS (None: not declared, any of them)
     arg_names: tuple[str, ...] = ()   # one per argument, or () when the skill set names none
@@ -30,9 +36,10 @@ class SkillSpec:
         return self.kind == "action"
 
     def signature(self) -> str:
-        """How a prompt shows the call: ``mf(cm: int)``, ``iv(object: str) -> bool``."""
+        """How a prompt shows the call: ``mf(cm: int)``, ``iv(object: str) -> bool`` (an object is a str to the
+        model: only grounded decoding tells them apart)."""
         names = self.arg_names or tuple(f"arg{i + 1}" for i in range(len(self.args)))
-        params = ", ".join(f"{n}: {k}" for n, k in zip(names, self.args))
+        params = ", ".join(f"{n}: {shown_kind(k)}" for n, k in zip(names, self.args))
         return f"{self.short}({params})" + (f" -> {self.returns}" if self.returns else "")
 
     @classmethod

@@ -23,13 +23,13 @@ from typing import Any, Mapping, Sequence
 from timely_llm_ros.core.request import SkillCall
 from timely_llm_ros.core.skills.program import (Assign, Condition, Conditional, Logic, Loop, Operand, Return,
                                                 Statement, Var)
-from timely_llm_ros.core.skills.spec import SkillSpec
+from timely_llm_ros.core.skills.spec import SkillSpec, shown_kind
 
 ANY = "any"           # a value of any kind (a query without declared returns)
 NONE = "no value"     # what an action gives
 MIXED = "mixed"       # a variable whose kind depends on the path taken
 _ORDERING = (">", "<", ">=", "<=")
-_ARG_KINDS = {"int": "float", "str": "str"}    # a skill's argument kind -> the value kind it takes
+_ARG_KINDS = {"int": "float", "str": "str", "object": "str"}    # a skill's argument kind -> the value kind it takes
 
 
 def value_kind(value: Any) -> str:
@@ -124,7 +124,8 @@ class PlanChecker:
                 continue
             need = _ARG_KINDS.get(wanted)
             if got == NONE or (need is not None and got not in (need, ANY)):
-                problems.append(f"{call.name} argument {k} must be {wanted}, but {_show(arg)} gives {_say(got)}")
+                problems.append(f"{call.name} argument {k} must be {shown_kind(wanted)}, but {_show(arg)} gives "
+                                f"{_say(got)}")
         if not spec.is_action:
             return spec.returns or ANY
         return NONE

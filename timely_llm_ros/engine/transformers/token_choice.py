@@ -10,7 +10,7 @@ import torch
 
 from timely_llm_ros.core.engine import StepResult
 from timely_llm_ros.engine.transformers.generation_state import GenerationState
-from timely_llm_ros.engine.grammar import GrammarCompiler, RowMasks, advance
+from timely_llm_ros.engine.grammar import GrammarCompiler, TokenMasks, advance
 from timely_llm_ros.engine.transformers.sampling import SamplingParams, choose_tokens
 
 
@@ -23,20 +23,20 @@ class TokenChoice:
         self.sampling = sampling
         self.eos_ids = eos_ids
         self.grammars: GrammarCompiler | None = None
-        self.masks: RowMasks | None = None
+        self.masks: TokenMasks | None = None
 
     def grammar_compiler(self) -> GrammarCompiler:
         """The compiler of this model's tokenizer (made on first use, with the mask buffer)."""
         if self.grammars is None:
             self.grammars = GrammarCompiler(self.tokenizer, self.vocab_size, self.eos_ids)
-            self.masks = RowMasks(self.vocab_size)
+            self.masks = TokenMasks(self.vocab_size)
         return self.grammars
 
     def choose(self, logits: torch.Tensor, gens: list[GenerationState]) -> list[int]:
         """The next token of each row of ``logits [rows, vocab]`` (sampling.py), a constrained generation's among the
         tokens its grammar allows. Called once a forward has returned: on a GPU the masks are filled on the CPU while
-        the forward's kernels still execute; greedy rows on a CPU are masked only where their top token is not
-        allowed."""
+        the forward's kernels still execute; greedy rows on a CPU are masked only where their grammar refuses their
+        best token."""
         matchers = [g.matcher for g in gens]
         if self.masks is not None and any(m is not None for m in matchers):
             if self.sampling.greedy and logits.device.type == "cpu":

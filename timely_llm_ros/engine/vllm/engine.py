@@ -84,6 +84,7 @@ class VllmEngine(GenerationTable, Engine):
         import torch
 
         from vllm import SamplingParams
+        from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import EngineArgs
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
         from vllm.v1.engine.llm_engine import LLMEngine
@@ -114,6 +115,8 @@ class VllmEngine(GenerationTable, Engine):
             distributed_executor_backend=opts.distributed_executor_backend, enforce_eager=opts.enforce_eager,
             scheduler_cls=ChosenSetScheduler, async_scheduling=False, disable_log_stats=True,
             max_num_batched_tokens=opts.max_num_batched_tokens,
+            # grammars are Lark for llguidance (core/skills/grammar.py): vLLM's guidance backend takes them as they are
+            structured_outputs_config=StructuredOutputsConfig(backend="guidance"),
         )
         if max_model_len is None:
             args.max_model_len = _context_in_pool(path, opts, torch)
@@ -191,6 +194,21 @@ class VllmEngine(GenerationTable, Engine):
         gen = _Gen(gen_id, req_id, prompt, max_new)
         self._released.discard(gen_id)
         self._gens[gen_id] = gen
+        if grammar is not None:
+            self._await_grammar(gen)
+
+    def _await_grammar(self, gen: _Gen) -> None:
+        """Wait until vLLM has compiled the generation's grammar (it compiles on a worker thread, and a request whose
+        grammar is not ready sits out the steps meanwhile: a chosen generation would emit nothing); EngineError, the
+        generation released, when the grammar does not compile."""
+        request = self._sched.requests.get(gen.req_id)
+        pending = getattr(getattr(request, "structured_output_request", None), "_grammar", None)
+        try:
+            if hasattr(pending, "result"):
+                pending.result()
+        except Exception as exc:
+            self.release(gen.gen_id)
+            raise EngineError(f"add: generation {gen.gen_id!r}: its grammar does not compile: {exc}") from exc
 
     def suspend(self, gen_id: str) -> None:
         gen = self._get(gen_id, "suspend")

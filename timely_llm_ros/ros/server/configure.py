@@ -56,7 +56,7 @@ def configure(node) -> None:
             node.trace = None
         raise ConfigureError(f"{type(exc).__name__}: {exc}") from exc
     node.limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
-                             max_new_tokens=p.max_new_tokens)
+                             max_new_tokens=p.max_new_tokens, max_plan_calls=p.max_plan_calls)
     node.loop = SchedulerThread(node.scheduler, node.events.handle, on_idle=node.state.on_idle,
                                 trace=node.state.trace_step if node.trace is not None else None)
     _start_clients(node)
@@ -117,7 +117,7 @@ def _load(node):
     node.skill_sets, node.urgency_classes = stack.setup.skill_sets, dict(stack.urgency_classes)
     check = stack.class_check
     node.health.set_standing(check.warnings if check else [], check.diagnostic_values(stack.fit) if check else {})
-    if node.grammar:      # compiled now, not when the first goal of each robot type arrives (~0.3-1 s)
+    if node.grammar:      # each robot type's grammar with free object slots, compiled now rather than at its first goal
         t_grammar = time.monotonic()
         node.scheduler.prepare_grammars()
         log.info(f"grammars compiled in {time.monotonic() - t_grammar:.2f} s")

@@ -188,16 +188,20 @@ class GoalIntake:
         self._enter(session, req)
 
     def _enter(self, session: GoalSession, req: PlanRequest) -> None:
-        """Check the robot's type against its executor's status, then hand the request to the scheduler thread."""
+        """Check the robot's type against its executor's status, then hand the request to the scheduler thread (its
+        plan may call only the skills the executor advertises; the skill set's own when it has not reported)."""
         node = self._node
         if not session.dry_run and node.directory is not None:
             # WRONG_ROBOT_TYPE before anything is generated, when the agent's executor serves another robot type
+            status = node.directory.status(req.agent_id)
             try:
-                check_robot_type(req.agent_id, req.robot_type, node.directory.status(req.agent_id))
+                check_robot_type(req.agent_id, req.robot_type, status)
             except RequestError as err:
                 node.get_logger().warning(f"[{session.req_id}] {err.code.name}: {err.message}")
                 session.end(bare_outcome(session, err.code, err.message))
                 return
+            if status is not None and status.skills:
+                req.skills = tuple(sorted(status.skills))
         loop = node.loop
         if session.ended:
             return
@@ -208,16 +212,20 @@ class GoalIntake:
         loop.post(lambda s: node.events.submit(s, req, session))
         loop.announce(req)      # an engine step in flight may end early for it (policy parameter interrupt)
         node.get_logger().info(f"[{session.req_id}] {req.agent_id} ({req.robot_type}, "
-                               f"{req.urgency or 'custom TUF'}): {req.task!r}")
+                               f"{req.urgency or 'custom TUF'}{'' if req.constrained else ', unconstrained'}): "
+                               f"{req.task!r}")
 
     def _log_outcome(self, session: GoalSession, outcome) -> None:
         log = self._node.get_logger()
+        # a goal that said `unconstrained` on a server that applies the grammar is reported apart
+        free = (" (unconstrained: decoded without its grammar)"
+                if self._node.grammar and outcome.req.robot_type and not outcome.req.constrained else "")
         if outcome.ok:
-            log.info(f"[{session.req_id}] {session.agent_id} done: {len(outcome.segments)} segments, "
+            log.info(f"[{session.req_id}] {session.agent_id} done{free}: {len(outcome.segments)} segments, "
                      f"response {outcome.response_time:.2f} s, waiting {outcome.waiting_time:.2f} s, "
                      f"utility {outcome.utility:.2f} (segments {outcome.total_utility:.2f})")
         else:
-            log.warning(f"[{session.req_id}] {session.agent_id} ended {outcome.state.value}: "
+            log.warning(f"[{session.req_id}] {session.agent_id} ended {outcome.state.value}{free}: "
                         f"{outcome.error_code.name}: {outcome.message}")
 
     # ------------------------------------------------------------------ shutdown

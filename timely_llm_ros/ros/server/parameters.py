@@ -31,6 +31,7 @@ class ServerParams:
     max_task_chars: int = 2000
     max_context_chars: int = 8000
     max_new_tokens: int = 512
+    max_plan_calls: int = MAX_PLAN_CALLS
     max_prompt_tokens: int = 2048
     max_queued: int = 256
     urgency_classes_file: str = ""
@@ -61,7 +62,6 @@ class ServerParams:
     starvation_drops: int = 3
     hardware_fit: bool = True
     scale_unmet_classes: float = 0.0
-    max_plan_calls: int = MAX_PLAN_CALLS
 
 
 _DESCRIPTIONS = {
@@ -80,9 +80,9 @@ _DESCRIPTIONS = {
                         "~/.cache/timely_llm_ros/models (the same for a venv and a colcon install)", None),
     "adapter": ("a LoRA adapter folder (timely_adapt) merged into the model's weights, instead of the model entry's "
                 "`adapter:`; empty = the entry's; `none` = no adapter", None),
-    "grammar": ("constrain decoding to each robot type's skill language (core/skills/grammar.py): auto (the model "
-                "entry's `grammar` field: off for the embedded planner, on for smollm2) | on | off; a goal's "
-                "`unconstrained` turns it off for that goal", None),
+    "grammar": ("grounded decoding: constrain each plan to its robot's skills and scene objects "
+                "(core/skills/grammar.py): auto (the model entry's `grammar` field, on for every shipped entry) | on "
+                "| off; a goal's `unconstrained` turns it off for that goal", None),
     "device": ("auto | cpu | cuda (auto = cuda when present)", None),
     "dtype": ("auto | float32 | bfloat16 | float16 (auto = float32 on cpu, bfloat16 on cuda)", None),
     "num_threads": ("torch CPU threads for the engine; 0 = torch's default (1 is steadier on a shared 2-core box)",
@@ -165,8 +165,9 @@ _DESCRIPTIONS = {
                             "(alpha divided by the same factor; logged as a warning); goals with their own "
                             "ert/alpha/beta are never changed; 0 = keep the classes as configured and warn",
                             (0.0, 1000.0)),
-    "max_plan_calls": ("a plan's skill calls with its loops unrolled (every conditional's body counted), at most; a "
-                       "plan over it ends INVALID_PLAN at the statement that passes it, counted before anything is "
+    "max_plan_calls": ("a plan's skill calls with its loops unrolled (every conditional's body counted), at most: "
+                       "grounded decoding writes no plan beyond it (core/skills/grammar.py); an unconstrained plan "
+                       "over it ends INVALID_PLAN at the statement that passes it, counted before anything is "
                        "unrolled (1000{1000{mf(1);}} is 10^6 calls)", (1, 1_000_000)),
 }
 
