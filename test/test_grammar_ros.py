@@ -28,8 +28,8 @@ def test_a_server_given_an_unknown_grammar_mode_says_which_exist_and_exits_1():
 
 
 def test_the_server_constrains_goals_under_grammar_on_unless_a_goal_says_unconstrained():
-    """The embedded planner's entry has the grammar off; grammar:=on turns it on: the goal's plan parses and ends
-    DONE, while the same goal with unconstrained: true ends INVALID_PLAN as the planner alone does."""
+    """Under grammar:=on (the embedded planner entry's default too) the goal's plan parses and ends DONE, while the
+    same goal with unconstrained: true ends INVALID_PLAN as the planner alone does."""
     arm = load_skill_sets()["arm"]
     server = start_server("grammar:=on")
     try:

@@ -123,11 +123,12 @@ def context_objects(context: str) -> tuple[str, ...]:
 def task_phrases(task: str, max_words: int = 3) -> tuple[str, ...]:
     """Phrases of the task that may name an object: each run of words between function words (STOPWORDS), and the
     run's endings of up to ``max_words`` words (an English noun phrase ends in its noun: "coin purse", "purse").
-    "where did I leave my coin purse?" gives leave, coin purse, purse (and coin)."""
+    "where did I leave my coin purse?" gives leave, coin purse, purse (and coin). Numbers and one-letter words
+    (coordinates, axis names: "at x 10, y 55") separate runs as function words do: they name no object."""
     words = _WORD.findall(task.lower())
     runs: list[list[str]] = [[]]
     for w in words:
-        if w in STOPWORDS or w.isdigit():
+        if w in STOPWORDS or w.isdigit() or len(w) == 1:
             runs.append([])
         else:
             runs[-1].append(w)
