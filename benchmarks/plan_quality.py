@@ -3,7 +3,7 @@
 robot would live each plan: does it parse, run, name only what is in the scene, give the key objects their roles,
 and achieve its task (docs/plan_quality.md).
 
-    python benchmarks/plan_quality.py [--configs embedded,smollm2-grammar] [--split all|dev|test|heldout]
+    python benchmarks/plan_quality.py [--configs embedded,smollm2-grammar] [--split all|headline|dev|test|heldout]
         [--robot-types drone,arm] [--limit N] [--policy fcfs] [--max-batch 8] [--threads 1] [--out out/plan_quality]
 
 Every plan comes through the server's own generation path: the engine the composition root (stack.py) builds for the
@@ -347,7 +347,8 @@ def write_outputs(out: Path, passes: Sequence[Pass]) -> None:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", default="embedded", help=f"comma-separated; known: {', '.join(CONFIGURATIONS)}")
-    ap.add_argument("--split", default="all", choices=("all", *SPLITS))
+    ap.add_argument("--split", default="all", choices=("all", "headline", *SPLITS),
+                    help="headline: the test and heldout splits only (the dev split is for choosing prompts)")
     ap.add_argument("--robot-types", default="", help="comma-separated (default: every file in config/eval)")
     ap.add_argument("--limit", type=int, default=0, help="first N tasks per robot type (0: all)")
     ap.add_argument("--policy", default="fcfs", help="a non-dropping policy: fcfs | vllm-stream | vllm")
@@ -368,7 +369,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown or not names:
         raise SystemExit(f"unknown configurations {unknown}; known: {', '.join(CONFIGURATIONS)}")
     robot_types = [r.strip() for r in args.robot_types.split(",") if r.strip()] or None
-    tasks = load_eval_tasks(robot_types, None if args.split == "all" else args.split)
+    if args.split == "headline":
+        tasks = [t for t in load_eval_tasks(robot_types) if t.split in HEADLINE_SPLITS]
+    else:
+        tasks = load_eval_tasks(robot_types, None if args.split == "all" else args.split)
     if args.limit:
         tasks = [t for rt in dict.fromkeys(t.robot_type for t in tasks)
                  for t in [t for t in tasks if t.robot_type == rt][:args.limit]]
