@@ -144,7 +144,7 @@ def take_sample(run, goals: int, t0: float) -> Sample:
 def long_soak(run, agents: list[str], n_goals: int, warmup: int, n_samples: int) -> tuple[list[Row], list[Sample]]:
     """The warm-up's row and the long soak's, and the samples (the first taken right after the warm-up)."""
     mixed = MixedGoals(run, agents)
-    warm = Row("soak warm-up")
+    warm = Row("soak warm-up", rss_before=run.server.rss_mb())
     print(f"[stress] long soak: {warmup} mixed goals of warm-up, then {n_goals}", flush=True)
     send_mixed(run, mixed, warmup, "soak warm-up", warm)
     warm.crashes = 0 if run.server.alive else 1
@@ -158,9 +158,11 @@ def long_soak(run, agents: list[str], n_goals: int, warmup: int, n_samples: int)
               f"{s.python_heap_mib:.1f} MiB, {s.ros_entities} ROS entities, {s.threads} threads", flush=True)
 
     sample(0)
-    soak = Row("long soak")
+    warm.rss_after = samples[0].rss_mib
+    soak = Row("long soak", rss_before=samples[0].rss_mib)
     send_mixed(run, mixed, n_goals, "long soak", soak, every=max(1, n_goals // n_samples), on_sample=sample)
     soak.crashes = 0 if run.server.alive else 1
+    soak.rss_after = samples[-1].rss_mib
     return [warm, soak], samples
 
 
