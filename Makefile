@@ -19,7 +19,8 @@ help:
 	@echo "make adapt MODEL=smollm2 ROBOT=drone,arm  train a LoRA adapter of a model entry for robot types"
 	@echo "           (SKILLS_DIR=a team's folder, OUT=adapter folder, MINUTES=time budget, DEVICE=cuda)"
 	@echo "make colcon-test  colcon build + colcon test of the package against .venv (colcon in build/colcon_venv)"
-	@echo "make stress reliability suite on loopback (STRESS_SOAK_S=60 for a short soak; docs/stress.md)"
+	@echo "make stress reliability suite on loopback (STRESS_SOAK_S=60 for a short soak; SOAK_GOALS=50000 for the"
+	@echo "                 long mode: memory over many mixed goals; docs/stress.md)"
 
 setup:
 	@tools/setup_venv.sh
@@ -74,10 +75,13 @@ clean:
 
 # Reliability suite (tools/stress/run.py): real server + executors + clients on loopback; prints a table and
 # exits non-zero on any lost goal, wrong error code, crash or leak. `make stress STRESS_SOAK_S=60` for a short soak.
+# `make stress SOAK_GOALS=50000`: the long mode instead (memory over many mixed goals; table and plot in
+# build/stress_soak/).
 STRESS_SOAK_S ?= 600
+SOAK_GOALS ?=
 .PHONY: stress
 stress: setup
-	$(PY) tools/stress/run.py --soak-s $(STRESS_SOAK_S)
+	$(PY) tools/stress/run.py $(if $(SOAK_GOALS),--soak-goals $(SOAK_GOALS),--soak-s $(STRESS_SOAK_S))
 
 # `colcon test` without a ROS install (tools/colcon_test.sh): colcon from PyPI into build/colcon_venv, the workspace in
 # build/colcon_ws, the venv's ROS 2 wheels as the underlay. Prints `colcon test-result --all --verbose`, fails on any

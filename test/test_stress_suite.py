@@ -1,7 +1,7 @@
 """The reliability suite (tools/stress, `make stress`) itself runs: a reduced configuration of every phase.
 
-Its verdict is not asserted (on a server with known gaps it is expected to report failures: that is its job);
-what is checked is that the suite runs to its table, sends what it was asked to, and scores every goal."""
+The suite runs to its table, sends what it was asked to, scores every goal, and its verdict is PASS: no lost goal,
+no unexpected code, no crash, no generation left running, no leak, every process exits 0 on SIGINT."""
 from __future__ import annotations
 
 import re
@@ -11,13 +11,13 @@ import sys
 from ros_harness import REPO, ros_env
 
 
-def test_reduced_stress_run_reports_every_phase():
+def test_reduced_stress_run_passes_every_phase():
     cmd = [sys.executable, "tools/stress/run.py", "--fuzz", "30", "--aborts", "2", "--hangs", "1", "--kills", "1",
            "--cancels", "8", "--burst", "12", "--soak-agents", "6", "--soak-s", "3", "--result-timeout", "5",
            "--plans", "30", "--seed", "2"]
     proc = subprocess.run(cmd, cwd=REPO, env=ros_env(), capture_output=True, text=True, timeout=400)
     out = proc.stdout + proc.stderr
-    assert proc.returncode in (0, 1), out[-5000:]  # 2 = the suite itself could not run
+    assert proc.returncode != 2, out[-5000:]  # 2 = the suite itself could not run
     rows = {m.group(1): [c.strip() for c in m.group(2).split("|")]
             for m in re.finditer(r"^\| (fuzz|faults|cancels|burst|soak|plans) \|(.*)\|$", out, re.M)}
     assert list(rows) == ["fuzz", "faults", "cancels", "burst", "soak", "plans"], out[-5000:]
@@ -25,7 +25,7 @@ def test_reduced_stress_run_reports_every_phase():
     assert rows["fuzz"][0] == "31" and rows["cancels"][0] == "8" and rows["burst"][0] == "12"
     assert rows["faults"][0] == "5"  # 2 aborts + 1 hang + 1 kill mid-segment + 1 goal after the kill
     assert int(rows["soak"][0]) >= 6
-    assert ("PASS" in out) == (proc.returncode == 0)
+    assert proc.returncode == 0 and "PASS" in out, out[-5000:]
 
 
 def test_request_lines_keep_the_newest_lines_of_the_newest_requests():

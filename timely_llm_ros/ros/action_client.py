@@ -198,12 +198,26 @@ class ActionClient(_RclpyActionClient):
             backlog.append(message)
 
     async def execute(self, taken_data) -> None:
-        """Feedback taken with a result reaches its callbacks first, then rclpy handles the rest."""
+        """Feedback taken with a result reaches its callbacks first, then rclpy handles the rest; a rejected goal's
+        feedback callback is let go (rclpy lets one go only when its result arrives, and a rejected goal has none)."""
         for message in taken_data.pop("feedback_backlog", ()):
             callback = self._feedback_callbacks.get(bytes(message.goal_id.uuid))
             if callback is not None:
                 await await_or_execute(callback, message)
+        rejected = None
+        if "goal" in taken_data:
+            sequence_number, response = taken_data["goal"]
+            if not response.accepted:
+                rejected = self._goal_sequence_number_to_goal_id.get(sequence_number)
         await super().execute(taken_data)
+        if rejected is not None:
+            self.stop_feedback(rejected)
+
+    def stop_feedback(self, goal_id) -> None:
+        """Let go of this goal's feedback callback: for a goal whose result will not be asked for (withdrawn before
+        its response came), which rclpy would otherwise keep, with all the callback holds, for the client's life."""
+        with self._lock:
+            self._feedback_callbacks.pop(bytes(goal_id.uuid), None)
 
     def server_is_ready(self) -> bool:
         """Whether the action server is in the graph; False once this client is destroyed (any thread: the plan

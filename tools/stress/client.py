@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
@@ -57,6 +58,9 @@ class StressClient:
         self.state: SchedulerState | None = None
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._sub = self.node.create_subscription(SchedulerState, "/timely_server/state", self._on_state, latched)
+        self.diagnostics: dict[str, str] = {}      # the server's latest /diagnostics key-values
+        self.diagnostics_at = 0.0                  # when they arrived (monotonic s)
+        self._diag_sub = self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self.records: list[GoalRecord] = []
         self._lock = threading.Lock()
         self.executor = SingleThreadedExecutor(context=self.context)
@@ -72,6 +76,28 @@ class StressClient:
 
     def _on_state(self, msg: SchedulerState) -> None:
         self.state = msg
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name.startswith("timely_server"):
+                self.diagnostics = {kv.key: kv.value for kv in status.values}
+                self.diagnostics_at = time.monotonic()
+
+    def fresh_diagnostics(self, timeout: float) -> dict[str, str]:
+        """The server's next /diagnostics values (published after this call); {} when none came in time."""
+        asked = time.monotonic()
+        end = asked + timeout
+        while time.monotonic() < end:
+            if self.diagnostics_at > asked:
+                return dict(self.diagnostics)
+            time.sleep(0.05)
+        return {}
+
+    def forget(self, records: list[GoalRecord]) -> None:
+        """Stop keeping these (ended) records: a long run keeps only the goals still open."""
+        gone = {id(r) for r in records}
+        with self._lock:
+            self.records = [r for r in self.records if id(r) not in gone]
 
     def wait_for_server(self, timeout: float) -> bool:
         return self.client.wait_until_answering(timeout_sec=timeout)
@@ -136,5 +162,6 @@ class StressClient:
         self._spin.join(5.0)
         self.client.destroy()
         self.node.destroy_subscription(self._sub)
+        self.node.destroy_subscription(self._diag_sub)
         self.node.destroy_node()
         rclpy.try_shutdown(context=self.context)

@@ -7,6 +7,10 @@ through the segmenter, the interpreter and the estimator (plans: test/test_plan_
 Prints one table row per phase and exits 1 when any phase finds a problem (server crash, goal without a response or terminal result, an error code
 other than the one its category must get, generations left running, server RSS up > 10%), 2 when the suite itself
 could not run. Use a ROS_DOMAIN_ID of your own.
+
+The long mode (--soak-goals N) runs instead a warm-up of mixed goals and then N more (long_soak.py), sampling the
+server's RSS, Python heap, ROS entities and threads; it fails when RSS grows more than --max-rss-growth after the
+warm-up or the entity or thread count grows, and writes its table and plot to --out.
 """
 from __future__ import annotations
 
@@ -44,6 +48,15 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="random plans in the plans phase, over all robot types (0: skip it)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--server-param", action="append", default=[], help="extra server parameter name:=value")
+    long = p.add_argument_group("long mode (memory over many goals)")
+    long.add_argument("--soak-goals", type=int, default=0,
+                      help="run the long mode instead of the phases: this many mixed goals after the warm-up")
+    long.add_argument("--soak-warmup", type=int, default=2000, help="mixed goals before the first sample")
+    long.add_argument("--samples", type=int, default=25, help="samples after the first, one every N/samples goals")
+    long.add_argument("--max-rss-growth", type=float, default=0.02,
+                      help="largest RSS growth from the first sample to the last (0.02: 2%%)")
+    long.add_argument("--out", type=Path, default=Path("build/stress_soak"),
+                      help="folder for the long mode's samples.csv, summary.md and memory.png")
     return p.parse_args(argv)
 
 
@@ -51,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     from client import StressClient  # rclpy: imported after argument parsing (--help works anywhere)
 
     opts = _args(argv)
+    if opts.soak_goals > 0:
+        return long_main(opts)
     t_start = time.monotonic()
     soak_agents = [f"s_{i}" for i in range(opts.soak_agents)]
     pool = [f"c_{i}" for i in range(4)]
@@ -125,6 +140,74 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     _print_request_lines(rows, children)
     return _verdict(rows, exits, children, run.notes, time.monotonic() - t_start)
+
+
+LONG_AGENTS = 20   # executors of the long mode's valid goals (one host process)
+
+
+def long_main(opts: argparse.Namespace) -> int:
+    """The long mode: executors, a server tracing its Python heap, the mixed goals; table, plot and verdict."""
+    from client import StressClient
+    import long_soak
+
+    t_start = time.monotonic()
+    agents = [f"m_{i}" for i in range(LONG_AGENTS)]
+    children: list = []
+    client = None
+    rows: list[Row] = []
+    samples: list = []
+    try:
+        host = start_executors("executors", [(a, "drone") for a in agents], "time_scale:=0.02", "queue_size:=64",
+                               "log_timing:=false")
+        children.append(host)
+        host.wait_ready(240)
+        # a goal to an agent no executor serves waits executor_discovery_timeout_s on one of the server's four
+        # discovery threads: 0.5 s keeps those goals from crowding the others out at the long mode's rate
+        server = start_server(agents, ["trace_python_heap:=true", "log_timing:=false",
+                                       "executor_discovery_timeout_s:=0.5", *opts.server_param])
+        children.insert(0, server)
+        server.wait_ready(240)
+        client = StressClient()
+        if not client.wait_for_server(30):
+            raise RuntimeError("no /plan action server")
+        if not server.wait_for("all expected executors discovered", 60):
+            raise RuntimeError("the server did not discover every executor in 60 s")
+        run = phases.Run(client, server, [host], random.Random(opts.seed), opts.seed, outstanding=opts.outstanding,
+                         result_timeout_s=opts.result_timeout)
+        phases.warm_up(run, agents[0])
+        try:
+            rows, samples = long_soak.long_soak(run, agents, opts.soak_goals, opts.soak_warmup, opts.samples)
+        except phases.ServerDied:
+            print(f"[stress] the server died (exit {server.proc.returncode}); its last lines:\n  "
+                  + "\n  ".join(list(server.tail)[-25:]), flush=True)
+            rows = [Row("long soak", crashes=1)]
+        for row in rows:
+            row.left_running = _settle(client, 30.0)
+    except Exception as exc:  # the suite could not run: say why, with the server's last lines
+        print(f"[stress] suite error: {type(exc).__name__}: {exc}", flush=True)
+        for c in children:
+            if not c.alive:
+                print(f"[stress] {c.name} exited {c.proc.returncode}:\n  " + "\n  ".join(list(c.tail)[-15:]))
+        _stop(children, client)
+        return 2
+    exits = _stop(children, client)
+    text = table(rows)
+    print(text)
+    problems = [f"phase {r.phase}: FAIL" for r in rows if not r.ok]
+    if len(samples) >= 2:
+        result = long_soak.verdict(samples, opts.max_rss_growth)
+        problems += result.problems
+        print("\n" + long_soak.samples_table(samples))
+        long_soak.write_outputs(opts.out, samples, text, result, opts.max_rss_growth)
+        print(f"\n[stress] samples, table and plot in {opts.out}/")
+    else:
+        problems.append("fewer than two memory samples")
+    bad_exit = {n: e for n, e in exits.items() if e != 0}
+    if bad_exit:
+        problems.append(f"processes that did not exit 0 on SIGINT: {bad_exit}")
+    print(f"\n[stress] long soak {time.monotonic() - t_start:.0f} s; "
+          + ("PASS" if not problems else "FAIL: " + "; ".join(problems)))
+    return 0 if not problems else 1
 
 
 def _print_request_lines(rows: list[Row], children) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
+import tracemalloc
 
 from rclpy.action import ActionServer, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -56,6 +57,8 @@ class PlanServerNode(LifecycleNode):
     def __init__(self, **kwargs) -> None:
         super().__init__("timely_server", **kwargs)
         self.params: ServerParams = declare_server_params(self)
+        if self.params.trace_python_heap and not tracemalloc.is_tracing():
+            tracemalloc.start()          # before the model loads: the heap it reports is all the server holds
         self.stop_flag = None            # set by spin_node: SIGINT/SIGTERM
         self.exit_code = 0
         self.active = False
@@ -92,7 +95,8 @@ class PlanServerNode(LifecycleNode):
                                     handle_accepted_callback=self.intake.on_accepted,
                                     cancel_callback=self.intake.on_cancel,
                                     goal_service_qos_profile=_DEEP, result_service_qos_profile=_DEEP,
-                                    cancel_service_qos_profile=_DEEP, feedback_pub_qos_profile=QoSProfile(depth=1000))
+                                    cancel_service_qos_profile=_DEEP, feedback_pub_qos_profile=QoSProfile(depth=1000),
+                                    result_timeout=p.result_keep_s)
         self.add_on_set_parameters_callback(lambda params: check_runtime_update(self, params))
         self.get_logger().info(f"timely_server up (unconfigured): action /plan, autostart={self.params.autostart}")
 

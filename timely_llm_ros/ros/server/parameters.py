@@ -34,6 +34,7 @@ class ServerParams:
     max_plan_calls: int = MAX_PLAN_CALLS
     max_prompt_tokens: int = 2048
     max_queued: int = 256
+    result_keep_s: float = 10.0
     urgency_classes_file: str = ""
     state_period_s: float = 0.5
     expected_agents: list = None  # type: ignore[assignment]  (declared as a string array)
@@ -62,6 +63,7 @@ class ServerParams:
     starvation_drops: int = 3
     hardware_fit: bool = True
     scale_unmet_classes: float = 0.0
+    trace_python_heap: bool = False
 
 
 _DESCRIPTIONS = {
@@ -99,6 +101,10 @@ _DESCRIPTIONS = {
     "max_prompt_tokens": ("longest prompt (tokens) accepted", (16, 1_000_000)),
     "max_queued": ("Plan goals accepted and not yet finished, at most; a goal beyond it ends at once with "
                    "OVERLOADED (41): retry later", (1, 4096)),
+    "result_keep_s": ("seconds the server keeps a finished goal (its handle, request and result) so that a client "
+                      "can still ask for its result; memory then holds about goal rate x this many goals. rclpy's "
+                      "own default depends on the ROS 2 release (900 s before ros2/rclpy#1171, e.g. Humble: a busy "
+                      "server then grows for 15 minutes; 10 s in Kilted)", (1.0, 3600.0)),
     "urgency_classes_file": ("YAML of named urgency classes; empty = config/urgency_classes.yaml", None),
     "state_period_s": ("period of the latched ~/state topic", (0.05, 60.0)),
     "expected_agents": ("robot namespaces whose executors are discovered and handshaken at start-up (others on "
@@ -169,6 +175,10 @@ _DESCRIPTIONS = {
                        "grounded decoding writes no plan beyond it (core/skills/grammar.py); an unconstrained plan "
                        "over it ends INVALID_PLAN at the statement that passes it, counted before anything is "
                        "unrolled (1000{1000{mf(1);}} is 10^6 calls)", (1, 1_000_000)),
+    "trace_python_heap": ("trace the Python heap with tracemalloc from start-up: /diagnostics then shows "
+                          "python_heap_mib, what the server's Python objects hold (tensor storage and the middleware's "
+                          "memory are not in it); every allocation costs more while it traces (make stress's long "
+                          "soak turns it on to tell a Python leak from a native one)", None),
 }
 
 

@@ -147,7 +147,7 @@ class SegmentDispatcher:
             return
         if self.log_timing:
             self._node.get_logger().info(f"segment timing {req_id} {seg.index} sent {time.monotonic():.6f}")
-        future.add_done_callback(lambda f: self._on_goal_response(key, f))
+        future.add_done_callback(lambda f: self._on_goal_response(key, agent, f))
 
     def withdraw(self, req_id: str, indices: Iterable[int]) -> None:
         """Cancel these segments at their robot, the last one first (the robot's executor then never starts a later
@@ -200,7 +200,7 @@ class SegmentDispatcher:
         for client in clients:
             client.destroy()
 
-    def _on_goal_response(self, key: tuple[str, int], future) -> None:
+    def _on_goal_response(self, key: tuple[str, int], agent: str, future) -> None:
         now = time.monotonic()
         req_id, index = key
         try:
@@ -214,9 +214,13 @@ class SegmentDispatcher:
                 goal.handle = handle
                 if goal.withdrawn:
                     del self._goals[key]
-        if goal is None or goal.withdrawn:   # withdrawn meanwhile
+        if goal is None or goal.withdrawn:   # withdrawn meanwhile: its result is never asked for
             if handle.accepted:
                 handle.cancel_goal_async()
+            with self._lock:
+                client = self._clients.get(agent)
+            if client is not None:
+                client.stop_feedback(handle.goal_id)
             return
         if not handle.accepted:
             self._refused(key, f"executor /{goal.agent}/execute_segment rejected segment {index} (busy or unable "

@@ -10,7 +10,8 @@ from rclpy.qos import DurabilityPolicy, QoSProfile
 
 from timely_llm_ros.msg import SchedulerState
 
-from timely_llm_ros.ros.process_memory import resident_mib
+from timely_llm_ros.ros.entity_count import ros_entities
+from timely_llm_ros.ros.process_memory import python_heap_mib, resident_mib, thread_count
 from timely_llm_ros.ros.server.health import robots_health
 from timely_llm_ros.ros.server.state_message import scheduler_state_msg
 
@@ -41,9 +42,21 @@ class ServerState:
         ready = [a for a in node.params.expected_agents if a not in waiting]
         state = scheduler_state_msg(node, scheduler, node.intake.snapshot_counts(), ready, pending)
         self._pub.publish(state)
-        memory = {"rss_mib": f"{resident_mib():.1f}", "python_threads": threading.active_count()}
         robots = robots_health(node.params.expected_agents, node.directory, node.dispatcher)
-        node.health.publish(state, scheduler.policy.max_batch, robots, memory)
+        node.health.publish(state, scheduler.policy.max_batch, robots, self.memory())
+
+    def memory(self) -> dict[str, str | int]:
+        """What /diagnostics shows of the process: resident memory, threads (Python's, and all the kernel counts),
+        the ROS entities of the server's nodes, and the Python heap while trace_python_heap traces it."""
+        node = self._node
+        host = node.client_host
+        nodes = [node] if host is None or host.node is node else [node, host.node]
+        values: dict[str, str | int] = {"rss_mib": f"{resident_mib():.1f}", "python_threads": threading.active_count(),
+                                        "threads": thread_count(), "ros_entities": ros_entities(nodes)}
+        heap = python_heap_mib()
+        if heap == heap:   # tracing
+            values["python_heap_mib"] = f"{heap:.2f}"
+        return values
 
     def publish_unloaded(self) -> None:
         """/diagnostics ERROR while no engine is loaded (unconfigured, or configure failed)."""
