@@ -17,10 +17,11 @@ class SegmentedFcfs(Policy):
 
 
 @register
-class VllmStream(Policy):
-    """vLLM-like FCFS continuous batching; segments streamed to the robot as found, never suspended."""
+class FcfsStream(Policy):
+    """FCFS continuous batching as vLLM serves (no segmentation: a generation is never suspended); each segment is
+    streamed to the robot as soon as it is found."""
 
-    name = "vllm-stream"
+    name = "fcfs-stream"
     segmented = False
 
     def priority(self, gen: Generation, now: float) -> float:
@@ -28,8 +29,8 @@ class VllmStream(Policy):
 
 
 @register
-class Vllm(VllmStream):
-    """vLLM-like FCFS continuous batching; the whole plan is generated, then executed."""
+class FcfsWholePlan(FcfsStream):
+    """FCFS continuous batching as vLLM serves; the whole plan is generated, then sent to the robot."""
 
-    name = "vllm"
+    name = "fcfs-whole-plan"
     stream_segments = False

@@ -30,7 +30,7 @@ either the batch is full or w would miss its segment deadline next to them, runn
 w and can afford to wait for w's segment (budget - own WCET > WCET(w)) are left out of the batch, lowest priority
 first, until w fits; the scheduler suspends them mid-segment (KV kept) and they resume token-exact later.
 
-Prefill steps alone (option prefill_alone, default on; the ablation timely-mixed-steps turns it off): on an engine that
+Prefill steps alone (option prefill_alone, default on; the preset timely-mixed-steps turns it off): on an engine that
 runs a step's decode pass after its prefill forwards (transformers, the simulator; not vLLM's fused steps), a step that
 prefills and also decodes makes its new members wait for a decode pass they are not in (t_dec(D), D members already
 prefilled, ~t_1: most of a decode step is the fixed part). Ending the step after the prefills and decoding everyone
@@ -38,14 +38,15 @@ in the next step gains the new members that pass and costs the D members t_dec(B
 a few ms. The chosen batch is checked with this cost model: if its predicted utility (ready_utility, summed) is
 higher with the prefills alone, the step prefills alone and the others are suspended for it (KV kept).
 
-Interrupts (option interrupt, default on; the ablation timely-nointerrupt turns it off; Policy.interrupts): a request
+Interrupts (option interrupt, default on; the preset timely-nointerrupt turns it off; Policy.interrupts): a request
 that arrives while an engine step runs and that Eq. 4 ranks above every member of that step ends the step at the next
 decoder layer, on engines that check between layers (transformers, the simulator; not vLLM). Preemption at any
 token acts between steps; this acts inside one, so an urgent arrival no longer waits for a normal prefill step (up
 to step_prefill_s) or a long decode step in flight. The cut-short forward is lost work for its members.
 
 Options: TimelyOptions (core/policies/timely_options.py). Eq. 4, its estimators and the drop rule:
-core/policies/timely_priority.py. The ablations: core/policies/timely_ablations.py.
+core/policies/timely_priority.py. Option order replaces Eq. 4 by EDF or FCFS order; the benchmark presets
+that switch one idea off: core/policies/presets.py.
 """
 from __future__ import annotations
 

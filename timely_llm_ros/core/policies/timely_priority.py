@@ -18,6 +18,7 @@ import math
 from collections import deque
 from typing import Any, Mapping
 
+from timely_llm_ros.core.admission import segment_deadline
 from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.base import Policy
 from timely_llm_ros.core.policies.timely_options import (DEFAULT_MAX_SEGMENT_TOKENS, DEFAULT_PREFILL_STEP_S, DEFAULT_PREFILL_TOKEN_S,
@@ -50,6 +51,7 @@ class TimelyPriority(Policy):
         self.uses_feedback = o.feedback == "closed"
         self.utility_floor = o.utility_floor
         self.drop = o.drop
+        self.order = o.order
         self._seg_tokens: dict[str, deque] = {}
         self._first_tokens: dict[tuple[str, str], deque] = {}
 
@@ -129,6 +131,16 @@ class TimelyPriority(Policy):
         return g * max(tokens - done, 1) / max(tokens, done + 1)
 
     def priority(self, gen: Generation, now: float) -> float:
+        """Eq. 4 (option order "utility"), or the segment deadline ("deadline") or request arrival ("arrival")
+        order under timely's admission, preemption and drop rule."""
+        if self.order == "utility":
+            return self.eq4(gen, now)
+        if self.order == "deadline":
+            return -segment_deadline(gen)
+        return -gen.req.arrival
+
+    def eq4(self, gen: Generation, now: float) -> float:
+        """Pri(s_k, t) = U / (G * L) with the floors and the aging of the module docstring."""
         req = gen.req
         g = self.remaining_time(gen)
         if gen.k == 0 or gen.expected_exec_end is None:
