@@ -1,5 +1,5 @@
-"""The shipped policies, each registered by importing its module, and ``make_policy`` to build one by name: a
-registered policy, a benchmark preset (core/policies/presets.py) or a deprecated name of a renamed policy."""
+"""``make_policy`` builds a policy by name: a registered policy (core/policies/registry.py: the entry-point group
+timely_llm_ros.policies), a benchmark preset (core/policies/presets.py) or a deprecated name of a renamed policy."""
 from __future__ import annotations
 
 import logging
@@ -7,7 +7,6 @@ import warnings
 from dataclasses import replace
 from typing import Any, Mapping
 
-from timely_llm_ros.core.policies import edf, fcfs, rtlm, semantic, slice, timebill, timely  # noqa: F401  (registration)
 from timely_llm_ros.core.policies.base import Policy
 from timely_llm_ros.core.policies.options import PolicyOptions, option_names, options_from
 from timely_llm_ros.core.policies.presets import PRESETS
@@ -37,10 +36,14 @@ def known_names() -> list[str]:
 def policy_class(name: str) -> type[Policy]:
     """The registered class of ``name`` (a preset's: its policy's); ValueError listing the known names."""
     name = current_name(name)
-    try:
-        return POLICIES[PRESETS[name].policy if name in PRESETS else name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(known_names())}") from None
+    registered = PRESETS[name].policy if name in PRESETS else name
+    cls = POLICIES.lookup(registered)
+    if cls is None:
+        why = POLICIES.failed.get(registered)
+        raise ValueError(f"policy {name!r}: {why}" if why else
+                         f"unknown policy {name!r}; known: {', '.join(known_names())} (a package adds one through "
+                         f"the entry-point group timely_llm_ros.policies: docs/policies.md)")
+    return cls
 
 
 def make_policy(name: str, max_batch: int = 8, options: Mapping[str, Any] | PolicyOptions | None = None,

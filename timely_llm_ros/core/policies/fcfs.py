@@ -3,10 +3,8 @@ from __future__ import annotations
 
 from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.base import Policy
-from timely_llm_ros.core.policies.registry import register
 
 
-@register
 class SegmentedFcfs(Policy):
     """Segmented generation, waiting generations (new or suspended) served in order of request arrival."""
 
@@ -16,7 +14,6 @@ class SegmentedFcfs(Policy):
         return -gen.req.arrival
 
 
-@register
 class FcfsStream(Policy):
     """FCFS continuous batching as vLLM serves (no segmentation: a generation is never suspended); each segment is
     streamed to the robot as soon as it is found."""
@@ -28,7 +25,6 @@ class FcfsStream(Policy):
         return -gen.req.arrival
 
 
-@register
 class FcfsWholePlan(FcfsStream):
     """FCFS continuous batching as vLLM serves; the whole plan is generated, then sent to the robot."""
 

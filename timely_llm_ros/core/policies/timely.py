@@ -56,7 +56,6 @@ from typing import Any, Mapping, Sequence
 from timely_llm_ros.core.admission import kv_need_bytes, prefill_tokens_left
 from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.base import SchedulingContext
-from timely_llm_ros.core.policies.registry import register
 from timely_llm_ros.core.policies.timely_admission import TimelyAdmission
 from timely_llm_ros.core.policies.timely_crowd import CrowdPlanner
 from timely_llm_ros.core.policies.timely_options import TimelyOptions, options_from_skill_sets
@@ -72,7 +71,6 @@ def _this_step(tokens: int, room: int | None) -> tuple[int, int | None]:
     return n, room - n
 
 
-@register
 class TimelyPolicy(TimelyAdmission, CrowdPlanner):
     """TimelyLLM segmented scheduling (see module docstring)."""
 
