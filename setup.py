@@ -16,6 +16,19 @@ setup(
             "fleet_workload = timely_llm_ros.ros.fleet.workload_node:main",
             "timely_bringup = timely_llm_ros.ros.fleet.bringup:main",
             "timely_adapt = timely_llm_ros.adapt.train:main",
-        ]
+        ],
+        # scheduling policies (core/policies/registry.py; BUILTIN_POLICIES lists the same for a source tree)
+        "timely_llm_ros.policies": [
+            "timely = timely_llm_ros.core.policies.timely:TimelyPolicy",
+            "edf = timely_llm_ros.core.policies.edf:SegmentedEdf",
+            "fcfs = timely_llm_ros.core.policies.fcfs:SegmentedFcfs",
+            "fcfs-stream = timely_llm_ros.core.policies.fcfs:FcfsStream",
+            "fcfs-whole-plan = timely_llm_ros.core.policies.fcfs:FcfsWholePlan",
+            "slice = timely_llm_ros.core.policies.slice:SlicePolicy",
+            "semantic = timely_llm_ros.core.policies.semantic:SemanticPolicy",
+            "rtlm = timely_llm_ros.core.policies.rtlm:RtlmPolicy",
+            "fifo-static = timely_llm_ros.core.policies.rtlm:FifoStatic",
+            "timebill = timely_llm_ros.core.policies.timebill:TimeBillPolicy",
+        ],
     },
 )

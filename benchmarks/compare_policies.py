@@ -34,7 +34,7 @@ from report import parse_seeds, write_csv  # noqa: E402
 
 from timely_llm_ros.core.composition import PolicyChoice, build_policy  # noqa: E402
 from timely_llm_ros.evaluation.metrics import by_urgency, request_utility, summarize  # noqa: E402
-from timely_llm_ros.core.policies import POLICIES, make_policy  # noqa: E402
+from timely_llm_ros.core.policies import POLICIES, RENAMED, known_names, make_policy  # noqa: E402
 from timely_llm_ros.core.request import RequestState  # noqa: E402
 from timely_llm_ros.core.scheduler import SchedulerConfig  # noqa: E402
 from timely_llm_ros.evaluation.sim import LatencyModel, load_latency_model  # noqa: E402
@@ -116,7 +116,7 @@ def timely_cost_options(latency: LatencyModel, prompt_tokens: int) -> dict:
 def build(spec: str, max_batch: int, latency: LatencyModel, prompt_tokens: int):
     """(policy, Simulator keywords) for a registered policy name or a variant."""
     name, options, sim = VARIANTS.get(spec, (spec, {}, {}))
-    if name not in POLICIES:
+    if name not in known_names() and name not in RENAMED:
         raise SystemExit(f"unknown policy {spec!r}; registered: {', '.join(sorted(POLICIES))}; "
                          f"variants: {', '.join(sorted(VARIANTS))}")
     # composed as the server composes a policy: the latency model's step times stand in for the hardware fit

@@ -346,13 +346,13 @@ def main(argv: Iterable[str] | None = None) -> int:
     p.add_argument("--latency", default="llama3-8b-rtx4090", help="GPU profile for rtlm/semantic/timebill")
     p.add_argument("--out", default="out/paper_presets")
     args = p.parse_args(list(argv) if argv is not None else None)
-    from timely_llm_ros.core.policies import POLICIES
+    from timely_llm_ros.core.policies import RENAMED, known_names
     from timely_llm_ros.evaluation.sim import load_latency_model
 
     policies = [s.strip() for s in args.policies.split(",") if s.strip()]
-    unknown = [s for s in policies if s not in POLICIES and s not in VARIANTS]
+    unknown = [s for s in policies if s not in known_names() and s not in RENAMED and s not in VARIANTS]
     if unknown:
-        p.error(f"unknown policies {unknown}; registered: {', '.join(sorted(POLICIES))}")
+        p.error(f"unknown policies {unknown}; registered: {', '.join(known_names())}")
     names = list(PRESETS) if args.preset == "all" else [args.preset]
     if any(n not in PRESETS for n in names):
         p.error(f"unknown preset {args.preset!r}; known: {', '.join(PRESETS)}, all")

@@ -560,10 +560,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     seeds = parse_seeds(args.seeds)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    from timely_llm_ros.core.policies import POLICIES
-    unknown = [p for p in policies if p not in POLICIES]
+    from timely_llm_ros.core.policies import RENAMED, known_names
+    unknown = [p for p in policies if p not in known_names() and p not in RENAMED]
     if unknown:   # before any process starts: the server would only fail to configure, seed after seed
-        print(f"unknown policy {', '.join(map(repr, unknown))}; the server knows: {', '.join(sorted(POLICIES))}",
+        print(f"unknown policy {', '.join(map(repr, unknown))}; the server knows: {', '.join(known_names())}",
               file=sys.stderr)
         return 2
     out = REPO / args.out if not Path(args.out).is_absolute() else Path(args.out)

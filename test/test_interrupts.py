@@ -57,7 +57,7 @@ def test_an_arrival_interrupts_only_when_the_policy_ranks_it_above_every_member(
     assert not make_policy("timely", options={"interrupt": False}).interrupts(gen("urgent", 0.1), normal_members, 0.1)
     assert not make_policy("timely-nointerrupt").interrupts(gen("urgent", 0.1), normal_members, 0.1)
     # arrival orders never put a newcomer first
-    for name in ("fcfs", "vllm-stream"):
+    for name in ("fcfs", "fcfs-stream"):
         assert not make_policy(name).interrupts(gen("urgent", 0.1), normal_members, 0.1)
     # the four paper policies have no such rule unless asked
     assert not make_policy("slice").interrupt and make_policy("slice", options={"interrupt": True}).interrupt

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from timely_llm_ros.core.admission import budget_s, segment_deadline, wcet_s
-from timely_llm_ros.core.policies import POLICIES, SchedulingContext, make_policy
+from timely_llm_ros.core.policies import POLICIES, PRESETS, RENAMED, SchedulingContext, make_policy
 from timely_llm_ros.core.request import Generation, PlanRequest, Segment
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
 
@@ -27,7 +27,33 @@ def ctx(now, kv_free=math.inf, per_token=1.0):
 
 def test_every_policy_of_the_paper_is_registered():
     make_policy("timely")
-    assert {"timely", "edf", "fcfs", "vllm", "vllm-stream"} <= set(POLICIES)
+    assert {"timely", "edf", "fcfs", "fcfs-stream", "fcfs-whole-plan"} <= set(POLICIES)
+
+
+def test_the_ablations_are_presets_of_timely_not_policies():
+    assert not set(PRESETS) & set(POLICIES)
+    for name, preset in PRESETS.items():
+        policy = make_policy(name, options={"segment_estimate": "max"})
+        assert type(policy) is POLICIES[preset.policy] and policy.name == name
+        assert policy.options.segment_estimate == "max"              # the given options stay
+        for option, value in preset.options.items():                 # the preset's are set over them
+            assert getattr(policy.options, option) == value
+    assert make_policy("timely-nointerrupt", options={"interrupt": True}).interrupt is False
+
+
+def test_edf_admit_orders_by_segment_deadline_and_fcfs_admit_by_arrival():
+    early_due, late_due = gen("a", arrival=0.02, tuf=URGENT), gen("b", arrival=0.0)
+    assert segment_deadline(early_due) < segment_deadline(late_due)
+    assert make_policy("edf-admit").priority(early_due, 0.05) > make_policy("edf-admit").priority(late_due, 0.05)
+    assert make_policy("fcfs-admit").priority(late_due, 0.05) > make_policy("fcfs-admit").priority(early_due, 0.05)
+
+
+@pytest.mark.parametrize("old, new", sorted(RENAMED.items()))
+def test_a_renamed_policy_is_still_built_by_its_old_name_with_a_deprecation_warning(old, new, caplog):
+    with pytest.warns(DeprecationWarning, match=f"'{old}' is now called '{new}'"):
+        policy = make_policy(old)
+    assert policy.name == new and type(policy) is POLICIES[new]
+    assert f"now called '{new}'" in caplog.text
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))       # the shipped ones: registered by importing the package

@@ -148,8 +148,8 @@ def test_sim_engine_loop_is_unchanged_and_deterministic():
 
 
 def test_time_scale_shrinks_robot_time_only():
-    full = Simulator(make_policy("vllm"), LAT, seed=1).run([task(0, 9, 0.0)]).outcomes[0]
-    fast = Simulator(make_policy("vllm"), LAT, seed=1, time_scale=0.1).run([task(0, 9, 0.0)]).outcomes[0]
+    full = Simulator(make_policy("fcfs-whole-plan"), LAT, seed=1).run([task(0, 9, 0.0)]).outcomes[0]
+    fast = Simulator(make_policy("fcfs-whole-plan"), LAT, seed=1, time_scale=0.1).run([task(0, 9, 0.0)]).outcomes[0]
     assert fast.response_time == pytest.approx(full.response_time)
     busy = lambda o: sum(s.exec_finished - s.exec_started for s in o.segments)  # noqa: E731
     assert busy(fast) == pytest.approx(0.1 * busy(full))
@@ -172,6 +172,6 @@ def test_requests_unfinished_when_the_run_stops_are_reported_not_hidden():
 
 
 def test_whole_plan_policy_sends_nothing_of_a_plan_that_stops_parsing_and_ends_it_invalid_plan():
-    outcome = Simulator(make_policy("vllm"), LAT).run([_stops_parsing()]).outcomes[0]
+    outcome = Simulator(make_policy("fcfs-whole-plan"), LAT).run([_stops_parsing()]).outcomes[0]
     assert outcome.error_code.name == "INVALID_PLAN" and "'}'" in outcome.message
     assert len(outcome.segments) == 1 and outcome.segments[0].dispatched is None   # complete, but never sent

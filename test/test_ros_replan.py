@@ -22,7 +22,7 @@ def test_a_failed_segment_is_planned_again_and_the_robot_never_runs_the_rest_of_
     exactly two segments: 0 and the new plan's first. Before, it went on with the old plan's segment 1."""
     nodes = []
     try:
-        nodes.append(start_server("replan_on_failure:=1", "policy:=vllm-stream", "executor_ack_timeout_s:=8.0",
+        nodes.append(start_server("replan_on_failure:=1", "policy:=fcfs-stream", "executor_ack_timeout_s:=8.0",
                                   "executor_discovery_timeout_s:=8.0", "expected_agents:=[drone_r]"))
         nodes.append(start_executor("drone_r", "drone", 3.0, params=("abort_probability:=1.0",)))
         nodes[0].wait_for("all expected executors discovered", 30.0)

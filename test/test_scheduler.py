@@ -127,8 +127,8 @@ def test_segmented_policy_suspends_after_each_segment_and_serves_others():
     assert order.index("urgent") <= 2
 
 
-def test_vllm_policy_dispatches_only_after_the_whole_plan():
-    sched, _, clock = make("vllm")
+def test_the_fcfs_whole_plan_policy_dispatches_only_after_the_whole_plan():
+    sched, _, clock = make("fcfs-whole-plan")
     sched.submit(request("a"))
     first_dispatch_at = None
     while sched.busy():

@@ -120,19 +120,19 @@ def test_every_request_finishes_with_its_whole_plan_executed_in_order():
         assert o.response_time > 0 and o.waiting_time >= o.response_time
 
 
-def test_vllm_dispatches_only_after_the_whole_plan():
-    result = simulate(make_policy("vllm"), LAT, burst([9]))
+def test_fcfs_whole_plan_dispatches_only_after_the_whole_plan():
+    result = simulate(make_policy("fcfs-whole-plan"), LAT, burst([9]))
     o = result.outcomes[0]
     assert o.segments[0].dispatched >= o.segments[-1].gen_finished
-    stream = simulate(make_policy("vllm-stream"), LAT, burst([9])).outcomes[0]
+    stream = simulate(make_policy("fcfs-stream"), LAT, burst([9])).outcomes[0]
     assert stream.response_time < o.response_time
 
 
 def test_timely_serves_urgent_requests_first_in_a_burst():
     tasks = burst([1, 2, 3, 4, 5, 6, 7, 8])
-    res = {p: summarize(simulate(make_policy(p), LAT, tasks).outcomes, by_urgency) for p in ("timely", "fcfs", "vllm")}
-    assert res["timely"]["urgent"].utility > res["fcfs"]["urgent"].utility > res["vllm"]["urgent"].utility
-    assert res["timely"]["normal"].utility >= res["vllm"]["normal"].utility
+    res = {p: summarize(simulate(make_policy(p), LAT, tasks).outcomes, by_urgency) for p in ("timely", "fcfs", "fcfs-whole-plan")}
+    assert res["timely"]["urgent"].utility > res["fcfs"]["urgent"].utility > res["fcfs-whole-plan"]["urgent"].utility
+    assert res["timely"]["normal"].utility >= res["fcfs-whole-plan"]["normal"].utility
     assert res["timely"]["urgent"].response_time < res["fcfs"]["urgent"].response_time
 
 

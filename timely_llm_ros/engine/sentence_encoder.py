@@ -47,11 +47,6 @@ class MiniLMEncoder:
 
 
 @lru_cache(maxsize=1)
-def _encoder() -> MiniLMEncoder:
-    return MiniLMEncoder()
-
-
-@lru_cache(maxsize=1)
 def minilm_encoder() -> MiniLMEncoder:
     return MiniLMEncoder()
 

@@ -99,11 +99,3 @@ def time_select(policy: Policy, waiting: Sequence[Generation], running: Sequence
     samples.sort()
     return OverheadStats(len(waiting), _mean(samples), samples[min(len(samples) - 1, int(0.99 * len(samples)))],
                          samples[-1])
-
-
-def overhead_summary(select_s: Sequence[float]) -> dict[str, float]:
-    """Mean / p99 / max of recorded select times (seconds in, milliseconds out)."""
-    if not select_s:
-        return {"mean_ms": math.nan, "p99_ms": math.nan, "max_ms": math.nan}
-    ms = sorted(x * 1e3 for x in select_s)
-    return {"mean_ms": _mean(ms), "p99_ms": ms[min(len(ms) - 1, int(0.99 * len(ms)))], "max_ms": ms[-1]}

@@ -7,8 +7,7 @@
   in a terminal plus the one a launcher forwards), the handler's ``Event.set`` waits for a lock its own thread
   holds, and the process hangs for good. Here the handler only writes the signal's number to a pipe; a watcher
   thread reads it and calls the action, outside any handler.
-- ``enable_thread_dump``: ``kill -USR2 <pid>`` prints every thread's stack; ``catches_signal`` tells whether a
-  process has installed its handler yet; ``thread_stack`` formats one thread's stack.
+- ``enable_thread_dump``: ``kill -USR2 <pid>`` prints every thread's stack.
 - ``stopping_with_this_process`` (the starter's side) and ``stop_with_parent`` (the node's side): a node stops
   when the process that started it dies without stopping it.
 """
@@ -91,27 +90,6 @@ def enable_thread_dump() -> None:
     where a node that does not exit, or does not answer, is waiting. Tests send it to a process that outlives
     its time."""
     faulthandler.register(THREAD_DUMP_SIGNAL, all_threads=True, chain=False)
-
-
-def catches_signal(pid: int, sig: int) -> bool:
-    """True if process pid has a handler for sig (Linux: the SigCgt mask of /proc/<pid>/status); False when
-    that cannot be read. A node still importing has none yet, and SIGUSR2 would end it."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("SigCgt:"):
-                    return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
-
-
-def thread_stack(thread: threading.Thread) -> list[str]:
-    """The lines of thread's current Python stack, most recent call last (empty when it has none)."""
-    frame = sys._current_frames().get(thread.ident) if thread.ident is not None else None
-    if frame is None:
-        return []
-    return [ln for entry in traceback.format_stack(frame) for ln in entry.rstrip().splitlines()]
 
 
 def stopping_with_this_process(env: dict[str, str]) -> dict[str, str]:

@@ -30,9 +30,7 @@ from rclpy.signals import SignalHandlerOptions
 from rclpy._rclpy_pybind11 import RCLError   # what rclpy.init raises when rcl rejects the command line
 from rclpy.executors import Executor, MultiThreadedExecutor
 
-# the two constants stay importable from spin, where nodes found them before
-from timely_llm_ros.ros.process_signals import (STOP_WITH_PID_ENV, THREAD_DUMP_SIGNAL, SignalLatch, enable_thread_dump,  # noqa: F401
-                              stop_with_parent)
+from timely_llm_ros.ros.process_signals import SignalLatch, enable_thread_dump, stop_with_parent
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GIL_SWITCH_INTERVAL_S = 0.001

@@ -210,14 +210,6 @@ def evaluate(model, tokenizer, n: int = 300, seed: int = 1234) -> Report:
                   grammar, time.perf_counter() - t0)
 
 
-def validity_share(model_dir: str, n: int = 300) -> float:
-    """Share of held-out greedy plans that are valid, for the model saved in ``model_dir``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    return evaluate(model, AutoTokenizer.from_pretrained(model_dir), n).valid
-
-
 def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
 from timely_llm_ros.core.admission import kv_need_bytes
@@ -31,10 +31,10 @@ class Policy(ABC):
     Class flags say how the scheduler treats segments:
       segmented:       suspend a generation as soon as a segment is executable;
       stream_segments: dispatch each segment when found (False: only after the whole plan);
-      uses_feedback:   the robot's reported start/finish times replace the estimates in E (False: ablation);
+      uses_feedback:   the robot's reported start/finish times replace the estimates in E (False: the open-loop preset);
       interrupt_default: whether a request that arrives during an engine step may cut it short (option
                        `interrupt`; see `interrupts`).
-    ``Options`` is the policy's options dataclass; ``forced_options`` are set whatever is given (an ablation).
+    ``Options`` is the policy's options dataclass.
     """
 
     name: ClassVar[str] = ""
@@ -43,12 +43,10 @@ class Policy(ABC):
     uses_feedback: bool = True     # False: E from execution estimates only (executor reports ignored for E)
     interrupt_default: ClassVar[bool] = True
     Options: ClassVar[type[PolicyOptions]] = PolicyOptions
-    forced_options: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, max_batch: int = 8, options: Mapping[str, Any] | PolicyOptions | None = None) -> None:
         self.max_batch = max_batch
-        opts = options_from(self.Options, options, self.name)
-        self.options = replace(opts, **self.forced_options) if self.forced_options else opts
+        self.options = options_from(self.Options, options, self.name)
         self.interrupt = self.interrupt_default if self.options.interrupt is None else bool(self.options.interrupt)
 
     @abstractmethod

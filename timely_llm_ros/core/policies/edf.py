@@ -4,10 +4,8 @@ from __future__ import annotations
 from timely_llm_ros.core.admission import segment_deadline
 from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.base import Policy
-from timely_llm_ros.core.policies.registry import register
 
 
-@register
 class SegmentedEdf(Policy):
     """Segmented generation; the waiting generation whose current segment is due first runs first."""
 

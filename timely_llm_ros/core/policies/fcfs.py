@@ -3,10 +3,8 @@ from __future__ import annotations
 
 from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.base import Policy
-from timely_llm_ros.core.policies.registry import register
 
 
-@register
 class SegmentedFcfs(Policy):
     """Segmented generation, waiting generations (new or suspended) served in order of request arrival."""
 
@@ -16,20 +14,19 @@ class SegmentedFcfs(Policy):
         return -gen.req.arrival
 
 
-@register
-class VllmStream(Policy):
-    """vLLM-like FCFS continuous batching; segments streamed to the robot as found, never suspended."""
+class FcfsStream(Policy):
+    """FCFS continuous batching as vLLM serves (no segmentation: a generation is never suspended); each segment is
+    streamed to the robot as soon as it is found."""
 
-    name = "vllm-stream"
+    name = "fcfs-stream"
     segmented = False
 
     def priority(self, gen: Generation, now: float) -> float:
         return -gen.req.arrival
 
 
-@register
-class Vllm(VllmStream):
-    """vLLM-like FCFS continuous batching; the whole plan is generated, then executed."""
+class FcfsWholePlan(FcfsStream):
+    """FCFS continuous batching as vLLM serves; the whole plan is generated, then sent to the robot."""
 
-    name = "vllm"
+    name = "fcfs-whole-plan"
     stream_segments = False

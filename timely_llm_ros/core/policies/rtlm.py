@@ -23,7 +23,6 @@ from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.base import Policy, SchedulingContext
 from timely_llm_ros.core.policies.options import PolicyOptions
 from timely_llm_ros.core.policies.predicted import hard_deadline
-from timely_llm_ros.core.policies.registry import register
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,6 @@ class RtlmOptions(PolicyOptions):
     static: bool = False                # the paper's batch-level serving: a batch runs to its end
 
 
-@register
 class RtlmPolicy(Policy):
     """RT-LM (see module docstring)."""
 
@@ -130,7 +128,6 @@ class RtlmPolicy(Policy):
         return batch
 
 
-@register
 class FifoStatic(Policy):
     """RT-LM's FIFO baseline: batch-level serving, the next max_batch requests in arrival order start together
     once the running batch has finished (no request joins a running batch)."""

@@ -30,7 +30,6 @@ from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.base import Policy, SchedulingContext
 from timely_llm_ros.core.policies.options import PolicyOptions
 from timely_llm_ros.core.policies.predicted import PredictedLengths
-from timely_llm_ros.core.policies.registry import register
 
 DEFAULT_CLASS_LEVELS = {"urgent": 1, "normal": 3}
 
@@ -48,7 +47,6 @@ class SemanticOptions(PolicyOptions):
     length_predictor: Any = None        # .predict(task, context) -> tokens; None: the bucketed predictor
 
 
-@register
 class SemanticPolicy(Policy):
     """Semantic scheduling (see module docstring)."""
 

@@ -29,7 +29,6 @@ from typing import Any, Mapping, Sequence
 from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.base import Policy, SchedulingContext
 from timely_llm_ros.core.policies.options import PolicyOptions
-from timely_llm_ros.core.policies.registry import register
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,6 @@ class SliceOptions(PolicyOptions):
     measure: bool = True                # l(b) measured online replaces the prior
 
 
-@register
 class SlicePolicy(Policy):
     """SLICE (see module docstring)."""
 

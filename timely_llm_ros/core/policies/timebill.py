@@ -24,7 +24,6 @@ from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.base import Policy, SchedulingContext
 from timely_llm_ros.core.policies.options import PolicyOptions
 from timely_llm_ros.core.policies.predicted import PredictedLengths, hard_deadline
-from timely_llm_ros.core.policies.registry import register
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,6 @@ class TimeBillOptions(PolicyOptions):
     length_predictor: Any = None        # .predict(task, context) -> tokens; None: the bucketed predictor
 
 
-@register
 class TimeBillPolicy(Policy):
     """TimeBill (see module docstring)."""
 

@@ -30,7 +30,7 @@ either the batch is full or w would miss its segment deadline next to them, runn
 w and can afford to wait for w's segment (budget - own WCET > WCET(w)) are left out of the batch, lowest priority
 first, until w fits; the scheduler suspends them mid-segment (KV kept) and they resume token-exact later.
 
-Prefill steps alone (option prefill_alone, default on; the ablation timely-mixed-steps turns it off): on an engine that
+Prefill steps alone (option prefill_alone, default on; the preset timely-mixed-steps turns it off): on an engine that
 runs a step's decode pass after its prefill forwards (transformers, the simulator; not vLLM's fused steps), a step that
 prefills and also decodes makes its new members wait for a decode pass they are not in (t_dec(D), D members already
 prefilled, ~t_1: most of a decode step is the fixed part). Ending the step after the prefills and decoding everyone
@@ -38,27 +38,28 @@ in the next step gains the new members that pass and costs the D members t_dec(B
 a few ms. The chosen batch is checked with this cost model: if its predicted utility (ready_utility, summed) is
 higher with the prefills alone, the step prefills alone and the others are suspended for it (KV kept).
 
-Interrupts (option interrupt, default on; the ablation timely-nointerrupt turns it off; Policy.interrupts): a request
+Interrupts (option interrupt, default on; the preset timely-nointerrupt turns it off; Policy.interrupts): a request
 that arrives while an engine step runs and that Eq. 4 ranks above every member of that step ends the step at the next
 decoder layer, on engines that check between layers (transformers, the simulator; not vLLM). Preemption at any
 token acts between steps; this acts inside one, so an urgent arrival no longer waits for a normal prefill step (up
 to step_prefill_s) or a long decode step in flight. The cut-short forward is lost work for its members.
 
 Options: TimelyOptions (core/policies/timely_options.py). Eq. 4, its estimators and the drop rule:
-core/policies/timely_priority.py. The ablations: core/policies/timely_ablations.py.
+core/policies/timely_priority.py. Option order replaces Eq. 4 by EDF or FCFS order; the benchmark presets
+that switch one idea off: core/policies/presets.py.
 """
 from __future__ import annotations
 
 import heapq
 from typing import Any, Mapping, Sequence
 
-from timely_llm_ros.core.admission import kv_need_bytes, prefill_tokens_left
+from timely_llm_ros.core.admission import StepCost, kv_need_bytes, prefill_tokens_left
 from timely_llm_ros.core.request import Generation
-from timely_llm_ros.core.policies.base import SchedulingContext
-from timely_llm_ros.core.policies.registry import register
+from timely_llm_ros.core.policies.base import Policy, SchedulingContext
 from timely_llm_ros.core.policies.timely_admission import TimelyAdmission
 from timely_llm_ros.core.policies.timely_crowd import CrowdPlanner
 from timely_llm_ros.core.policies.timely_options import TimelyOptions, options_from_skill_sets
+from timely_llm_ros.core.policies.timely_priority import TimelyPriority
 
 __all__ = ["TimelyPolicy", "TimelyOptions", "options_from_skill_sets"]
 
@@ -71,20 +72,71 @@ def _this_step(tokens: int, room: int | None) -> tuple[int, int | None]:
     return n, room - n
 
 
-@register
-class TimelyPolicy(TimelyAdmission, CrowdPlanner):
-    """TimelyLLM segmented scheduling (see module docstring)."""
+class TimelyPolicy(Policy):
+    """TimelyLLM segmented scheduling (see module docstring), composed of its order and estimators (``rank``,
+    TimelyPriority), its admission (``admission``, TimelyAdmission) and its crowd plan (``crowds``, CrowdPlanner),
+    which share the one ``rank``."""
 
     name = "timely"
+    Options = TimelyOptions
 
     def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | TimelyOptions | None = None) -> None:
         super().__init__(max_batch, options)
+        self.rank = TimelyPriority(self.options)
+        self.admission = TimelyAdmission(self.rank, self.options, max_batch)
+        self.crowds = CrowdPlanner(self.rank, self.options)
+        self.uses_feedback = self.options.feedback == "closed"
         self.crowd_plan = self.options.effective_crowd_plan
         self.step_prefill_s = self.options.step_prefill_s
         self.prefill_alone = self.options.prefill_alone
 
+    # ------------------------------------------------------------------ the Policy interface, on the parts
+    def priority(self, gen: Generation, now: float) -> float:
+        return self.rank.priority(gen, now)
+
+    def should_drop(self, gen: Generation, now: float) -> str | None:
+        return self.rank.should_drop(gen, now)
+
+    def observe_segment(self, robot_type: str, gen_time_s: float) -> None:
+        self.rank.observe_segment(robot_type, gen_time_s)
+
+    def observe_segment_tokens(self, robot_type: str, tokens: int, first: bool = False, urgency: str = "") -> None:
+        self.rank.observe_segment_tokens(robot_type, tokens, first, urgency)
+
     def forget(self, req_id: str) -> None:
-        self._promised.pop(req_id, None)
+        self.crowds.forget(req_id)
+
+    # ------------------------------------------------------------------ the estimates, as composers and tests read them
+    @property
+    def gen_time_s(self) -> dict[str, float]:
+        """G per robot type now (the configured profile, followed online with option online_gen_time)."""
+        return self.rank.gen_time_s
+
+    @property
+    def token_time_s(self) -> float:
+        return self.rank.token_time_s
+
+    @property
+    def network_delay_s(self) -> float:
+        return self.rank.network_delay_s
+
+    def segment_time(self, robot_type: str) -> float:
+        return self.rank.segment_time(robot_type)
+
+    def segment_tokens(self, gen: Generation) -> int:
+        return self.rank.segment_tokens(gen)
+
+    def first_segment_tokens(self, gen: Generation) -> int:
+        return self.rank.first_segment_tokens(gen)
+
+    def utility_if_started(self, gen: Generation, now: float, gen_time_s: float | None = None) -> float:
+        return self.rank.utility_if_started(gen, now, gen_time_s)
+
+    def step_cost(self, ctx: SchedulingContext) -> StepCost:
+        return self.admission.step_cost(ctx)
+
+    def _prefills_alone_if_better(self, batch: list[Generation], now: float, cost: StepCost) -> list[Generation]:
+        return self.admission.prefills_alone_if_better(batch, now, cost)
 
     @property
     def preempts_running(self) -> bool:
@@ -100,8 +152,8 @@ class TimelyPolicy(TimelyAdmission, CrowdPlanner):
         ranked = [g for _, _, g in scored]
         o = self.options
         if not o.adaptive:
-            return self._fixed(list(running), ranked, ctx)
-        cost = self.step_cost(ctx)
+            return self.admission.fixed(list(running), ranked, ctx)
+        cost = self.admission.step_cost(ctx)
         prio = {id(g): self.priority(g, now) for g in running}
         prio.update((id(g), p) for p, _, g in scored)
         live = {id(g) for g in running}
@@ -114,12 +166,12 @@ class TimelyPolicy(TimelyAdmission, CrowdPlanner):
         room = None if cost.step_token_budget is None else max(
             cost.step_token_budget - sum(1 for g in order if g.prefilled and id(g) in live), 0)
         work, prefills = 0.0, 0
-        cap, wave, crowd = o.step_prefill_s, None, self._crowd(ranked, waiting, now) if self.crowd_plan else []
+        cap, wave, crowd = o.step_prefill_s, None, self.crowds.crowd(ranked, waiting, now) if self.crowd_plan else []
         if crowd and o.crowd_promise:
-            order = self._crowd_where_its_best_ranks(order, crowd, prio, now)
+            order = self.crowds.where_its_best_ranks(order, crowd, prio, now)
         for gen in order:
             if wave is None and crowd and gen is crowd[0]:   # the plan weighs the members admitted so far
-                wave = self._first_wave(batch, crowd, now, cost)
+                wave = self.crowds.first_wave(batch, crowd, now, cost)
                 cap = max(cap, sum(prefill_tokens_left(g) * cost.prefill_token_s + g.reload_s
                                    for g in crowd if id(g) in wave))
             running_now = id(gen) in live
@@ -130,7 +182,7 @@ class TimelyPolicy(TimelyAdmission, CrowdPlanner):
                 need = kv_need_bytes(gen, ctx.kv_bytes_per_token)
                 if batch and need > kv_free:
                     continue
-                if batch and not (wave and id(gen) in wave) and not self._admissible(batch, gen, now, cost):
+                if batch and not (wave and id(gen) in wave) and not self.admission.admissible(batch, gen, now, cost):
                     continue
             n, left = 0, room
             # the step's prefill and KV-reload work stays short whoever asks (a crowd sharing one deadline, or
@@ -152,7 +204,7 @@ class TimelyPolicy(TimelyAdmission, CrowdPlanner):
             room = left
             batch.append(gen)
         if self.prefill_alone and o.preempt and room is None and not ctx.fused_steps:
-            batch = self._prefills_alone_if_better(batch, now, cost)
+            batch = self.admission.prefills_alone_if_better(batch, now, cost)
         # a chunked engine spends its prefill budget in batch order: the most urgent prompt first
         return [g for g in batch if g.prefilled] + sorted((g for g in batch if not g.prefilled),
                                                           key=lambda g: -prio[id(g)])

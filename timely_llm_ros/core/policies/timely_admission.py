@@ -12,36 +12,41 @@ from __future__ import annotations
 from timely_llm_ros.core.admission import (REFUSED, StepCost, batch_prefill_s, kv_need_bytes, prefill_tokens_left, slack_s,
                          step_wcet_s, verdict, wcet_in_s)
 from timely_llm_ros.core.request import Generation
-from timely_llm_ros.core.policies.base import SchedulingContext
+from timely_llm_ros.core.policies.base import Policy, SchedulingContext
+from timely_llm_ros.core.policies.timely_options import TimelyOptions
 from timely_llm_ros.core.policies.timely_priority import TimelyPriority
 
 
-class TimelyAdmission(TimelyPriority):
-    """Admission for TimelyPolicy.select."""
+class TimelyAdmission:
+    """Admission for TimelyPolicy.select: the step costs and the tests, on the estimates of ``rank``."""
+
+    def __init__(self, rank: TimelyPriority, options: TimelyOptions, max_batch: int) -> None:
+        self.rank = rank
+        self.options = options
+        self.max_batch = max_batch
 
     def step_cost(self, ctx: SchedulingContext) -> StepCost:
         """Step-time assumptions for admission: measured on the engine where the scheduler has measured them."""
-        t1 = self.token_time_s
+        t1 = self.rank.token_time_s
         if ctx.decode_step_s is not None and ctx.decode_batch > 0:
-            t1 = ctx.decode_step_s / (1.0 + self.decode_seq_ratio * (ctx.decode_batch - 1))
-        if self._fixed_prefill or ctx.prefill_token_s is None:
-            return StepCost(t1, self.decode_seq_ratio, self.prefill_token_s, ctx.step_token_budget, self.prefill_step_s)
-        return StepCost(t1, self.decode_seq_ratio, ctx.prefill_token_s, ctx.step_token_budget)
+            t1 = ctx.decode_step_s / (1.0 + self.rank.decode_seq_ratio * (ctx.decode_batch - 1))
+        if self.rank._fixed_prefill or ctx.prefill_token_s is None:
+            return StepCost(t1, self.rank.decode_seq_ratio, self.rank.prefill_token_s, ctx.step_token_budget, self.rank.prefill_step_s)
+        return StepCost(t1, self.rank.decode_seq_ratio, ctx.prefill_token_s, ctx.step_token_budget)
 
-
-    def _admissible(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:
+    def admissible(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:
         """gen may join batch (all higher in priority): option admission "utility", the utility test
-        (_worth_joining); "deadline", unless a member's prefill-aware WCET with gen reaches its segment deadline, or
+        (worth_joining); "deadline", unless a member's prefill-aware WCET with gen reaches its segment deadline, or
         makes an already late member's WCET exceed its WCET alone by more than late_delay_s; the paper's decode-only
         rule if not prefill_aware."""
         o = self.options
         if not o.prefill_aware:
-            return verdict(batch, gen, now, self.segment_tokens, self.token_time_s, o.admit_when_late) != REFUSED
+            return verdict(batch, gen, now, self.rank.segment_tokens, self.rank.token_time_s, o.admit_when_late) != REFUSED
         if o.admission == "utility":
-            return self._worth_joining(batch, gen, now, cost)
+            return self.worth_joining(batch, gen, now, cost)
         joined = [*batch, gen]
         for m in batch:
-            tokens = self.segment_tokens(m)
+            tokens = self.rank.segment_tokens(m)
             after = step_wcet_s(m, joined, tokens, cost)
             slack = slack_s(m, now)
             if slack > 0:
@@ -52,33 +57,32 @@ class TimelyAdmission(TimelyPriority):
                                    # at most late_delay_s in all (resumes that need no prefill, a few at most)
         return True
 
-
-    def _worth_joining(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:
+    def worth_joining(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:
         """Utility test: join if the members' and gen's predicted utilities together are at least those of the
         batch without gen plus gen's after it waits for the members it would delay (then runs on its own)."""
         pre, size = batch_prefill_s(batch, cost), len(batch)
         own = prefill_tokens_left(gen)
         first = own and not any(prefill_tokens_left(m) for m in batch)   # the step's fixed prefill cost is new
         pre_joined = pre + own * cost.prefill_token_s + gen.reload_s + (cost.prefill_step_s if first else 0.0)
-        with_gen = self.ready_utility(gen, now + wcet_in_s(gen, self.segment_tokens(gen), pre_joined, size + 1, cost))
-        if with_gen <= 0.0 and gen.k == 0 and self.drop != "never" and self.may_drop(gen):
+        with_gen = self.rank.ready_utility(gen, now + wcet_in_s(gen, self.rank.segment_tokens(gen), pre_joined, size + 1, cost))
+        if with_gen <= 0.0 and gen.k == 0 and self.rank.drop != "never" and Policy.may_drop(gen):
             return False           # it would be served at a loss: leave it to the drop rule
         without, wait = 0.0, 0.0
         for m in batch:
-            tokens = self.segment_tokens(m)
+            tokens = self.rank.segment_tokens(m)
             before = wcet_in_s(m, tokens, pre, size, cost)
-            u_before = self.ready_utility(m, now + before)
-            u_after = self.ready_utility(m, now + wcet_in_s(m, tokens, pre_joined, size + 1, cost))
+            u_before = self.rank.ready_utility(m, now + before)
+            u_after = self.rank.ready_utility(m, now + wcet_in_s(m, tokens, pre_joined, size + 1, cost))
             with_gen += u_after
             without += u_before
             if u_after < u_before:
                 wait = max(wait, before)
         if wait == 0.0:
             return True            # nobody loses anything
-        alone = step_wcet_s(gen, [gen], self.segment_tokens(gen), cost)
-        return with_gen >= without + self.ready_utility(gen, now + wait + alone)
+        alone = step_wcet_s(gen, [gen], self.rank.segment_tokens(gen), cost)
+        return with_gen >= without + self.rank.ready_utility(gen, now + wait + alone)
 
-    def _fixed(self, batch: list[Generation], ranked: list[Generation], ctx: SchedulingContext) -> list[Generation]:
+    def fixed(self, batch: list[Generation], ranked: list[Generation], ctx: SchedulingContext) -> list[Generation]:
         budget = ctx.kv_free_bytes
         for gen in ranked:
             if len(batch) >= self.max_batch:
@@ -90,8 +94,7 @@ class TimelyAdmission(TimelyPriority):
             batch.append(gen)
         return batch
 
-
-    def _prefills_alone_if_better(self, batch: list[Generation], now: float, cost: StepCost) -> list[Generation]:
+    def prefills_alone_if_better(self, batch: list[Generation], now: float, cost: StepCost) -> list[Generation]:
         """Option prefill_alone: the batch's members still to prefill alone if that earns more predicted utility
         than the step with its decode pass (see core/policies/timely.py); else the batch. A waiting generation
         already prefilled (one coming back from suspension) leaves its reload work out too."""
@@ -105,11 +108,11 @@ class TimelyAdmission(TimelyPriority):
         alone_step = batch_prefill_s(new, cost)
 
         def tokens_left(g: Generation) -> int:
-            n = self._segment_length(g)
+            n = self.rank.segment_length(g)
             return n if not g.prefilled else max(n - g.tokens_in_segment, 1)
 
-        mixed = sum(self.ready_utility(g, now + mixed_step + (tokens_left(g) - 1) * t_b) for g in batch)
-        alone = (sum(self.ready_utility(g, now + alone_step + (tokens_left(g) - 1) * t_b) for g in new)
-                 + sum(self.ready_utility(g, now + alone_step + tokens_left(g) * t_b) for g in others))
+        mixed = sum(self.rank.ready_utility(g, now + mixed_step + (tokens_left(g) - 1) * t_b) for g in batch)
+        alone = (sum(self.rank.ready_utility(g, now + alone_step + (tokens_left(g) - 1) * t_b) for g in new)
+                 + sum(self.rank.ready_utility(g, now + alone_step + tokens_left(g) * t_b) for g in others))
         return new if alone > mixed + 1e-9 else batch
 

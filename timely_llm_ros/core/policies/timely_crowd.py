@@ -8,6 +8,7 @@ from typing import Sequence
 
 from timely_llm_ros.core.admission import StepCost, batch_prefill_s, wcet_in_s
 from timely_llm_ros.core.request import Generation
+from timely_llm_ros.core.policies.timely_options import TimelyOptions
 from timely_llm_ros.core.policies.timely_priority import TimelyPriority
 
 
@@ -20,18 +21,23 @@ def _better(a: tuple[int, float], b: tuple[int, float]) -> bool:
     return a[0] > b[0] or (a[0] == b[0] and a[1] > b[1] + 1e-9)
 
 
-class CrowdPlanner(TimelyPriority):
-    """The crowd plan for TimelyPolicy.select."""
+class CrowdPlanner:
+    """The crowd plan for TimelyPolicy.select, on the order and estimates of ``rank``."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, rank: TimelyPriority, options: TimelyOptions) -> None:
+        self.rank = rank
+        self.options = options
         self._promised: dict[str, float] = {}   # req_id -> when a plan deferred it to a later wave
 
-    def _crowd(self, ranked: Sequence[Generation], waiting: Sequence[Generation] = (),
+    def forget(self, req_id: str) -> None:
+        """The request has ended: it keeps no place in a later wave."""
+        self._promised.pop(req_id, None)
+
+    def crowd(self, ranked: Sequence[Generation], waiting: Sequence[Generation] = (),
                now: float = 0.0) -> list[Generation]:
         """Option crowd_plan: the waiting first segments (not prefilled) of the top-ranked one's urgency class, in
         rank order, at most 8; empty if fewer than two. Option crowd_promise: the members an earlier plan deferred
-        to a later wave (see _first_wave) come first, earliest deferred first, wherever they rank, while they can
+        to a later wave (see first_wave) come first, earliest deferred first, wherever they rank, while they can
         still earn utility if generated now."""
         firsts = [g for g in ranked if g.k == 0 and not g.prefilled]
         crowd = [g for g in firsts if firsts and g.req.tuf == firsts[0].req.tuf]
@@ -39,16 +45,16 @@ class CrowdPlanner(TimelyPriority):
             pool = {g.req.req_id: g for g in waiting if g.k == 0 and not g.prefilled}
             self._promised = {r: t for r, t in self._promised.items() if r in pool}
             kept = sorted((r for r in self._promised if crowd and pool[r].req.tuf == crowd[0].req.tuf
-                           and self.utility_if_started(pool[r], now) > 0.0), key=lambda r: self._promised[r])
+                           and self.rank.utility_if_started(pool[r], now) > 0.0), key=lambda r: self._promised[r])
             crowd = [pool[r] for r in kept] + [g for g in crowd if g.req.req_id not in self._promised]
         crowd = crowd[:8]
         return crowd if len(crowd) >= 2 else []
 
-    def _crowd_where_its_best_ranks(self, order: list[Generation], crowd: list[Generation], prio: dict[int, float],
+    def where_its_best_ranks(self, order: list[Generation], crowd: list[Generation], prio: dict[int, float],
                                     now: float) -> list[Generation]:
         """Option crowd_promise: members a split deferred may rank low, so the whole crowd moves, in its own order,
         to where its best-ranked member would stand in ``order`` (``prio`` gains the members it lacked)."""
-        prio.update((id(g), self.priority(g, now)) for g in crowd if id(g) not in prio)
+        prio.update((id(g), self.rank.priority(g, now)) for g in crowd if id(g) not in prio)
         members, top = {id(g) for g in crowd}, max(prio[id(g)] for g in crowd)
         rest = [g for g in order if id(g) not in members]
         at = next((i for i, g in enumerate(rest) if prio[id(g)] < top), len(rest))
@@ -60,7 +66,7 @@ class CrowdPlanner(TimelyPriority):
         served = sum(1 for u in utilities if u > 0.0) if self.options.crowd_objective == "served" else 0
         return served, sum(utilities)
 
-    def _first_wave(self, batch: Sequence[Generation], crowd: Sequence[Generation], now: float,
+    def first_wave(self, batch: Sequence[Generation], crowd: Sequence[Generation], now: float,
                     cost: StepCost) -> set[int]:
         """Option crowd_plan: ids of the crowd's members (rank order) this step should prefill, joining batch (the
         members admitted so far, all ranked above). The crowd is served in successive waves: a wave prefills its
@@ -74,7 +80,7 @@ class CrowdPlanner(TimelyPriority):
         pairwise utility test (which cannot see that the crowd waiting behind a candidate also loses when it
         waits) and the fixed per-step prefill cap."""
         n = len(crowd)
-        tokens = [max(self.first_segment_tokens(g) - 1, 1) for g in crowd]
+        tokens = [max(self.rank.first_segment_tokens(g) - 1, 1) for g in crowd]
 
         def wave_s(i: int, k: int) -> float:     # a later wave of crowd[i:i + k] on its own
             pre = batch_prefill_s(crowd[i:i + k], cost)
@@ -91,7 +97,7 @@ class CrowdPlanner(TimelyPriority):
                 top, top_k = nobody, 0           # serve nobody from i on (they are dropped)
                 for k in range(1, n - i + 1):
                     end = t + wave_s(i, k)
-                    got = [self.ready_utility(g, now + end) for g in crowd[i:i + k]]
+                    got = [self.rank.ready_utility(g, now + end) for g in crowd[i:i + k]]
                     if sum(got) <= 0.0:
                         break
                     score = _add(self._score(got), value(i + k, end))
@@ -101,17 +107,17 @@ class CrowdPlanner(TimelyPriority):
             return memo[key][0]
 
         pre_b, size_b = batch_prefill_s(batch, cost), len(batch)
-        own = [self._segment_length(m) for m in batch]
+        own = [self.rank.segment_length(m) for m in batch]
         done = max((wcet_in_s(m, t, pre_b, size_b, cost) for m, t in zip(batch, own)), default=0.0)
         best_k, best, best_end = 0, (-1, -1.0), done     # with an empty batch the first wave starts now
         if batch:                                # else the crowd waits for the batch's current segments
-            best = _add(self._score([self.ready_utility(m, now + wcet_in_s(m, t, pre_b, size_b, cost))
+            best = _add(self._score([self.rank.ready_utility(m, now + wcet_in_s(m, t, pre_b, size_b, cost))
                                      for m, t in zip(batch, own)]), value(0, done))
         for k in range(1, n + 1):
             pre = batch_prefill_s([*batch, *crowd[:k]], cost)
             end = max(wcet_in_s(g, t, pre, size_b + k, cost) for g, t in zip(crowd[:k], tokens[:k]))
-            got = [self.ready_utility(g, now + end) for g in crowd[:k]]
-            got += [self.ready_utility(m, now + wcet_in_s(m, t, pre, size_b + k, cost)) for m, t in zip(batch, own)]
+            got = [self.rank.ready_utility(g, now + end) for g in crowd[:k]]
+            got += [self.rank.ready_utility(m, now + wcet_in_s(m, t, pre, size_b + k, cost)) for m, t in zip(batch, own)]
             total = _add(self._score(got), value(k, end))
             if _better(total, best):
                 best_k, best, best_end = k, total, end
@@ -121,7 +127,7 @@ class CrowdPlanner(TimelyPriority):
                 k = memo[i, round(t, 6)][1]
                 t += wave_s(i, k)
                 for g in crowd[i:i + k]:
-                    if self.ready_utility(g, now + t) > 0.0:
+                    if self.rank.ready_utility(g, now + t) > 0.0:
                         self._promised.setdefault(g.req.req_id, now)
                 i += k
         return {id(g) for g in crowd[:best_k]}

@@ -16,6 +16,9 @@ DEFAULT_PREFILL_STEP_S = 0.0141      # fixed cost of a step that prefills, with 
 
 @dataclass(frozen=True)
 class TimelyOptions(PolicyOptions):
+    # order of waiting generations
+    order: str = "utility"              # "utility": Eq. 4; "deadline": earliest segment deadline first (EDF);
+                                        # "arrival": earliest request first (FCFS) (presets edf-admit, fcfs-admit)
     # G and segment sizes
     segment_gen_time_s: Mapping[str, float] | float | None = None   # G per robot type (profiled segment time, s)
     online_gen_time: bool = False       # G follows measured segments (EMA, weight 0.2)
@@ -58,7 +61,7 @@ class TimelyOptions(PolicyOptions):
     drop: str = "hopeless"              # "hopeless": drop a first segment that cannot earn utility; "never"
 
     def __post_init__(self) -> None:
-        for name, allowed in (("feedback", ("closed", "open")), ("admission", ("utility", "deadline")),
+        for name, allowed in (("order", ("utility", "deadline", "arrival")), ("feedback", ("closed", "open")), ("admission", ("utility", "deadline")),
                               ("segment_estimate", (None, "mean", "max")),
                               ("crowd_objective", ("utility", "served")), ("drop", ("hopeless", "never"))):
             value = getattr(self, name)

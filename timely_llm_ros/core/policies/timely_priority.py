@@ -16,22 +16,20 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any, Mapping
 
+from timely_llm_ros.core.admission import segment_deadline
 from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.base import Policy
 from timely_llm_ros.core.policies.timely_options import (DEFAULT_MAX_SEGMENT_TOKENS, DEFAULT_PREFILL_STEP_S, DEFAULT_PREFILL_TOKEN_S,
                              DEFAULT_SEGMENT_GEN_TIME_S, TimelyOptions, per_type)
 
 
-class TimelyPriority(Policy):
-    """Eq. 4, its estimators and the drop rule; the base of TimelyPolicy (admission and crowd plan added)."""
+class TimelyPriority:
+    """Eq. 4, its estimators and the drop rule: the order TimelyPolicy ranks by and the estimates its admission and
+    crowd plan assume. Holds the segment lengths and times seen so far."""
 
-    Options = TimelyOptions
-
-    def __init__(self, max_batch: int = 16, options: Mapping[str, Any] | TimelyOptions | None = None) -> None:
-        super().__init__(max_batch, options)
-        o: TimelyOptions = self.options
+    def __init__(self, options: TimelyOptions) -> None:
+        self.options = o = options
         self.gen_time_s = per_type(o.segment_gen_time_s, DEFAULT_SEGMENT_GEN_TIME_S)
         self._configured_gen_time = dict(self.gen_time_s)
         self.max_segment_tokens = {k: int(v) for k, v in per_type(o.max_segment_tokens,
@@ -47,9 +45,9 @@ class TimelyPriority(Policy):
         self.prefill_token_s = DEFAULT_PREFILL_TOKEN_S if o.prefill_token_s is None else o.prefill_token_s
         self.prefill_step_s = (o.prefill_step_s if o.prefill_step_s is not None
                                else DEFAULT_PREFILL_STEP_S if self._fixed_prefill else 0.0)
-        self.uses_feedback = o.feedback == "closed"
         self.utility_floor = o.utility_floor
         self.drop = o.drop
+        self.order = o.order
         self._seg_tokens: dict[str, deque] = {}
         self._first_tokens: dict[tuple[str, str], deque] = {}
 
@@ -105,7 +103,7 @@ class TimelyPriority(Policy):
         cap = self.max_segment_tokens.get(rt, self.max_segment_tokens.get("*", 20))
         return max(1, min(cap, math.ceil(mean)))
 
-    def _segment_length(self, gen: Generation) -> int:
+    def segment_length(self, gen: Generation) -> int:
         """Tokens the plans assume for gen's current segment: a first segment's own mean, else any segment's."""
         return self.first_segment_tokens(gen) if gen.k == 0 else self.segment_tokens(gen)
 
@@ -129,6 +127,16 @@ class TimelyPriority(Policy):
         return g * max(tokens - done, 1) / max(tokens, done + 1)
 
     def priority(self, gen: Generation, now: float) -> float:
+        """Eq. 4 (option order "utility"), or the segment deadline ("deadline") or request arrival ("arrival")
+        order under timely's admission, preemption and drop rule."""
+        if self.order == "utility":
+            return self.eq4(gen, now)
+        if self.order == "deadline":
+            return -segment_deadline(gen)
+        return -gen.req.arrival
+
+    def eq4(self, gen: Generation, now: float) -> float:
+        """Pri(s_k, t) = U / (G * L) with the floors and the aging of the module docstring."""
         req = gen.req
         g = self.remaining_time(gen)
         if gen.k == 0 or gen.expected_exec_end is None:
@@ -153,7 +161,7 @@ class TimelyPriority(Policy):
         return floor / (g * max(slack, g))
 
     def should_drop(self, gen: Generation, now: float) -> str | None:
-        if self.drop == "never" or gen.k > 0 or not self.may_drop(gen):
+        if self.drop == "never" or gen.k > 0 or not Policy.may_drop(gen):
             return None
         # optimistic G (the configured profile, or less if measured faster): an online G inflated by a burst
         # must not drop a request that could still make it

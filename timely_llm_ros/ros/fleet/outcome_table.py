@@ -92,13 +92,6 @@ def no_plan_summary(rows: list[OutcomeRow]) -> str:
     return f"{goals}: {ended}" + (f" (first: {first})" if first else "") + hint
 
 
-def _code_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error {code}"
-
-
 def code_name(code: int) -> str:
     """The ErrorCode's name, or 'error N' for a code this build does not know."""
     try:
