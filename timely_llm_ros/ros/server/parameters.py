@@ -67,8 +67,10 @@ class ServerParams:
 
 
 _DESCRIPTIONS = {
-    "policy": ("scheduling policy: timely | fcfs | edf | vllm | vllm-stream, or a registered ablation such as "
-               "timely-nointerrupt, timely-mixed-steps or edf-admit (see docs/scheduling.md)", None),
+    "policy": ("scheduling policy: timely | fcfs | edf | fcfs-stream | fcfs-whole-plan | semantic | timebill | slice "
+               "| rtlm, a plug-in's (entry-point group timely_llm_ros.policies), or a preset of timely such as "
+               "timely-nointerrupt or edf-admit (docs/scheduling.md); vllm and vllm-stream are the old names of "
+               "fcfs-whole-plan and fcfs-stream", None),
     "max_batch": ("maximum generations decoded in one engine step", (1, 256)),
     "engine": ("LLM engine backend: '' (the model entry's: llamacpp for a GGUF entry, transformers for a folder) | "
                "transformers | vllm | llamacpp (vllm and llamacpp: kv_budget_mb sizes their KV pool, default 256)",
