@@ -80,9 +80,6 @@ BUILT_IN = (
     Configuration("embedded", "embedded"),
     Configuration("smollm2-grammar", "smollm2", grammar=True),
     Configuration("smollm2-unconstrained", "smollm2", grammar=False),
-    # SmolLM2 with its entry's adapter (timely_adapt): trained for the drone and the arm on generated task patterns
-    Configuration("smollm2-adapted", "smollm2", grammar=True, adapter=None),
-    Configuration("smollm2-adapted-unconstrained", "smollm2", grammar=False, adapter=None),
     # prompt variants of smollm2-grammar (choose on the dev split): the worked examples inside the system text
     # instead of as chat turns; no worked examples; only each robot type's first one
     Configuration("smollm2-grammar-examples-in-system", "smollm2", grammar=True, prompt={"prompt_examples": "system"}),
@@ -357,7 +354,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (0: torch's default; 1 is steadier on a shared machine)")
     ap.add_argument("--adapter", default="", help="an adapter folder for the configurations that use their model "
-                                                  "entry's (smollm2-adapted*): one being trained, say")
+                                                  "entry's (smollm2-adapted): one being trained, say")
     ap.add_argument("--out", type=Path, default=Path("out/plan_quality"))
     return ap.parse_args(argv)
 

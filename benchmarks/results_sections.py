@@ -116,9 +116,10 @@ SECTIONS: tuple[Section, ...] = (
         "workload. One seed: real time on a shared machine, so indicative.",
         "benchmarks/engine_workload.py", ("--out", "{out}"), cost="regular", minutes=5, plots=("utility.png",)),
     Section(
-        "plan_quality", "Plan quality: does the robot do its task? (embedded planner, SmolLM2 with and without the grammar)",
-        "The labelled evaluation set (config/eval: drone and arm tasks in the dev, test and heldout splits, each with a "
-        "goal condition; docs/plan_quality.md) through the server's generation path (fcfs, up to 8 generations a step, "
+        "plan_quality", "Plan quality: does the robot do its task? (the embedded planner, SmolLM2, SmolLM2 adapted)",
+        "The labelled evaluation set's test and heldout splits (config/eval: drone and arm tasks, each with a goal "
+        "condition; docs/plan_quality.md), every configuration grounded (the grammar of the robot's skills and the "
+        "scene's objects), SmolLM2 with and without its LoRA adapter (models/adapters/smollm2-drone-arm), through the server's generation path (fcfs, up to 8 generations a step, "
         "one torch thread). Each plan runs, segment by segment, through the robot's interpreter in every scene variant "
         "of its task, built from the task's context, and is judged by the task's goal condition. parses: the skill "
         "set takes it and the server ended it NONE; runs: no run-time error on the robot in any variant; "
@@ -128,7 +129,7 @@ SECTIONS: tuple[Section, ...] = (
         "tasks that moved toward their hazard are counted. Plans are deterministic (greedy): one pass per "
         "configuration.",
         "benchmarks/plan_quality.py",
-        ("--configs", "embedded,smollm2-grammar,smollm2-unconstrained", "--out", "{out}"),
+        ("--split", "headline", "--configs", "embedded,smollm2-grammar,smollm2-adapted", "--out", "{out}"),
         cost="long", minutes=90, show=("tables.md",), plots=("plan_quality.png",)),
     Section(
         "plan_quality_prompts", "Prompt choices for SmolLM2 (dev split only)",
