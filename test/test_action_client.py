@@ -15,6 +15,7 @@ from rclpy.node import Node
 from timely_llm_ros.action import ExecuteSegment
 from timely_llm_ros.ros.action_client import ActionClient
 from ros_harness import feedback_then_success
+from ros_harness import wait as wait_for_future
 
 
 def test_a_client_is_usable_by_a_spinning_executor_from_the_moment_the_node_holds_it():
@@ -115,7 +116,7 @@ def test_a_goal_sent_while_the_executor_spins_gets_its_response():
     with _server_and_client("send", ActionServer, ActionClient) as client:
         client._feedback_callbacks = _SlowDict()
         future = client.send_goal_async(ExecuteSegment.Goal(request_id="r", index=0), feedback_callback=lambda m: None)
-        handle = _wait(future, 10.0)
+        handle = wait_for_future(future, 10.0)
         assert handle is not None and handle.accepted
 
 
@@ -141,7 +142,7 @@ def test_the_first_goal_waits_until_the_server_answers_this_client(wait, answere
     with _server_and_client("deaf", DeafServer, ActionClient) as client:
         DeafServer.until = time.monotonic() + 2.0
         assert getattr(client, wait)(timeout_sec=8.0)
-        handle = _wait(client.send_goal_async(ExecuteSegment.Goal(request_id="r", index=0)), 3.0)
+        handle = wait_for_future(client.send_goal_async(ExecuteSegment.Goal(request_id="r", index=0)), 3.0)
         assert (handle is not None and handle.accepted) == answered
 
 
@@ -162,10 +163,10 @@ def test_a_result_the_server_sent_to_nobody_is_asked_for_again(recovering):
             super()._send_result_response(request_header, future)
 
     with _server_and_client("lossy", DroppingServer, ActionClient, execution_time=0.5) as client:
-        handle = _wait(client.send_goal_async(ExecuteSegment.Goal(request_id="r", index=0)), 5.0)
+        handle = wait_for_future(client.send_goal_async(ExecuteSegment.Goal(request_id="r", index=0)), 5.0)
         assert handle is not None and handle.accepted
         future = client.result_async(handle) if recovering else handle.get_result_async()
-        answer = _wait(future, 4.0)
+        answer = wait_for_future(future, 4.0)
         assert DroppingServer.dropped == 1
         if recovering:
             assert answer is not None and answer.result.execution_time == 0.5
@@ -193,10 +194,10 @@ def test_feedback_queued_behind_the_result_still_reaches_the_caller_first(cls, d
             seen.append(message.feedback.skills_done)
             time.sleep(0.02)
 
-        handle = _wait(client.send_goal_async(ExecuteSegment.Goal(request_id="r", index=0),
+        handle = wait_for_future(client.send_goal_async(ExecuteSegment.Goal(request_id="r", index=0),
                                               feedback_callback=slow_caller), 5.0)
         assert handle is not None and handle.accepted
-        assert _wait(handle.get_result_async(), 5.0) is not None
+        assert wait_for_future(handle.get_result_async(), 5.0) is not None
         at_result = list(seen)
         time.sleep(0.5)                   # anything still on its way
         assert seen == at_result, "feedback after the result"
@@ -205,9 +206,3 @@ def test_feedback_queued_behind_the_result_still_reaches_the_caller_first(cls, d
         else:
             assert len(seen) < 30
 
-
-def _wait(future, timeout: float):
-    end = time.monotonic() + timeout
-    while not future.done() and time.monotonic() < end:
-        time.sleep(0.01)
-    return future.result() if future.done() else None
