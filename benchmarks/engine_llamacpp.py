@@ -24,7 +24,7 @@ prompt ids (the drone and arm chat prompts of eight tasks, their system prompts 
 5. non-forward time per step (the step trace): 8 requests through the scheduler's own thread (SchedulerThread, the
    server's loop) on the llamacpp engine with the timely policy at max_batch 8, robots answering every segment at
    once; per step with 8 sequences decoding, the scheduling, events and inbox time over the forward (engine_s).
-6. the mean pick (policy.select of timely) with 8 and 1,000 queued (benchmarks/scheduling_overhead.py's queue).
+6. the mean pick (policy.select of timely) with 8 and 1,000 queued (benchmarks/overhead.py scheduling's queue).
 7. interrupts: a ~2,000-token prefill cut short by interrupt_check turning true at a random moment; the time from
    the poll that saw it to the step's return (llama.cpp ends the decode after its graph node in flight) and from the
    moment it turned true (the poll interval added); and the cost of asking (decode at batch 1 and 8 with a check
@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report import write_csv  # noqa: E402
-from scheduling_overhead import queue as select_queue  # noqa: E402
+from overhead import queue as select_queue  # noqa: E402
 
 from timely_llm_ros.core.models import model_spec  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402

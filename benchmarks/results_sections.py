@@ -52,7 +52,7 @@ SECTIONS: tuple[Section, ...] = (
         "A relaxation every schedule of the simulator satisfies (the urgent class alone, step costs added, "
         "constraints across long gaps dropped), solved exactly per cluster: how much room the class-alone bound "
         "of the section above leaves.",
-        "benchmarks/urgent_upper_bound.py", ("--workload", "WID1"), cost="fast", minutes=1),
+        "benchmarks/compare_policies.py", ("upper-bound", "--workload", "WID1"), cost="fast", minutes=1),
     Section(
         "paper_presets", "Every policy on each seed paper's own experiment (simulator)",
         "SLICE's static test, the semantic scheduler's burst sweep, RT-LM's high-variance lengths and TimeBill's "
@@ -69,41 +69,41 @@ SECTIONS: tuple[Section, ...] = (
         "drone goals (normal and urgent) with normal arm plans at 0.2 a second, each goal to its own robot, 120 s, the "
         "4090 profile, timely; the same workload per seed under (normal, urgent) = drop/drop, serve/drop and "
         "serve/serve. Median [min-max] over seeds 1-5.",
-        "benchmarks/late_or_drop.py", ("--seeds", "1-5", "--duration-s", "120", "--drone-rate", "2", "--arm-rate", "0.2"),
+        "benchmarks/policy_choices.py", ("late", "--seeds", "1-5", "--duration-s", "120", "--drone-rate", "2", "--arm-rate", "0.2"),
         cost="fast", minutes=1),
     Section(
         "late_or_drop_overload", "Late plan or no plan: 2.5 drone goals a second (overload)",
         "As above at 2.5 drone goals a second, a sustained overload.",
-        "benchmarks/late_or_drop.py",
-        ("--seeds", "1-5", "--duration-s", "120", "--drone-rate", "2.5", "--arm-rate", "0.2"), cost="fast", minutes=1),
+        "benchmarks/policy_choices.py",
+        ("late", "--seeds", "1-5", "--duration-s", "120", "--drone-rate", "2.5", "--arm-rate", "0.2"), cost="fast", minutes=1),
     Section(
         "scheduling_overhead", "Scheduling overhead: one priority update and pick",
         "Wall time of `policy.select` with N queued generations (fresh and suspended, both classes). Targets: "
         "<= 0.1 ms with 8 queued, <= 2 ms with 1,000.",
-        "benchmarks/scheduling_overhead.py", (), cost="fast", minutes=1),
+        "benchmarks/overhead.py", ("scheduling",), cost="fast", minutes=1),
     Section(
         "segmentation_overhead", "Segmentation overhead (detokenize + segment + KV save/restore)",
         "The TimelyLLM traces' plans replayed through the transformers engine on the embedded planner, suspended at "
         "every executable segment and resumed; the overhead as a share of generation time, KV row copies included "
         "(target <= 2%), mean [min-max] over 5 repetitions, this thread's CPU time.",
-        "benchmarks/segmentation_overhead.py", ("--reps", "5", "--threads", "1"), cost="fast", minutes=3),
+        "benchmarks/overhead.py", ("segmentation", "--reps", "5", "--threads", "1"), cost="fast", minutes=3),
     Section(
         "engine_resume_embedded", "Suspend/resume vs re-prefill on the embedded planner (~1,500 tokens)",
         "A generation with a 1,536-token prompt suspended after 32 tokens comes back from device memory, from host "
         "memory, or by a fresh prefill of prompt + generated tokens (past the planner's 512 positions: the times hold, the "
         "tokens mean nothing); time to its next token, medians, interleaved. Targets: <= 5% of the re-prefill from device "
         "memory, <= 15% from host memory.",
-        "benchmarks/engine_resume.py", (), cost="fast", minutes=1),
+        "benchmarks/engine_speed.py", ("resume",), cost="fast", minutes=1),
     Section(
         "engine_overhead", "Engine step vs a bare model forward (embedded planner)",
         "The transformers engine's decode step against the bare forward it runs on the same batch (target <= 15%), "
         "and against a plain transformers DynamicCache.",
-        "benchmarks/engine_overhead.py", (), cost="fast", minutes=1),
+        "benchmarks/engine_speed.py", ("overhead",), cost="fast", minutes=1),
     Section(
         "interrupt_latency", "Interrupts: the layer gate's cost and the wait for a step in flight",
         "Decode steps with the per-layer interrupt check against the hooks off (paired ratio); how long an arrival "
         "waits for a prefill step in flight with and without interrupts (embedded planner).",
-        "benchmarks/interrupt_latency.py", ("--threads", "1"), cost="fast", minutes=1),
+        "benchmarks/engine_speed.py", ("interrupt", "--threads", "1"), cost="fast", minutes=1),
     Section(
         "timebill_eviction", "Plan validity under TimeBill's prompt-KV eviction (embedded planner)",
         "Held-out tasks padded to ~300 prompt tokens, their prompt KV evicted after the prefill at fixed ratios and at "
@@ -154,39 +154,39 @@ SECTIONS: tuple[Section, ...] = (
         "SmolLM2-135M-Instruct fp32, one thread, vLLM-CPU with block size 32, the same prompt ids, 5 alternated "
         "rounds, greedy outputs compared; decode at batch 1, 8 and 16 and ~40 and ~500-token prompts, prefill, "
         "resume at ~70 and ~1,500 tokens, each engine's resident set.",
-        "benchmarks/engine_vllm.py",
-        ("--model", "smollm2", "--repeats", "5", "--decode-steps", "32", "--batches", "1,8,16",
+        "benchmarks/engine_speed.py",
+        ("vllm", "--model", "smollm2", "--repeats", "5", "--decode-steps", "32", "--batches", "1,8,16",
          "--prompt-tokens", "40,500", "--short", "70", "--long", "1500", "--out", "{out}"),
         cost="regular", minutes=6),
     Section(
         "decode_profile", "Where a SmolLM2 decode step goes (per layer, per op)",
         "torch.profiler self CPU time per op over 6 steps of 16 generations of ~800 tokens, the transformers engine "
         "and vLLM alternated step by step.",
-        "benchmarks/decode_profile.py", ("--model", "smollm2", "--batch", "16", "--context", "800"),
+        "benchmarks/engine_speed.py", ("profile", "--model", "smollm2", "--batch", "16", "--context", "800"),
         cost="regular", minutes=3),
     Section(
         "engine_resume_smollm2", "Suspend/resume vs re-prefill at ~70 and ~1,500 tokens (SmolLM2)",
         "A generation suspended after 32 tokens comes back from device memory, from host memory, or by a fresh "
         "prefill of prompt + generated tokens; time to its next token, medians, interleaved.",
-        "benchmarks/engine_resume.py", ("--model", "smollm2", "--threads", "1", "--prompt", "38", "1468"),
+        "benchmarks/engine_speed.py", ("resume", "--model", "smollm2", "--threads", "1", "--prompt", "38", "1468"),
         cost="regular", minutes=2),
     Section(
         "prompt_cache", "Time to first segment with and without the cached system prompt (SmolLM2)",
         "Two engines on the same weights, one keeping the robot type's system-prompt KV, alternated over 6 new drone "
         "tasks; request arrival to its first executable segment, and whether both wrote the same segment.",
-        "benchmarks/prompt_cache.py", ("--model", "smollm2", "--robot", "drone", "--reps", "6"), cost="regular",
+        "benchmarks/prompts.py", ("cache", "--model", "smollm2", "--robot", "drone", "--reps", "6"), cost="regular",
         minutes=2),
     Section(
         "prompt_cache_arm", "Time to first segment with and without the cached system prompt (SmolLM2, arm)",
         "As above for the arm's requests.",
-        "benchmarks/prompt_cache.py", ("--model", "smollm2", "--robot", "arm", "--reps", "6"), cost="regular",
+        "benchmarks/prompts.py", ("cache", "--model", "smollm2", "--robot", "arm", "--reps", "6"), cost="regular",
         minutes=2),
     Section(
         "prompt_style", "Where a chat model's worked examples go (SmolLM2)",
         "13 tasks written for this check (none from config/fleet_tasks.yaml or the evaluation set), greedy, no "
         "grammar, with the skill sets' worked examples in the system text and as user/assistant turns: plans that "
         "parse, plans naming the task's key, prompt and output tokens.",
-        "benchmarks/prompt_style.py", ("--model", "smollm2"), cost="regular", minutes=3),
+        "benchmarks/prompts.py", ("style", "--model", "smollm2"), cost="regular", minutes=3),
     Section(
         "ros_burst_smollm2", "The urgent burst through the ROS server on SmolLM2, beside the simulator",
         "Real processes over DDS on loopback (server with SmolLM2 under its grammar, one torch thread; one executor "
@@ -205,8 +205,8 @@ SECTIONS: tuple[Section, ...] = (
         "runs) and x1, burst sizes x0.25, x0.5, x1; per class the first-segment utility (Eq. 1), Eq. 3 (every "
         "segment's utility) and mid-plan waiting, paired closed - open per seed (seeds 1-10); then the same figures "
         "from the stored ROS runs of the section above.",
-        "benchmarks/feedback_value.py",
-        ("--model", "smollm2", "--ros", "docs/results/ros_burst_smollm2/runs.csv", "--out", "{out}"),
+        "benchmarks/policy_choices.py",
+        ("feedback", "--model", "smollm2", "--ros", "docs/results/ros_burst_smollm2/runs.csv", "--out", "{out}"),
         cost="regular", minutes=4, show=("feedback_smollm2.md",)),
     Section(
         "ros_burst_embedded", "The urgent burst through the ROS server on the embedded planner, beside the simulator",
@@ -220,7 +220,7 @@ SECTIONS: tuple[Section, ...] = (
         "goal_intake", "Goal intake: a burst of 200 dry-run goals at once",
         "The server (as `make stress` starts it) and one client sending 200 goals at the same moment, 3 repetitions: "
         "when each goal was accepted, when the client had its answer, when the last result came.",
-        "benchmarks/goal_intake.py", ("--goals", "200", "--reps", "3"), cost="regular", minutes=2, ros=True),
+        "benchmarks/overhead.py", ("goal-intake", "--goals", "200", "--reps", "3"), cost="regular", minutes=2, ros=True),
     Section(
         "stress", "Reliability: the stress suite, reduced soak",
         "tools/stress/run.py (docs/stress.md) with a 60 s soak instead of `make stress`'s 600 s: fuzzed goals, faulty "

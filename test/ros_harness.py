@@ -19,10 +19,9 @@ from rclpy.executors import SingleThreadedExecutor
 from timely_llm_ros.action import ExecuteSegment, Plan
 from timely_llm_ros.ros.action_client import ActionClient, deep_queues
 from timely_llm_ros.ros.process_signals import stopping_with_this_process
+from waiting import poll_until, wait_until  # noqa: F401  (re-exported for the ROS tests)
 
 REPO = Path(__file__).resolve().parent.parent
-
-
 def ros_env() -> dict[str, str]:
     """Environment for child nodes: loopback discovery, this session's domain id, logs in build/."""
     env = dict(os.environ)
@@ -49,7 +48,8 @@ class NodeProcess:
         self.lines: list[str] = []
         self._ready = threading.Event()
         self._marker = ready
-        threading.Thread(target=self._pump, daemon=True).start()
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
@@ -69,11 +69,17 @@ class NodeProcess:
 
     def wait_for(self, text: str, timeout: float) -> None:
         """Block until the node has printed a line containing text."""
-        end = time.monotonic() + timeout
-        while not any(text in line for line in list(self.lines)):
-            if self.proc.poll() is not None or time.monotonic() > end:
-                raise RuntimeError(f"node never printed {text!r}:\n" + "\n".join(self.lines[-40:]))
-            time.sleep(0.05)
+        printed = poll_until(lambda: any(text in line for line in list(self.lines)) or self.proc.poll() is not None,
+                             timeout, 0.05)
+        if not printed or not any(text in line for line in list(self.lines)):
+            raise RuntimeError(f"node never printed {text!r}:\n" + "\n".join(self.lines[-40:]))
+
+    def drained(self, timeout: float = 10.0) -> str:
+        """The whole output of a node that has exited, once the reader has taken its last line."""
+        assert self.proc.poll() is not None, "drained() is for a node that has exited"
+        self._reader.join(timeout)
+        assert not self._reader.is_alive(), f"the node's output was still open {timeout} s after it exited"
+        return self.output()
 
     def output(self) -> str:
         return "\n".join(self.lines)
@@ -85,7 +91,13 @@ class NodeProcess:
             return f"(exited {self.proc.returncode})"
         mark = len(self.lines)
         self.proc.send_signal(signal.SIGUSR2)
-        time.sleep(2.0)
+        # faulthandler heads each thread's stack with "(most recent call first)"; the dump ends without a marker,
+        # so once the first header is in, wait until the output has been quiet for 0.3 s
+        poll_until(lambda: any("most recent call first" in line for line in self.lines[mark:]), 5.0, 0.05)
+        seen = -1
+        while seen != len(self.lines):
+            seen = len(self.lines)
+            time.sleep(0.3)
         return "\n".join(self.lines[mark:])
 
     def stop(self) -> None:
@@ -196,12 +208,8 @@ class GoalRun:
         wait(self.handle.cancel_goal_async(), 10.0)
 
     def wait_for(self, predicate, timeout: float = 60.0) -> bool:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if any(predicate(fb) for fb in list(self.feedback)):
-                return True
-            time.sleep(0.01)
-        return False
+        """Whether a feedback message satisfying predicate arrives within timeout."""
+        return poll_until(lambda: any(predicate(fb) for fb in list(self.feedback)), timeout)
 
 
 def feedback_then_success(feedbacks: int, execution_time: float):
@@ -227,12 +235,8 @@ def runs_on_robot(output: str, request_id: str | None = None) -> list[tuple[tupl
 
 
 def wait(future, timeout: float):
-    end = time.monotonic() + timeout
-    while not future.done():
-        if time.monotonic() > end:
-            return None
-        time.sleep(0.005)
-    return future.result()
+    """The future's result, or None if it is not done within timeout."""
+    return future.result() if poll_until(future.done, timeout, 0.005) else None
 
 
 @contextmanager

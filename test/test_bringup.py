@@ -17,7 +17,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,7 @@ from timely_llm_ros.ros import process_signals
 from timely_llm_ros.ros.fleet import bringup
 from timely_llm_ros.ros.fleet.children import build_children
 from timely_llm_ros.ros.fleet.description import apply_overrides, load_fleet, parse_fleet, write_node_params
+from waiting import wait_until
 
 DEMO = Path(__file__).resolve().parent.parent / "config" / "fleet" / "demo.yaml"
 DEMO_PARAMS = DEMO.parent.parent / "demo_fleet.yaml"
@@ -433,11 +433,8 @@ def test_nodes_stop_when_the_bringup_is_killed(tmp_path):
         proc.kill()
         proc.wait(10)
         proc.stdout.close()   # as when the bringup is gone: nobody reads the nodes' output any more
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not all(_gone(p) for p in pids):
-            time.sleep(0.2)
-        left = [p for p in pids if not _gone(p)]
-        assert left == [], f"still running after the bringup died: {left}"
+        wait_until(lambda: all(_gone(p) for p in pids), 60,
+                   lambda: f"still running after the bringup died: {[p for p in pids if not _gone(p)]}", 0.2)
         # the merged params lived in memory (memfd), so even a kill -9 leaves no file behind
         assert [p.name for p in temp.iterdir() if p.name.startswith("timely")] == []
     finally:

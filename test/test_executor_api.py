@@ -19,7 +19,7 @@ from timely_llm_ros.msg import RobotState, Skill  # noqa: E402
 from timely_llm_ros.ros.executor.skills import SkillContext, SkillRegistry, skill  # noqa: E402
 from timely_llm_ros.ros.server.segment_dispatcher import CLIENT_QUEUES  # noqa: E402
 
-from ros_harness import NodeProcess, SpinningActionClient, runs_on_robot, wait  # noqa: E402
+from ros_harness import NodeProcess, SpinningActionClient, poll_until, runs_on_robot, wait, wait_until  # noqa: E402
 
 R = ExecuteSegment.Result
 
@@ -80,10 +80,13 @@ def kinematic():
     assert node.proc.returncode == 0 and "Traceback" not in node.output(), node.output()[-3000:]
 
 
-def _settled_state(client: _Client) -> RobotState:
-    assert _wait(lambda: client.states), "no robot_state received"
-    time.sleep(0.2)  # the last state message follows the result
-    return client.states[-1]
+def _settled_state(client: _Client, reached=lambda state: True) -> RobotState:
+    """The robot's state once it is idle (no current skill) and reached(state) holds: the last state message can
+    arrive after the result, and the robot is also idle for a moment between skills."""
+    def settled() -> RobotState | None:
+        state = client.states[-1] if client.states else None
+        return state if state is not None and state.current_skill == "" and reached(state) else None
+    return wait_until(settled, 10.0, lambda: f"the robot did not settle; last states {client.states[-3:]}")
 
 
 def test_segments_move_the_published_state_in_plan_order(kinematic):
@@ -99,8 +102,8 @@ def test_segments_move_the_published_state_in_plan_order(kinematic):
     wall = time.monotonic() - t0
     assert status == GoalStatus.STATUS_SUCCEEDED and result.success, result.error_message
     assert 0.0 < result.execution_time < wall  # timed from its own start, not from when it was queued
-    s = _settled_state(client)
-    assert (s.x - base.x, s.y - base.y, s.z - base.z) == pytest.approx((0.0, 1.0, 0.4), abs=1e-6)
+    s = _settled_state(client, lambda s: (s.x - base.x, s.y - base.y, s.z - base.z) == pytest.approx((0.0, 1.0, 0.4),
+                                                                                                   abs=1e-6))
     assert s.yaw == pytest.approx(90.0) and s.current_skill == ""
     assert fb and fb[0].skills_total == 1 and fb[0].current_skill == "tu" and fb[-1].skills_done == 1
 
@@ -123,7 +126,7 @@ def test_cancel_stops_the_robot_mid_move_and_a_full_queue_answers_busy(kinematic
     status, result = client.result(running, 5.0)
     assert status == GoalStatus.STATUS_CANCELED and result.error_code == R.CANCELLED
     assert time.monotonic() - t0 < 2.0
-    s = _settled_state(client)
+    s = _settled_state(client, lambda s: (s.x, s.y) != (base.x, base.y))   # one skill: idle again only when stopped
     moved = ((s.x - base.x) ** 2 + (s.y - base.y) ** 2) ** 0.5
     assert 0.0 < moved < 20.0, "the robot must have stopped part-way"
     assert min(f.time_remaining for f in fb) < max(f.time_remaining for f in fb) <= 5.0  # it counts down
@@ -137,12 +140,7 @@ def test_unknown_skill_is_refused_at_once_with_the_skills_it_has(kinematic):
 
 
 def _wait(pred, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return False
+    return bool(poll_until(pred, timeout))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -51,7 +51,7 @@ def test_first_goals_wait_until_the_server_has_met_their_executors():
                                 "-p", "requests_per_agent:=1", "-p", "stagger_s:=0.0"], "no ready line")
         nodes.append(workload)
         workload.wait_for("waiting for the server to meet the executors of drone_2", 60.0)
-        time.sleep(1.0)
+        time.sleep(1.0)   # under test: drone_2's executor starts after the workload began waiting for it
         nodes.append(start_executor("drone_2", "drone", 0.05))
         workload.wait_for("the server has met every executor of this fleet", 60.0)
         assert workload.proc.wait(120) == 0, workload.output()
@@ -112,8 +112,7 @@ def test_a_task_with_a_goal_runs_in_the_scene_its_context_describes_and_the_tabl
                                 "-p", f"results_csv:={tmp_path / 'results.csv'}"], "no ready line")
         nodes.append(workload)
         assert workload.proc.wait(180) in (0, 1), workload.output()
-        time.sleep(0.5)
-        out = workload.output()
+        out = workload.drained()
     finally:
         for n in reversed(nodes):
             n.stop()

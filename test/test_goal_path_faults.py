@@ -20,7 +20,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 
 from timely_llm_ros.action import Plan  # noqa: E402
 
-from ros_harness import plan_client  # noqa: E402
+from ros_harness import plan_client, poll_until, wait_until  # noqa: E402
 
 R = Plan.Result
 AGENT = "drone_f"
@@ -77,10 +77,7 @@ def world():
     server.start()
     try:
         with plan_client() as client:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not node.discovery.known(AGENT):
-                time.sleep(0.05)
-            assert node.discovery.known(AGENT), "the server did not discover the robot"
+            wait_until(lambda: node.discovery.known(AGENT), 30, "the server did not discover the robot", 0.05)
             yield node, client
     finally:
         node.trigger_shutdown()
@@ -95,12 +92,11 @@ def _freed(node) -> dict:
     def scheduler_view(s):
         return {"requests": s.active(), "plans": len(s.execution._plans), "robots": len(s.execution._robots),
                 "engine_generations": s.engine.memory().generations}
-    deadline = time.monotonic() + 10
-    while True:
-        held = {"goals": node.intake.open_goals(), **node.loop.call(scheduler_view).result(10)}
-        if not any(held.values()) or time.monotonic() > deadline:
-            return held
-        time.sleep(0.05)
+    def held() -> dict:
+        return {"goals": node.intake.open_goals(), **node.loop.call(scheduler_view).result(10)}
+
+    poll_until(lambda: not any(held().values()), 10, 0.05)
+    return held()
 
 
 def _serves_a_normal_goal(client) -> None:

@@ -9,10 +9,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_pyflakes_is_clean():
-    out = subprocess.run([sys.executable, "-m", "pyflakes", "timely_llm_ros", "benchmarks", "test"], cwd=REPO,
-                         capture_output=True, text=True).stdout.splitlines()
+    """pyflakes exits 0, or 1 with only findings on lines marked `# noqa` (registration imports, re-exports).
+    Anything on stderr (a syntax error, an unreadable file) or another exit status fails."""
+    run = subprocess.run([sys.executable, "-m", "pyflakes", "timely_llm_ros", "benchmarks", "test"], cwd=REPO,
+                         capture_output=True, text=True)
+    assert run.returncode in (0, 1) and not run.stderr, f"pyflakes exited {run.returncode}:\n{run.stderr}"
+    findings = run.stdout.splitlines()
+    assert (run.returncode == 1) == bool(findings), f"pyflakes exited {run.returncode} reporting {findings}"
     problems = []
-    for line in out:  # honour `# noqa` on the reported line (registration imports)
+    for line in findings:
         path, lineno = line.split(":")[:2]
         src = (REPO / path).read_text().splitlines()[int(lineno) - 1]
         if "noqa" not in src:

@@ -15,6 +15,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 
 from timely_llm_ros.core.request import PlanRequest  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
+from waiting import wait_until  # noqa: E402
 
 
 def _evicted_share(policy: str, live_policy: str | None) -> dict[str, float]:
@@ -37,14 +38,12 @@ def _evicted_share(policy: str, live_policy: str | None) -> dict[str, float]:
                           context="cat, chair, table", tuf=DEFAULT_URGENCY_CLASSES["normal"],
                           arrival=time.monotonic(), urgency="normal", time_budget_s=0.5, dry_run=True)
         node.loop.post(lambda s: s.submit(req))
-        deadline = time.monotonic() + 30.0
-        while time.monotonic() < deadline:
-            applied = node.loop.call(lambda s: (s.policy.name, dict(getattr(s.engine, "applied", {})),
-                                                s.busy())).result(10.0)
-            if not applied[2]:
-                return {"policy": applied[0], **applied[1]}
-            time.sleep(0.05)
-        raise AssertionError("the request did not end in 30 s")
+        def applied_when_idle() -> dict | None:
+            policy, applied, busy = node.loop.call(lambda s: (s.policy.name, dict(getattr(s.engine, "applied", {})),
+                                                              s.busy())).result(10.0)
+            return None if busy else {"policy": policy, **applied}
+
+        return wait_until(applied_when_idle, 30.0, "the request did not end", 0.05)
     finally:
         node.trigger_shutdown()
         node.destroy_node()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -24,7 +23,7 @@ from timely_llm_ros.msg import RobotState, Skill  # noqa: E402
 from timely_llm_ros.ros.executor.plans import returns_conflicts  # noqa: E402
 
 from ros_harness import (REPO, NodeProcess, SpinningActionClient, plan_client, ros_env, start_executor,  # noqa: E402
-                         start_server, wait)
+                         start_server, wait, wait_until)
 
 R = ExecuteSegment.Result
 DRONE = load_skill_sets()["drone"]
@@ -43,6 +42,14 @@ class _Robot(SpinningActionClient):
     def add_entities(self) -> None:
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.node.create_subscription(RobotState, f"/{self.ns}/robot_state", self.states.append, latched)
+
+    def settled_state(self, reached=lambda state: True) -> RobotState:
+        """The robot's state once it is idle (no current skill) and reached(state) holds: the last state message
+        can arrive after the result, and the robot is also idle for a moment between skills."""
+        def settled() -> RobotState | None:
+            state = self.states[-1] if self.states else None
+            return state if state is not None and state.current_skill == "" and reached(state) else None
+        return wait_until(settled, 10.0, lambda: f"/{self.ns} did not settle; last states {self.states[-3:]}")
 
     def run(self, request_id: str, *texts: str, first_index: int = 0, feedback: list | None = None) -> list:
         """Send the segments of one plan at once (as the server streams them); their results, in order."""
@@ -99,13 +106,11 @@ def test_the_same_conditional_is_taken_in_one_scene_and_skipped_in_another(robot
 
 def test_a_loop_runs_its_body_n_times_and_the_robot_turns_that_much(robots):
     robot = robots["sem_kin"]
-    assert _wait(lambda: robot.states)
-    time.sleep(0.2)
-    yaw0 = robot.states[-1].yaw
+    yaw0 = robot.settled_state().yaw
     [(status, result)] = robot.run("loop", "3{tc(30);}")
     assert status == GoalStatus.STATUS_SUCCEEDED and _names(result) == ["tc", "tc", "tc"]
-    time.sleep(0.2)
-    assert (robot.states[-1].yaw - yaw0 + 180.0) % 360.0 - 180.0 == pytest.approx(-90.0, abs=1e-6)
+    turned = robot.settled_state(lambda s: (s.yaw - yaw0 + 180.0) % 360.0 - 180.0 == pytest.approx(-90.0, abs=1e-6))
+    assert turned.current_skill == ""
     robot.run("loop_back", "tu(90);")
 
 
@@ -158,9 +163,7 @@ def test_the_kinematic_drone_answers_from_its_scene_and_flies_to_what_it_sees(ro
     results = robot.run("ball", "?iv('ball')==True&od('ball')>100{g('ball');}", "->od('ball');")
     assert _names(results[0][1]) == ["iv", "od", "g"]
     assert results[1][1].returned and float(results[1][1].return_value) == pytest.approx(50.0)
-    time.sleep(0.2)
-    state = robot.states[-1]
-    assert (state.x, state.y) == pytest.approx((1.5, 0.0), abs=1e-6)
+    robot.settled_state(lambda s: (s.x, s.y) == pytest.approx((1.5, 0.0), abs=1e-6))
 
 
 def test_a_goal_without_text_runs_its_skill_list_as_sent(robots):
@@ -192,13 +195,6 @@ def test_a_skill_declared_with_another_return_kind_than_its_skill_set_is_named()
         "skill 'iv' returns float in this executor but bool in the drone skill set"]
 
 
-def _wait(pred, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 @pytest.fixture(scope="module")

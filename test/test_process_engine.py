@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.engine import EngineError  # noqa: E402
 from timely_llm_ros.engine.factory import make_engine  # noqa: E402
 from timely_llm_ros.engine.process_engine import ProcessEngine  # noqa: E402
+from waiting import wait_until  # noqa: E402
 
 
 def _script(engine) -> list:
@@ -127,10 +127,7 @@ def test_the_child_exits_when_its_owner_is_killed_without_closing_it():
     owner = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     child = int(owner.stdout.split()[-1])
-    end = time.monotonic() + 20
-    while _alive(child) and time.monotonic() < end:
-        time.sleep(0.1)
-    assert not _alive(child), f"engine process {child} outlived its owner"
+    wait_until(lambda: not _alive(child), 20, f"engine process {child} outlived its owner", 0.1)
 
 
 def _alive(pid: int) -> bool:

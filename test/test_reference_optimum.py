@@ -1,4 +1,4 @@
-"""The upper bound and the reference optima of benchmarks/urgent_upper_bound.py that the README quotes (4090
+"""The upper bound and the reference optima of `benchmarks/compare_policies.py upper-bound` that the README quotes (4090
 profile, urgent class: ERT 0.2 s, slope -6.67, beta 2; 284-token prompt suffix over 2,884 tokens of context,
 5-token first segments)."""
 import random
@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-import urgent_upper_bound as ub  # noqa: E402
+import compare_policies as ub  # noqa: E402
 from timely_llm_ros.evaluation.sim import load_latency_model  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
 

@@ -3,7 +3,6 @@ over DDS: two plans for one robot never interleave; under urgent_preempts a more
 which ends PREEMPTED. The executors log every segment's start and end (log_timing), which the tests read."""
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -11,7 +10,7 @@ rclpy = pytest.importorskip("rclpy")
 
 from timely_llm_ros.action import Plan  # noqa: E402
 
-from ros_harness import plan_client, runs_on_robot, start_executor, start_server  # noqa: E402
+from ros_harness import plan_client, runs_on_robot, start_executor, start_server, wait_until  # noqa: E402
 
 R = Plan.Result
 TASK = dict(robot_type="drone", task="look for the cat", context="cat, chair, table, lamp")
@@ -60,9 +59,7 @@ def test_a_more_urgent_plan_preempts_the_running_one_which_ends_preempted(fleet)
     client, nodes = fleet
     robot = nodes[2]
     slow = client.send(agent_id="one_preempt", **TASK, **LENIENT)
-    deadline = time.monotonic() + 60
-    while not runs_on_robot(robot.output()) and time.monotonic() < deadline:   # its first segment runs
-        time.sleep(0.02)
+    wait_until(lambda: runs_on_robot(robot.output()), 60, "the slow plan's first segment never ran")
     urgent = client.send(agent_id="one_preempt", **TASK, **URGENT)
     _, slow_result = slow.result(120)
     status, urgent_result = urgent.result(120)

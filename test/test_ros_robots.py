@@ -7,7 +7,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -17,7 +16,7 @@ from action_msgs.msg import GoalStatus  # noqa: E402
 
 from timely_llm_ros.action import ExecuteSegment, Plan  # noqa: E402
 
-from ros_harness import REPO, plan_client, ros_env, start_executor, start_server  # noqa: E402
+from ros_harness import REPO, plan_client, poll_until, ros_env, start_executor, start_server, wait_until  # noqa: E402
 from test_ros_server import _SilentExecutor  # noqa: E402
 
 R = Plan.Result
@@ -63,9 +62,7 @@ def test_an_unconfigured_server_says_error_on_diagnostics():
         with plan_client() as client:
             diags = []
             assert client.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
-            end = time.monotonic() + 20
-            while time.monotonic() < end and not diags:
-                time.sleep(0.05)
+            poll_until(lambda: diags, 20, 0.05)
     finally:
         server.stop()
     assert diags, "no /diagnostics from the unconfigured server"
@@ -105,13 +102,8 @@ def test_diagnostics_are_error_naming_a_missing_expected_executor_and_ok_once_it
     assert client.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
 
     def latest(predicate, timeout: float):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            found = [d.status[0] for d in list(diags) if predicate(d.status[0])]
-            if found:
-                return found[-1]
-            time.sleep(0.05)
-        return None
+        found = poll_until(lambda: [d.status[0] for d in list(diags) if predicate(d.status[0])], timeout, 0.05)
+        return found[-1] if found else None
 
     # once the running executors' statuses reached the server, only rover_2 is missing
     status = latest(lambda s: s.name == "timely_server: scheduler" and "rover_1" not in s.message
@@ -137,11 +129,9 @@ def test_a_goal_for_another_robot_type_ends_wrong_robot_type_before_any_token(ro
     states = []
     latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     assert client.node.create_subscription(SchedulerState, "/timely_server/state", states.append, latched)
-    deadline = time.monotonic() + 10
     # the latched state can be one period old: wait for one published since, with nothing in flight
-    while time.monotonic() < deadline and not (len(states) >= 2 and states[-1].queued + states[-1].running
-                                                + states[-1].suspended + states[-1].executing == 0):
-        time.sleep(0.05)
+    wait_until(lambda: len(states) >= 2 and states[-1].queued + states[-1].running + states[-1].suspended
+               + states[-1].executing == 0, 10, "no scheduler state with nothing in flight")
     steps = states[-1].engine_steps
     run = client.send(**dict(ROVER_TASK, agent_id="drone_1"))
     status, result = run.result(30)
@@ -150,8 +140,7 @@ def test_a_goal_for_another_robot_type_ends_wrong_robot_type_before_any_token(ro
     assert "'drone'" in result.error_message and "'rover'" in result.error_message
     assert result.tokens_generated == 0 and not result.plan and "generating" not in {f.state for f in run.feedback}
     seen = len(states)
-    while len(states) < seen + 2 and time.monotonic() < deadline + 10:   # two more state periods
-        time.sleep(0.05)
+    wait_until(lambda: len(states) >= seen + 2, 10, "the server stopped publishing its state")   # two more periods
     assert states[-1].engine_steps == steps
 
 

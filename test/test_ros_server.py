@@ -14,7 +14,7 @@ from action_msgs.msg import GoalStatus  # noqa: E402
 
 from timely_llm_ros.action import ExecuteSegment, Plan  # noqa: E402
 
-from ros_harness import plan_client, start_executor, start_server, wait  # noqa: E402
+from ros_harness import plan_client, poll_until, start_executor, start_server, wait, wait_until  # noqa: E402
 
 R = Plan.Result
 DRONE_TASK = dict(agent_id="drone_1", robot_type="drone", task="look for the cat",
@@ -133,8 +133,8 @@ def test_cancel_during_generation(fleet):
 def test_cancel_during_execution_stops_the_robot_promptly(fleet):
     client, _ = fleet
     run = client.send(**dict(ARM_TASK, agent_id="arm_slow"))
-    assert run.wait_for(lambda fb: fb.new_segment, 60), "no segment was produced"
-    time.sleep(0.3)  # the slow arm is now executing its first segment (>= 0.8 s at time_scale 1)
+    assert run.wait_for(lambda fb: fb.state == "executing", 60), "the slow arm never executed a segment"
+    # the slow arm is executing its first segment (>= 0.8 s at time_scale 1)
     run.cancel()
     status, result = run.result(30)  # CANCELED, not SUCCEEDED: the plan stopped mid-execution (no timed assertion)
     assert status == GoalStatus.STATUS_CANCELED
@@ -200,9 +200,8 @@ def test_state_topic_and_diagnostics_report_the_served_requests(fleet):
     assert sub and dsub  # they live until the client closes (destroying them while spinning is noisy)
     run = client.send(**DRONE_TASK)
     _check_done(*run.result(), run)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not (states and diags and states[-1].requests_done >= 1):
-        time.sleep(0.05)
+    wait_until(lambda: states and diags and states[-1].requests_done >= 1, 10,
+               "no scheduler state counting the finished request, or no /diagnostics")
     state = states[-1]
     assert state.policy == "timely"
     assert state.requests_total >= state.requests_done >= 1
@@ -228,9 +227,7 @@ def test_urgent_goals_cut_normal_engine_steps_short_and_every_goal_is_served(fle
     latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     sub = client.node.create_subscription(SchedulerState, "/timely_server/state", states.append, latched)
     assert sub
-    deadline = time.monotonic() + 10
-    while not states and time.monotonic() < deadline:
-        time.sleep(0.05)
+    poll_until(lambda: states, 10)
     before = states[-1].interrupted_steps if states else 0
     for _ in range(5):
         normal = [client.send_async(**dict(ARM_TASK, dry_run=True, agent_id=f"arm_{i}")) for i in range(8)]
@@ -246,10 +243,8 @@ def test_urgent_goals_cut_normal_engine_steps_short_and_every_goal_is_served(fle
         for run in normal + urgent:
             status, result = run.result(120)
             assert status == GoalStatus.STATUS_SUCCEEDED, (result.error_code, result.error_message)
-        deadline = time.monotonic() + 2     # the latched state is published every 0.5 s
-        while time.monotonic() < deadline and states[-1].interrupted_steps == before:
-            time.sleep(0.05)
-        if states[-1].interrupted_steps > before:
+        # the latched state is published every 0.5 s
+        if poll_until(lambda: states[-1].interrupted_steps > before, 2):
             break
     assert states[-1].interrupted_steps > before, "no urgent goal cut a step of normal generations short in 5 bursts"
     assert states[-1].engine_steps > states[-1].interrupted_steps
@@ -264,9 +259,7 @@ def test_open_goals_hold_no_thread_of_the_server(fleet):
     diags = []
     dsub = client.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
     assert dsub
-    deadline = time.monotonic() + 10
-    while not diags and time.monotonic() < deadline:   # the subscription is matched
-        time.sleep(0.05)
+    wait_until(lambda: diags, 10, "no /diagnostics from the server")   # the subscription is matched
     before = int(_values(diags[-1])["python_threads"])
     runs = [client.send_async(**ARM_TASK) for _ in range(16)]   # one robot: its plans run one after another
     for run in runs:
@@ -323,8 +316,8 @@ def test_killed_executor_is_reported_unavailable_not_timed_out_and_served_once_r
         # lenient time requirement: discovering the new executor may take seconds on a loaded box
         run = client.send(**dict(DRONE_TASK, agent_id="drone_victim", urgency_class="", ert=10.0, alpha=-0.1,
                                  beta=1.0))
-        assert run.wait_for(lambda fb: fb.new_segment, 60), "no segment was sent"
-        time.sleep(0.5)                                   # the robot runs it (overrun_s: it would not end alone)
+        assert run.wait_for(lambda fb: fb.state == "executing", 60), "no segment was sent"
+        # the robot runs it (overrun_s: it would not end alone)
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait(10)
         status, result = run.result(60)
@@ -363,7 +356,7 @@ def test_an_executor_silent_past_its_lease_but_back_in_time_keeps_its_plan(fleet
                                  beta=1.0))
         assert run.wait_for(lambda fb: fb.new_segment, 60), "no segment was sent"
         robot.proc.send_signal(signal.SIGSTOP)
-        time.sleep(2.5)
+        time.sleep(2.5)   # the stall under test: longer than the liveliness lease, shorter than executor_timeout_s
         robot.proc.send_signal(signal.SIGCONT)
         status, result = run.result(60)
     finally:

@@ -5,7 +5,6 @@ this engine cannot meet (whichever those are on this machine)."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
@@ -15,7 +14,7 @@ from timely_llm_ros.action import Plan  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.skills.minispec import parse  # noqa: E402
 
-from ros_harness import plan_client, start_executor, start_server  # noqa: E402
+from ros_harness import plan_client, start_executor, start_server, wait_until  # noqa: E402
 
 R = Plan.Result
 NETWORK_DELAY_S = 0.008   # the server's default network_delay_s
@@ -57,10 +56,7 @@ def test_diagnostics_warn_exactly_about_the_classes_the_measured_first_segments_
     client, server = smollm2_fleet
     diags = []
     assert client.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
-    end = time.monotonic() + 20
-    while time.monotonic() < end and not diags:
-        time.sleep(0.05)
-    assert diags, "no /diagnostics from the configured server"
+    wait_until(lambda: diags, 20, "no /diagnostics from the configured server")
     status = diags[-1].status[0]
     values = {kv.key: kv.value for kv in status.values}
     first = {m.group(1): float(v.split(" s")[0]) for k, v in values.items()

@@ -5,7 +5,6 @@ it) and run by two rovers in two rooms: the same plan takes its conditional's bo
 skips it in the room without."""
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -18,7 +17,7 @@ from timely_llm_ros.core.robot_types import load_robot_types  # noqa: E402
 from timely_llm_ros.core.skills.minispec import parse  # noqa: E402
 from timely_llm_ros.core.skills.program import Conditional, Return, worst_case_calls  # noqa: E402
 
-from ros_harness import REPO, NodeProcess, plan_client, start_server  # noqa: E402
+from ros_harness import REPO, NodeProcess, plan_client, start_server, wait_until  # noqa: E402
 
 ROVER_DIR = REPO / "examples" / "rover"
 ROOMS = {"rover_1": "lounge_cat", "rover_2": "lounge"}      # examples/rover/scenes: with and without the cat
@@ -105,9 +104,7 @@ def test_smollm2_plans_the_rover_and_the_plans_conditional_follows_the_room_the_
         else:
             assert seg.estimated_exec_time == pytest.approx(worst), seg
 
-    end = time.monotonic() + 5
-    while time.monotonic() < end and not (statuses and statuses[-1].state == "idle"):
-        time.sleep(0.05)
+    wait_until(lambda: statuses and statuses[-1].state == "idle", 5, lambda: f"the rover never reported idle: {statuses[-1:]}")
     assert statuses[-1].robot_type == "rover" and set(statuses[-1].skills) == set(rover.skills)
     # depth 1: a status replaced before it was taken is skipped, so a short segment's "busy" may be missed
     busy = {m.request_id for m in statuses if m.state == "busy"}

@@ -156,7 +156,7 @@ def test_dropped_requests_are_reported_and_counted():
 
 
 def test_select_over_a_thousand_queued_picks_a_full_batch_of_the_highest_priorities():
-    # behaviour only; the speed target is benchmarks/scheduling_overhead.py's (timed assertions flake on shared boxes)
+    # behaviour only; the speed target is `benchmarks/overhead.py scheduling`'s (timed assertions flake on shared boxes)
     tuf = DEFAULT_URGENCY_CLASSES["normal"]
     waiting = [Generation(PlanRequest(f"g{i}", "a", "drone", "t", tuf, i * 1e-3), [0] * 10) for i in range(1000)]
     ctx = SchedulingContext(now=0.0, kv_free_bytes=math.inf, kv_bytes_per_token=1.0, step_time_s=0.02)

@@ -288,7 +288,7 @@ def test_nested_calls_as_arguments_are_parsed_inner_first(drone):
 
 
 def test_segmenting_cuts_the_same_segments_whatever_the_token_boundaries(drone):
-    # behaviour only: the segmenter's cost per token is reported by benchmarks/segmentation_overhead.py
+    # behaviour only: the segmenter's cost per token is reported by `benchmarks/overhead.py segmentation`
     plan = ("_1=od('cup'); ?_1>50&iv('cup')==True{mf(_1);tc(90);}; 3{mf(20);tc(45);} s('cat'); g('cat'); tp(); "
             "l('done; ok'); ->'done';")
     cuts = []
