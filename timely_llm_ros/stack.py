@@ -119,14 +119,18 @@ def engine_kind(spec: ModelSpec, choice: EngineChoice) -> str:
 def weights_location(spec: ModelSpec, kind: str, model_cache_dir: str = "",
                      progress: Callable[[str], None] | None = None) -> str:
     """What the engine loads: the GGUF file itself for llamacpp, else the entry's HF folder (a GGUF entry not
-    prepared yet in the model cache is converted into one first, reporting to progress: engine/models.py)."""
+    prepared yet in the model cache is converted into one first, reporting to progress: engine/models.py). An
+    entry's adapter is checked against the base it was trained on (AdapterMismatch names both) on every engine."""
     if kind == "llamacpp":
         if spec.gguf is None:
             raise ValueError(f"model {spec.name!r} is a folder ({spec.path}); engine llamacpp serves GGUF files: use "
                              "engine transformers or vllm for it")
-        if spec.adapter:
-            raise ValueError(f"model {spec.name!r} has the LoRA adapter {spec.adapter}, which engine llamacpp cannot "
-                             "apply: use engine transformers or vllm, or adapter:=none")
+        if spec.adapter:        # its base's identity needs the HF folder (converted once into the model cache)
+            from timely_llm_ros.adapt.adapter import check_adapter
+            from timely_llm_ros.engine.models import weights_folder
+
+            folder = weights_folder(spec, cache_dir=model_cache_dir or None, progress=progress)
+            check_adapter(spec.adapter_folder(), folder, spec.name)    # a mismatch fails before the model loads
         from timely_llm_ros.engine.llamacpp.tokenizer import tokenizer_folder
         from timely_llm_ros.engine.models import check_writable
 

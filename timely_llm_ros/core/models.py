@@ -76,7 +76,7 @@ class ModelSpec:
     limits: Mapping[str, TokenLimits] = field(default_factory=dict)
     prefix_cache_mb: float | None = None   # None: DEFAULT_PREFIX_CACHE_MB with a chat template, else 0 (off)
     adapter: str = ""                    # a LoRA adapter folder (timely_adapt) merged into the weights at load
-    engine: str = ""                     # "": llamacpp for a GGUF entry without an adapter, else transformers
+    engine: str = ""                     # "": llamacpp for a GGUF entry, transformers for a folder
     interrupts: str = "auto"             # layer: the entry counts on steps cut short between decoder layers (the
                                          # configure log warns where the engine gives less); auto: what it gives
 
@@ -104,9 +104,9 @@ class ModelSpec:
 
     def engine_kind(self) -> str:
         """The engine this entry runs on unless the server's ``engine`` parameter says otherwise: its ``engine``
-        field, else llamacpp for a GGUF file (its weights as stored) and transformers for a folder or for an entry
-        with an adapter (a peft LoRA adapter is merged into HF weights; llama.cpp does not read it)."""
-        return self.engine or ("llamacpp" if self.gguf is not None and not self.adapter else "transformers")
+        field, else llamacpp for a GGUF file (its weights as stored; an adapter applied as a LoRA GGUF converted
+        once) and transformers for a folder."""
+        return self.engine or ("llamacpp" if self.gguf is not None else "transformers")
 
     def folder(self) -> Path | None:
         """The HF folder of a path entry (None for a GGUF entry: engine.models converts it)."""

@@ -35,8 +35,10 @@ def make_engine(kind: str, model_path: str | None = None, device: str = "auto", 
     llamacpp_flash_attention ("on" (default) | "off" | "auto": llama.cpp decides),
     llamacpp_interrupt_poll_s (how often interrupt_check is asked while a decode runs, default 0.002),
     llamacpp_gpu_layers (layers offloaded to a GPU build's device, default 0), llamacpp_model_cache_dir (where the
-    tokenizer built from the GGUF is kept: paths.model_cache_dir). llamacpp_* options are ignored by the
-    other engines, and theirs by it.
+    tokenizer built from the GGUF is kept: paths.model_cache_dir). adapter: a peft LoRA adapter folder, written once
+    as a llama.cpp LoRA GGUF into the model cache (adapt/lora_gguf.py) and applied on every step; check it against
+    the base first (stack.weights_location does). llamacpp_* options are ignored by the other engines, and theirs
+    by it.
     """
     vllm_kw = {k: kw.pop(k) for k in list(kw) if k.startswith("vllm_")}
     llamacpp_kw = {k: kw.pop(k) for k in list(kw) if k.startswith("llamacpp_")}
@@ -138,6 +140,7 @@ def _make_llamacpp(model_path: str | None, kv_budget_mb: float | None, llamacpp_
     sampling = SamplingParams(float(kw.pop("temperature", 0.0)), float(kw.pop("top_p", 1.0)), int(kw.pop("seed", 0)))
     options = {k: kw.pop(k) for k in ("num_threads", "prefix_cache_mb", "prefix_min_tokens", "step_token_budget")
                if k in kw}
+    adapter = kw.pop("adapter", None)
     if kw:
         raise ValueError(f"make_engine: unknown options {sorted(kw)}")
     flash = {"auto": None, "on": True, True: True, "off": False, False: False, "": True, None: True}
@@ -154,4 +157,9 @@ def _make_llamacpp(model_path: str | None, kv_budget_mb: float | None, llamacpp_
                 options[name] = convert(value)
         else:
             raise ValueError(f"make_engine: unknown llama.cpp option {key!r}")
+    if adapter:
+        from timely_llm_ros.adapt.lora_gguf import lora_gguf
+        from timely_llm_ros.paths import model_cache_dir
+
+        options["lora"] = str(lora_gguf(adapter, model_path, model_cache_dir(options.get("model_cache_dir"))))
     return LlamaCppEngine(model_path, kv_budget_mb=kv_budget_mb, sampling=sampling, **options)

@@ -33,7 +33,7 @@ from timely_llm_ros.core.engine import Engine, EngineError, MemoryStats, StepRes
 from timely_llm_ros.engine.generation_table import GenerationTable
 from timely_llm_ros.engine.llamacpp.abortable_decode import AbortableDecode
 from timely_llm_ros.engine.llamacpp.generation import LlamaGeneration
-from timely_llm_ros.engine.llamacpp.native import GgufModel, KvContext, TokenBatch, lib
+from timely_llm_ros.engine.llamacpp.native import GgufModel, KvContext, LoraAdapter, TokenBatch, lib
 from timely_llm_ros.engine.llamacpp.prefix_cache import StatePrefixCache
 from timely_llm_ros.engine.llamacpp.tokenizer import gguf_tokenizer
 from timely_llm_ros.engine.transformers.sampling import SamplingParams, generator_for
@@ -55,7 +55,7 @@ class LlamaCppEngine(GenerationTable, Engine):
                  num_threads: int | None = None, prefix_cache_mb: float | None = None, prefix_min_tokens: int = 32,
                  step_token_budget: int | None = None, context_tokens: int | None = None,
                  flash_attention: bool | None = True, interrupt_poll_s: float = 0.002, gpu_layers: int = 0,
-                 model_cache_dir: str | None = None) -> None:
+                 model_cache_dir: str | None = None, lora: str | Path | None = None) -> None:
         if step_token_budget is not None and step_token_budget < 1:
             raise EngineError(f"step_token_budget must be >= 1 or None, got {step_token_budget}")
         path = Path(gguf)
@@ -65,6 +65,11 @@ class LlamaCppEngine(GenerationTable, Engine):
         except Exception as exc:
             self.model_file.close()
             raise EngineError(f"llamacpp: no tokenizer for {path}: {exc}") from exc
+        try:            # a LoRA GGUF (adapt/lora_gguf.py) applied on every step: the entry's adapter
+            self.lora = LoraAdapter(self.model_file, lora) if lora else None
+        except EngineError:
+            self.model_file.close()
+            raise
         self.source = str(path)
         self.step_token_budget = step_token_budget
         self.last_step_tokens = 0
@@ -80,7 +85,8 @@ class LlamaCppEngine(GenerationTable, Engine):
                               f"({context * self.kv_bytes_per_token / 2**20:.0f} MiB each): raise kv_budget_mb or lower "
                               "llamacpp_context_tokens")
         self.threads = int(num_threads or len(os.sched_getaffinity(0)))
-        self.ctx = KvContext(self.model_file, sequences, context, self.threads, flash_attention=flash_attention)
+        self.ctx = KvContext(self.model_file, sequences, context, self.threads, flash_attention=flash_attention,
+                             lora=self.lora)
         self.max_context = self.ctx.context
         self.kv_budget_bytes = float(self.ctx.n_seq_max * self.ctx.context * self.kv_bytes_per_token)
         self.sampling = sampling or SamplingParams()
@@ -173,6 +179,8 @@ class LlamaCppEngine(GenerationTable, Engine):
         self._gens.clear()
         if getattr(self, "ctx", None) is not None:
             self.ctx.close()
+        if getattr(self, "lora", None) is not None:
+            self.lora.close()          # after the context that applies it, before the model it belongs to
         self.model_file.close()
 
     # ----- stepping -----

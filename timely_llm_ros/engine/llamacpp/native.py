@@ -10,6 +10,10 @@ token batches and the abort flag. Only ctypes plumbing lives here; engine.py dec
   do: a prefill placed behind another sequence's cells gave logits up to 0.5 apart on SmolLM2 (the same sums in
   another order, amplified over 30 layers) and changed greedy tokens. ``remove`` drops a sequence's cells from a
   position on; ``save`` and ``load`` move a sequence's state to host memory and back (offload, the prefix cache).
+- ``LoraAdapter``: a llama.cpp LoRA GGUF (adapt/lora_gguf.py writes one from a peft adapter) loaded for a model;
+  a context built with it computes every adapted linear layer as W x + (alpha / rank) * B (A x) (llama.cpp's
+  scale 1.0 times the file's adapter.lora.alpha over the rank: peft's scaling). Free it after the contexts using it
+  and before the model.
 - ``TokenBatch``: the tokens of one ``llama_decode`` (token, position, sequence, whether its logits are wanted) in
   numpy arrays the batch struct points at, filled without a ctypes call per token.
 - The abort flag: llama.cpp calls the context's abort callback after every graph node of a decode (ggml-cpu checks
@@ -131,12 +135,33 @@ class GgufModel:
             self.ptr = None
 
 
+class LoraAdapter:
+    """A LoRA GGUF loaded by llama.cpp for ``model`` (llama_adapter_lora_init); EngineError names the file and
+    what llama.cpp said when it refuses it (a LoRA for another model: missing tensors or wrong shapes)."""
+
+    def __init__(self, model: GgufModel, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise EngineError(f"llamacpp: no LoRA GGUF at {self.path}")
+        llama_cpp = self._lib = lib()
+        _recent.clear()
+        self.ptr = llama_cpp.llama_adapter_lora_init(model.ptr, str(self.path).encode())
+        if not self.ptr:
+            raise EngineError(f"llamacpp: llama.cpp could not apply the LoRA {self.path} to {model.path}: "
+                              f"{recent_log() or 'no reason logged'}")
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            self._lib.llama_adapter_lora_free(self.ptr)
+            self.ptr = None
+
+
 class KvContext:
     """A llama.cpp context over ``model``: ``sequences`` KV streams of ``context`` cells each, ``threads`` CPU threads,
-    the abort flag installed."""
+    the abort flag installed, and ``lora`` applied at scale 1.0 when given."""
 
     def __init__(self, model: GgufModel, sequences: int, context: int, threads: int,
-                 flash_attention: bool | None = True) -> None:
+                 flash_attention: bool | None = True, lora: LoraAdapter | None = None) -> None:
         llama_cpp = self._lib = lib()
         p = llama_cpp.llama_context_default_params()
         p.n_ctx = int(sequences) * int(context)
@@ -161,6 +186,13 @@ class KvContext:
             raise EngineError(f"llamacpp: llama.cpp could not make a context of {sequences} sequences x {context} KV "
                               f"cells for {model.path}: {recent_log() or 'no reason logged'}")
         self.model = model
+        if lora is not None:
+            adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(lora.ptr)
+            scales = (ctypes.c_float * 1)(1.0)
+            if llama_cpp.llama_set_adapters_lora(self.ptr, adapters, 1, scales) != 0:
+                self.close()
+                raise EngineError(f"llamacpp: llama.cpp could not set the LoRA {lora.path} on a context of "
+                                  f"{model.path}: {recent_log() or 'no reason logged'}")
         self.n_seq_max = int(llama_cpp.llama_n_seq_max(self.ptr))
         self.context = int(llama_cpp.llama_n_ctx(self.ptr)) // self.n_seq_max     # cells of each sequence's stream
         self._mem = llama_cpp.llama_get_memory(self.ptr)
