@@ -5,8 +5,6 @@ anything loads, naming both."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
 from pathlib import Path
 
 import numpy as np
