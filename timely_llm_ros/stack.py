@@ -83,7 +83,7 @@ class Stack:
         """(level, line) for the configure log: the model setup, the hardware fit and the urgency classes against
         it (level "info" or "warning")."""
         engine = self.engine
-        about = engine.describe() if callable(getattr(engine, "describe", None)) else getattr(engine, "source", "")
+        about = engine.describe()
         lines = [("info", f"engine {self.options.engine.kind} ({type(engine).__name__}){': ' if about else ''}{about}")]
         lines += [("info", line) for line in self.setup.describe(self.options.engine.kind)]
         if self.fit is None or self.class_check is None:

@@ -125,10 +125,9 @@ class EngineLoop:
                 self._finish(self._tracks[gen.req_id], RequestState.DROPPED, ErrorCode.DROPPED, reason)
         if not self.busy():
             return self._drain()
-        reload = getattr(self.engine, "reload_s", None)
-        if callable(reload):
+        if self.engine.capabilities.reload:
             for gen in self._waiting.values():
-                gen.reload_s = reload(gen.req_id) if gen.prefilled else 0.0
+                gen.reload_s = self.engine.reload_s(gen.req_id) if gen.prefilled else 0.0
         for gen in self._running.values():
             gen.reload_s = 0.0   # resident: its reload was paid when it rejoined (a stale figure made admission
                                  # count it again in every later step and push urgent members out)
@@ -137,8 +136,8 @@ class EngineLoop:
                                 kv_bytes_per_token=mem.kv_bytes_per_token, step_time_s=self.last_step_time,
                                 decode_step_s=self.step_period_s(), decode_batch=self.decode_batch,
                                 prefill_token_s=self.prefill_token_s,
-                                step_token_budget=getattr(self.engine, "step_token_budget", None),
-                                fused_steps=bool(getattr(self.engine, "fused_steps", False)))
+                                step_token_budget=self.engine.capabilities.step_token_budget,
+                                fused_steps=self.engine.capabilities.fused_steps)
         batch = self.policy.select(list(self._waiting.values()), list(self._running.values()), ctx)
         if not batch:
             return self._drain()
@@ -191,7 +190,7 @@ class EngineLoop:
 
     # ----------------------------------------------------------------- internals
     def _prefill_left(self, req_id: str, default: int) -> int:
-        left = self.engine.prefill_left(req_id) if hasattr(self.engine, "prefill_left") else None
+        left = self.engine.prefill_left(req_id)
         return default if left is None else left
 
     def _measure(self, batch: Sequence[Generation], result) -> tuple[tuple[int, int], ...]:

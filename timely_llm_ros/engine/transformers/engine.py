@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from timely_llm_ros.core.engine import Engine, EngineError, MemoryStats, StepResult, TextStream
+from timely_llm_ros.core.engine import Engine, EngineCapabilities, EngineError, MemoryStats, StepResult, TextStream
 from timely_llm_ros.engine.transformers import kv_offload
 from timely_llm_ros.engine.transformers.decode import Decoder
 from timely_llm_ros.engine.transformers.generation_state import GenerationState
@@ -78,12 +78,16 @@ class TransformersEngine(GenerationTable, Engine):
         self.interrupt_check: Callable[[], bool] | None = None
         self.interrupted_steps = 0
         self._gate = LayerGate(self.model)
-        self.interruptible = self._gate.available
-        self.interrupt_granularity = "layer" if self.interruptible else "step"
+        self.capabilities = EngineCapabilities(
+            interruptible=self._gate.available, interrupt_granularity="layer" if self._gate.available else "step",
+            step_token_budget=step_token_budget, prefill_left=True, evict_prompt_kv=True)
 
     # ----- tokenizer -----
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
+
+    def describe(self) -> str:
+        return self.source
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(token_ids)

@@ -178,7 +178,7 @@ class Simulator:
         self._arrivals: list[tuple[float, int, WorkloadTask]] = []   # arrivals not yet submitted, in time order
         if isinstance(engine, SimEngine):     # an arrival may cut a modelled step short at a layer boundary
             engine.interrupt_at = weak_method(self._first_interrupt)
-        elif engine.interruptible:            # a real engine asks between its layers (wall clock)
+        elif engine.capabilities.interruptible:            # a real engine asks between its layers (wall clock)
             engine.interrupt_check = weak_method(self._due_interrupt)
 
     def run(self, tasks: Workload | Iterable[WorkloadTask], max_sim_s: float = 1e7) -> SimResult:
@@ -255,9 +255,8 @@ class Simulator:
                 self._withdrawn(t, *payload)
 
     def _submit(self, task: WorkloadTask, t: float | None = None) -> None:
-        set_prompt_tokens = getattr(self.engine, "set_prompt_tokens", None)
-        if callable(set_prompt_tokens):  # modelled engine: LRTrace prompts are long in-context prompts
-            set_prompt_tokens(task.task_id, task.prompt_tokens, self.cached_prefix_tokens.get(task.robot_type))
+        if self.engine.capabilities.set_prompt_tokens:  # modelled engine: LRTrace prompts are long in-context prompts
+            self.engine.set_prompt_tokens(task.task_id, task.prompt_tokens, self.cached_prefix_tokens.get(task.robot_type))
         self._robot_type[task.task_id] = task.robot_type
         robot = task.agent_id
         if self.robots == "per_task":      # a chain's next task keeps its robot; any other task gets its own
