@@ -18,11 +18,10 @@ from typing import Any, Callable, Mapping
 
 from timely_llm_ros.core.composition import PolicyChoice, PolicySwitch, build_policy, build_scheduler, switch_policy
 from timely_llm_ros.core.engine import Engine
-from timely_llm_ros.core.engine_loop import Clock
 from timely_llm_ros.core.fit import ClassCheck, HardwareFit
 from timely_llm_ros.core.models import ModelSpec
 from timely_llm_ros.core.policies import Policy
-from timely_llm_ros.core.scheduler import PlanScheduler, SchedulerConfig
+from timely_llm_ros.core.scheduler import Clock, PlanScheduler, SchedulerConfig
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
 from timely_llm_ros.engine.model_setup import ModelSetup, model_setup, setup_engine_options
 
