@@ -32,7 +32,7 @@ from timely_llm_ros.core.execution import Ended, RobotQueue, SegmentStatus
 from timely_llm_ros.core.policies.base import Policy
 from timely_llm_ros.core.prompting import PromptEncoder
 from timely_llm_ros.core.request import RequestState, Segment
-from timely_llm_ros.core.scheduler import (PlanScheduler, RequestFinished, RequestOutcome, SchedulerConfig, SegmentReady,
+from timely_llm_ros.core.scheduler import (RequestFinished, RequestOutcome, SchedulerConfig, SegmentReady,
                          SegmentsWithdrawn)
 from timely_llm_ros.core.skills import SkillSet, load_skill_sets
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
@@ -157,12 +157,10 @@ class Simulator:
         self.engine = engine
         config = replace(scheduler_config or SchedulerConfig(), network_delay_s=network_delay_s)
         self.exec_noise = exec_noise or ExecNoise()
-        if isinstance(engine, SimEngine):
-            self.scheduler = PlanScheduler(engine, policy, self.skill_sets, self.exec_models, self.clock, config,
-                                           plan_rule, prompts=prompts)
-        else:   # a real engine, driven as the server drives it (core/composition.py)
-            self.scheduler = build_scheduler(engine, policy, self.skill_sets, self.exec_models, self.clock, config,
-                                             plan_rule, prompts=prompts)
+        # modelled or real, the engine is driven as the server drives it (core/composition.py): a policy that
+        # evicts prompt KV (TimeBill) evicts on a SimEngine too
+        self.scheduler = build_scheduler(engine, policy, self.skill_sets, self.exec_models, self.clock, config,
+                                         plan_rule, prompts=prompts)
         self.plan_rule = plan_rule
         self.robots = robots
         self.cached_prefix_tokens = dict(cached_prefix_tokens or {})
