@@ -118,6 +118,7 @@ class Engine(ABC):
     capabilities: EngineCapabilities = EngineCapabilities()   # what this engine declares (an engine whose
                                                                # features depend on its options sets its own)
     eos_token_id: int | None = None
+    bos_token_id: int | None = None  # the tokenizer's BOS (None: it has none); prompts start with it where asked
     max_context: int | None = None   # prompt + output tokens the model can attend over (None = unbounded)
     interrupt_check: Callable[[], bool] | None = None   # set by the driver (scheduler thread, simulator), held
                                                          # weakly (weak_method) when the driver owns the engine
@@ -225,6 +226,7 @@ class EngineWrapper(Engine):
         self.wrapped = wrapped
         self.capabilities = wrapped.capabilities
         self.eos_token_id = wrapped.eos_token_id
+        self.bos_token_id = wrapped.bos_token_id
         self.max_context = wrapped.max_context
 
     def encode(self, text: str) -> list[int]:

@@ -139,7 +139,7 @@ def model_setup(spec: ModelSpec, engine: Engine, skill_sets: Mapping[str, SkillS
     (core/token_limits.py). ``examples_in`` overrides every skill set's prompt_examples (turns | system);
     ``encode_reference`` the tokenizer the skill sets' limits are counted in (default: the embedded planner's)."""
     prompts, notes = prompt_encoder(spec, engine.has_chat_template(), engine.encode_chat, engine.encode,
-                                    getattr(getattr(engine, "tokenizer", None), "bos_token_id", None), examples_in)
+                                    engine.bos_token_id, examples_in)
     notes += adapter_notes(spec, skill_sets, prompts)
     if spec.interrupts == "layer" and engine.capabilities.interrupt_granularity != "layer":
         notes.append(f"model {spec.name}: interrupts: layer asks for steps cut short between decoder layers, which "

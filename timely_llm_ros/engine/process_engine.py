@@ -38,7 +38,7 @@ from timely_llm_ros.engine.generation_table import check_new
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 600.0   # the child loads the model (vLLM may compile) before its first answer
-_LOCAL_FACTS = ("capabilities", "eos_token_id", "max_context")   # read here, as the child's engine declares them
+_LOCAL_FACTS = ("capabilities", "eos_token_id", "bos_token_id", "max_context")   # read here, as the child's engine declares them
 
 
 class ProcessEngine(Engine):
@@ -241,7 +241,7 @@ def _run(engine: Engine | None, op: str, args: tuple, settled: set[str]) -> Any:
         made = make_engine(kind, model_path, **options)
         return made, {"tokenizer": pickle.dumps(made.tokenizer), "memory": made.memory(),
                       "capabilities": made.capabilities, "eos_token_id": made.eos_token_id,
-                      "max_context": made.max_context}
+                      "bos_token_id": made.bos_token_id, "max_context": made.max_context}
     if engine is None:
         raise EngineError(f"engine process: {op} before the engine was made")
     if op == "step":      # plain tuples and only what changed: this answer is on every step's critical path

@@ -63,6 +63,7 @@ class LlamaCppEngine(GenerationTable, Engine):
             self.model_file.close()
             raise EngineError(f"llamacpp: no tokenizer for {path}: {exc}") from exc
         self.source = str(path)
+        self.bos_token_id = self.tokenizer.bos_token_id
         self.step_token_budget = step_token_budget
         self.capabilities = EngineCapabilities(interruptible=True, interrupt_granularity="graph-node",
                                                interrupt_poll_s=interrupt_poll_s, step_token_budget=step_token_budget,

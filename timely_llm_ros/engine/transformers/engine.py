@@ -54,6 +54,7 @@ class TransformersEngine(GenerationTable, Engine):
         self.last_step_tokens = 0                      # tokens the last step ran (decodes + prompt tokens)
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
+        self.bos_token_id = self.tokenizer.bos_token_id
         self.device, self.dtype, self.source = loaded.device, loaded.dtype, loaded.source
         pack_linears(self.model)                     # CPU fp32: weights in oneDNN's layout (packed_linear.py)
         self._attention = SlotAttention(self.model)  # the step's forwards attend without repeating KV heads
@@ -103,8 +104,7 @@ class TransformersEngine(GenerationTable, Engine):
         if forced_ids is not None and len(forced_ids) == 0:
             raise EngineError(f"add: generation {gen_id!r} has empty forced_ids")
         forced = None if forced_ids is None else list(forced_ids)
-        bos = getattr(self.tokenizer, "bos_token_id", None)
-        if forced and len(forced) > 1 and forced[0] == bos:   # encode() of a plan may prepend BOS: not output
+        if forced and len(forced) > 1 and forced[0] == self.bos_token_id:   # encode() of a plan may prepend BOS: not output
             forced = forced[1:]
         gen = GenerationState(gen_id, list(prompt_ids), int(max_new_tokens), forced,
                               generator_for(gen_id, self.sampling, self.device))

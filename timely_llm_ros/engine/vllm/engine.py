@@ -100,6 +100,7 @@ class VllmEngine(GenerationTable, Engine):
             raise EngineError(f"vllm: no model at {path} (expected config.json and weights)")
         self.source = str(path)
         self.tokenizer = _load_tokenizer(path)
+        self.bos_token_id = self.tokenizer.bos_token_id
         if not opts.enforce_eager:    # the environment variable counts only if inductor's config is not loaded yet
             import torch._inductor.config as inductor_config
 
