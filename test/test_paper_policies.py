@@ -2,6 +2,7 @@
 and each paper's headline direction on its own preset (benchmarks/paper_presets.py, one seed)."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -315,9 +316,10 @@ def test_engine_wrappers_report_how_their_engine_runs_a_step():
                        decode_per_kv_token=0.0)
     for fused in (False, True):
         inner = SimEngine(lat, VirtualClock())
-        inner.fused_steps = fused            # a stand-in for VllmEngine (fused_steps = True); vLLM is not built here
-        assert EvictingEngine(inner, {}.get).fused_steps is fused
-        assert RoutedEngine(inner, SimEngine(lat, VirtualClock())).fused_steps is fused
+        # a stand-in for VllmEngine (it declares fused_steps); vLLM is not built here
+        inner.capabilities = dataclasses.replace(inner.capabilities, fused_steps=fused)
+        assert EvictingEngine(inner, {}.get).capabilities.fused_steps is fused
+        assert RoutedEngine(inner, SimEngine(lat, VirtualClock())).capabilities.fused_steps is fused
 
 
 def test_the_routed_engine_reports_the_prefill_its_chosen_engine_has_left():
@@ -329,7 +331,7 @@ def test_the_routed_engine_reports_the_prefill_its_chosen_engine_has_left():
     clock = VirtualClock()
     routed = RoutedEngine(SimEngine(lat, clock, step_token_budget=30), SimEngine(lat, VirtualClock()),
                           route={"b": True}.get, clock=clock, sim=True)
-    assert routed.step_token_budget == 30
+    assert routed.capabilities.step_token_budget == 30
     for g in ("a", "b"):
         routed.add(g, list(range(100)), 5)
     assert routed.prefill_left("a") is None       # placed at its first step

@@ -15,7 +15,7 @@ from timely_llm_ros.evaluation.sim.clock import WallClock
 from timely_llm_ros.evaluation.sim.simulator import Simulator
 from timely_llm_ros.evaluation.workload import get_trace
 from timely_llm_ros.evaluation.workload.generator import WorkloadTask
-from timely_llm_ros.core.engine import Engine, StepResult
+from timely_llm_ros.core.engine import Engine, EngineCapabilities, StepResult
 
 LAT = load_latency_model("llama3-8b-rtx4090")
 
@@ -30,7 +30,10 @@ THREE = [task(0, 1, 0.0), task(1, 6, 0.25), task(2, 9, 0.5)]
 
 
 class StepLog(Engine):
-    """Runs a real engine and writes down when each step ended, for whom, and how long it took."""
+    """Runs a real engine and writes down when each step ended, for whom, and how long it took. It declares the
+    Engine defaults: its steps are never cut short (interrupt_check is not passed on) and it reports no prefill."""
+
+    capabilities = EngineCapabilities()
 
     def __init__(self, inner: Engine, clock: WallClock) -> None:
         self.inner, self.clock = inner, clock

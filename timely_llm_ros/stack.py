@@ -18,11 +18,10 @@ from typing import Any, Callable, Mapping
 
 from timely_llm_ros.core.composition import PolicyChoice, PolicySwitch, build_policy, build_scheduler, switch_policy
 from timely_llm_ros.core.engine import Engine
-from timely_llm_ros.core.engine_loop import Clock
 from timely_llm_ros.core.fit import ClassCheck, HardwareFit
 from timely_llm_ros.core.models import ModelSpec
 from timely_llm_ros.core.policies import Policy
-from timely_llm_ros.core.scheduler import PlanScheduler, SchedulerConfig
+from timely_llm_ros.core.scheduler import Clock, PlanScheduler, SchedulerConfig
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
 from timely_llm_ros.engine.model_setup import ModelSetup, model_setup, setup_engine_options
 
@@ -83,7 +82,7 @@ class Stack:
         """(level, line) for the configure log: the model setup, the hardware fit and the urgency classes against
         it (level "info" or "warning")."""
         engine = self.engine
-        about = engine.describe() if callable(getattr(engine, "describe", None)) else getattr(engine, "source", "")
+        about = engine.describe()
         lines = [("info", f"engine {self.options.engine.kind} ({type(engine).__name__}){': ' if about else ''}{about}")]
         lines += [("info", line) for line in self.setup.describe(self.options.engine.kind)]
         if self.fit is None or self.class_check is None:

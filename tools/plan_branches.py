@@ -20,13 +20,13 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from timely_llm_ros.core.composition import PolicyChoice  # noqa: E402
 from timely_llm_ros.core.exec_time import load_exec_models  # noqa: E402
-from timely_llm_ros.core.policies import make_policy  # noqa: E402
+from timely_llm_ros.core.models import model_spec  # noqa: E402
 from timely_llm_ros.core.request import PlanRequest  # noqa: E402
 from timely_llm_ros.evaluation.scene import Scene, load_scene  # noqa: E402
 from timely_llm_ros.evaluation.scene_run import run_plan  # noqa: E402
 from timely_llm_ros.core.dry_run import plan_dry  # noqa: E402
-from timely_llm_ros.core.scheduler import PlanScheduler  # noqa: E402
 from timely_llm_ros.core.skills import SkillSet, load_skill_sets  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
 from timely_llm_ros.paths import config_dir  # noqa: E402
@@ -35,10 +35,11 @@ from timely_llm_ros.paths import config_dir  # noqa: E402
 def generate_plans(tasks: list[tuple[str, dict]], model_path: str | None) -> list[str]:
     """The planner's plan for each (robot type, task entry), generated one at a time by the scheduler, dry."""
     from timely_llm_ros.engine.factory import make_engine
+    from timely_llm_ros.stack import StackOptions, build_stack
 
-    engine = make_engine("transformers", model_path=model_path, device="cpu")
-    sched = PlanScheduler(engine, make_policy("fcfs", max_batch=1), load_skill_sets(), load_exec_models(),
-                          time.monotonic)
+    engine = make_engine("transformers", model_path=model_path, device="cpu")   # the embedded planner's format
+    sched = build_stack(StackOptions(model=model_spec("embedded"), policy=PolicyChoice("fcfs", max_batch=1),
+                                     warm_up=False), load_skill_sets(), load_exec_models(), engine=engine).scheduler
     plans = []
     for i, (robot_type, entry) in enumerate(tasks):
         req = PlanRequest(req_id=f"t{i}", agent_id=f"{robot_type}_1", robot_type=robot_type, task=entry["task"],

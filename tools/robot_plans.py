@@ -18,30 +18,26 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from timely_llm_ros.core.composition import PolicyChoice  # noqa: E402
 from timely_llm_ros.core.models import model_spec  # noqa: E402
-from timely_llm_ros.core.policies import make_policy  # noqa: E402
 from timely_llm_ros.core.request import PlanRequest  # noqa: E402
 from timely_llm_ros.core.robot_types import load_robot_types  # noqa: E402
 from timely_llm_ros.core.dry_run import plan_dry  # noqa: E402
-from timely_llm_ros.core.scheduler import PlanScheduler  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
 
 
 def plan_tasks(robot_type: str, tasks: list[dict], skills_dir: str, model: str) -> list[tuple[str, str]]:
     """(plan text, outcome code name) per task, greedy, under the robot type's grammar when the entry says so."""
-    from timely_llm_ros.engine.factory import make_engine
-    from timely_llm_ros.engine.model_setup import model_setup, setup_engine_options
-    from timely_llm_ros.engine.models import weights_folder
+    from timely_llm_ros.stack import EngineChoice, StackOptions, build_stack
 
     spec = model_spec(model)
     types = load_robot_types(skills_dir or None)
     if robot_type not in types.skill_sets:
         raise SystemExit(f"no skill set {robot_type!r}; known: {', '.join(sorted(types.skill_sets))}")
-    engine = make_engine("transformers", str(weights_folder(spec)), dtype=spec.dtype, **setup_engine_options(spec))
-    setup = model_setup(spec, engine, {robot_type: types.skill_sets[robot_type]})
-    skill_set = setup.skill_sets[robot_type]
-    scheduler = PlanScheduler(engine, make_policy("fcfs", max_batch=1), setup.skill_sets, types.exec_models,
-                              time.monotonic, prompts=setup.prompts)
+    stack = build_stack(StackOptions(model=spec, engine=EngineChoice("transformers"),
+                                     policy=PolicyChoice("fcfs", max_batch=1), warm_up=False),
+                        {robot_type: types.skill_sets[robot_type]}, types.exec_models)
+    skill_set, scheduler = stack.setup.skill_sets[robot_type], stack.scheduler
     out = []
     for i, entry in enumerate(tasks):
         req = PlanRequest(req_id=f"t{i}", agent_id=f"{robot_type}_1", robot_type=robot_type, task=str(entry["task"]),

@@ -16,12 +16,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from timely_llm_ros.core.engine import Engine
-from timely_llm_ros.core.engine_loop import Clock
 from timely_llm_ros.core.eviction import with_policy_eviction
 from timely_llm_ros.core.policies import Policy, PolicyOptions, make_policy
 from timely_llm_ros.core.policies.timely import options_from_skill_sets
 from timely_llm_ros.core.prompting import PromptEncoder
-from timely_llm_ros.core.scheduler import PlanScheduler, SchedulerConfig
+from timely_llm_ros.core.scheduler import Clock, PlanScheduler, SchedulerConfig
 
 
 @dataclass(frozen=True)

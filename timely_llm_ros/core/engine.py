@@ -8,8 +8,11 @@ prefill (step_token_budget set) a step decodes every prefilled generation and sp
 prompt chunks, in the order the ids are given; a generation whose prompt is not complete yet emits no token in that
 step.
 
-Interrupts (engines with ``interruptible``): the driver sets ``interrupt_check``, a callable the engine asks
-between decoder layers of every forward in a step (or, where ``interrupt_granularity`` says "graph-node", every few
+What an engine can do beyond the abstract methods it declares in ``Engine.capabilities`` (EngineCapabilities); the
+scheduler, the composition root and the engine process read that declaration and never probe an engine's attributes.
+
+Interrupts (engines whose capabilities say ``interruptible``): the driver sets ``interrupt_check``, a callable the
+engine asks between decoder layers of every forward in a step (or, where ``interrupt_granularity`` says "graph-node", every few
 milliseconds while a forward runs); when it returns True the step ends there. The forwards already
 complete keep their tokens; the generations of the forward cut short emit nothing and are left exactly as before
 the step (their partial KV writes are overwritten when they run again), and the result says ``interrupted``.
@@ -60,6 +63,44 @@ class StepResult:
                                                       # without a token here did not advance
 
 
+INTERRUPT_GRANULARITIES = ("layer", "graph-node", "step")
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What an engine declares it can do beyond the abstract Engine methods. The defaults are those of the least
+    capable engine: a caller may rely on a feature only where its field says so."""
+
+    interruptible: bool = False           # asks interrupt_check while a step runs and can end the step early
+    interrupt_granularity: str = "step"   # where an interrupt ends a step: "layer" (interrupt_check asked between
+                                          # decoder layers), "graph-node" (asked every few milliseconds while a
+                                          # forward runs; the forward ends after its graph node in flight), "step"
+                                          # (never inside a step: an arrival waits for the step in flight)
+    interrupt_poll_s: float | None = None  # "graph-node": how often interrupt_check is asked (None: not stated)
+    fused_steps: bool = False             # prefills and decodes of a step run in one forward (vLLM); False: the
+                                          # decode pass of the members already prefilled runs after the prefill
+                                          # forwards, on its own
+    step_token_budget: int | None = None  # chunked prefill: tokens (decodes + prefill chunks) per step; None = off
+    replays_forced_ids: bool = True       # add(..., forced_ids=...) is honoured (False: the engine refuses it)
+    prefill_left: bool = False            # prefill_left(gen_id) reports the prompt tokens left (after prefix-cache
+                                          # reuse); False: it answers None and the scheduler assumes the whole prompt
+    reload: bool = False                  # reload_s(gen_id) estimates bringing offloaded KV back (False: always 0)
+    evict_prompt_kv: bool = False         # evict_prompt_kv(gen_id, ratio) drops a share of a prefilled prompt's KV
+    set_prompt_tokens: bool = False       # simulated engine: set_prompt_tokens(gen_id, n, cached) models the prompt
+                                          # length instead of the token ids given to add()
+
+    def __post_init__(self) -> None:
+        if self.interrupt_granularity not in INTERRUPT_GRANULARITIES:
+            raise ValueError(f"interrupt_granularity must be one of {INTERRUPT_GRANULARITIES}, "
+                             f"got {self.interrupt_granularity!r}")
+        if self.interruptible == (self.interrupt_granularity == "step"):
+            raise ValueError("an interruptible engine ends steps at a 'layer' or 'graph-node' boundary, any other "
+                             f"at 'step' (got interruptible={self.interruptible}, "
+                             f"interrupt_granularity={self.interrupt_granularity!r})")
+        if self.step_token_budget is not None and self.step_token_budget < 1:
+            raise ValueError(f"step_token_budget must be >= 1 or None, got {self.step_token_budget}")
+
+
 @dataclass
 class MemoryStats:
     """KV memory accounting (bytes)."""
@@ -74,17 +115,11 @@ class MemoryStats:
 class Engine(ABC):
     """A step-controlled LLM engine with suspend/resume that keeps KV and token ids."""
 
+    capabilities: EngineCapabilities = EngineCapabilities()   # what this engine declares (an engine whose
+                                                               # features depend on its options sets its own)
     eos_token_id: int | None = None
-    replays_forced_ids: bool = True   # add(..., forced_ids=...) is honoured (False: the engine refuses it)
+    bos_token_id: int | None = None  # the tokenizer's BOS (None: it has none); prompts start with it where asked
     max_context: int | None = None   # prompt + output tokens the model can attend over (None = unbounded)
-    step_token_budget: int | None = None  # chunked prefill: tokens (decodes + prefill chunks) per step; None = off
-    fused_steps: bool = False  # prefills and decodes of a step run in one forward (vLLM); False: the decode pass
-                               # of the members already prefilled runs after the prefill forwards, on its own
-    interruptible: bool = False   # asks interrupt_check while a step runs and can end the step early
-    interrupt_granularity: str = "step"   # where an interrupt ends a step: "layer" (interrupt_check asked between
-                                          # decoder layers), "graph-node" (asked every few milliseconds while a forward
-                                          # runs; the forward ends after its graph node in flight), "step" (never
-                                          # inside a step: an arrival waits for the step in flight)
     interrupt_check: Callable[[], bool] | None = None   # set by the driver (scheduler thread, simulator), held
                                                          # weakly (weak_method) when the driver owns the engine
 
@@ -153,12 +188,29 @@ class Engine(ABC):
 
     def prefill_left(self, gen_id: str) -> int | None:
         """Prompt tokens gen_id still has to prefill (after any prefix-cache reuse and chunks already run);
-        None if the engine does not know (the scheduler then assumes the whole prompt). Optional."""
+        None if the engine does not know (the scheduler then assumes the whole prompt). capabilities.prefill_left."""
         return None
 
     def reload_s(self, gen_id: str) -> float:
-        """Estimated time to bring gen_id's offloaded KV back to the device on resume (0 when resident). Optional."""
+        """Estimated time to bring gen_id's offloaded KV back to the device on resume (0 when resident).
+        capabilities.reload."""
         return 0.0
+
+    def evict_prompt_kv(self, gen_id: str, ratio: float) -> int:
+        """Drop `ratio` of the prompt KV gen_id holds now (a prefilled generation); returns the tokens kept.
+        capabilities.evict_prompt_kv; an engine that does not declare it raises."""
+        raise EngineError(f"{type(self).__name__} cannot evict prompt KV (capabilities.evict_prompt_kv is False): "
+                          "run a policy that evicts on an engine that declares it")
+
+    def set_prompt_tokens(self, gen_id: str, n: int, cached: int | None = None) -> None:
+        """Simulated engines: model gen_id's prompt as `n` tokens, `cached` of them a reusable prefix (None: the
+        engine's default). capabilities.set_prompt_tokens; an engine that does not declare it raises."""
+        raise EngineError(f"{type(self).__name__} models no prompt length (capabilities.set_prompt_tokens is "
+                          "False): only a simulated engine takes one")
+
+    def describe(self) -> str:
+        """One line for the configure log: the model this engine runs and how ("" when it has nothing to say)."""
+        return ""
 
     def close(self) -> None:
         """Free the model (lifecycle cleanup)."""
@@ -166,17 +218,16 @@ class Engine(ABC):
 
 class EngineWrapper(Engine):
     """Base of engines that change how another engine's steps run (eviction, routing): the tokenizer, the text
-    stream, the flags policies plan with (eos, context, step budget, fused steps) and the per-generation facts
+    stream, the capabilities and model facts policies plan with (eos, context) and the per-generation facts
     admission asks (prompt left to prefill, reload time, a simulated prompt length) are the wrapped engine's unless
     a subclass says otherwise."""
 
     def __init__(self, wrapped: Engine) -> None:
         self.wrapped = wrapped
+        self.capabilities = wrapped.capabilities
         self.eos_token_id = wrapped.eos_token_id
+        self.bos_token_id = wrapped.bos_token_id
         self.max_context = wrapped.max_context
-        self.step_token_budget = wrapped.step_token_budget
-        self.fused_steps = wrapped.fused_steps
-        self.interrupt_granularity = wrapped.interrupt_granularity
 
     def encode(self, text: str) -> list[int]:
         return self.wrapped.encode(text)
@@ -197,22 +248,27 @@ class EngineWrapper(Engine):
     def prepare_grammar(self, grammar: str) -> None:
         self.wrapped.prepare_grammar(grammar)
 
+    def describe(self) -> str:
+        return self.wrapped.describe()
+
     def prefill_left(self, gen_id: str) -> int | None:
         return self.wrapped.prefill_left(gen_id)
 
     def reload_s(self, gen_id: str) -> float:
         return self.wrapped.reload_s(gen_id)
 
+    def evict_prompt_kv(self, gen_id: str, ratio: float) -> int:
+        return self.wrapped.evict_prompt_kv(gen_id, ratio)
+
     def set_prompt_tokens(self, gen_id: str, n: int, cached: int | None = None) -> None:
         self._forward_prompt_tokens((self.wrapped,), gen_id, n, cached)
 
     @staticmethod
     def _forward_prompt_tokens(engines: Sequence[Engine], gen_id: str, n: int, cached: int | None = None) -> None:
-        """Simulated engines take a prompt-length override (set_prompt_tokens); real ones have none."""
+        """The prompt-length override goes to the engines that declare one (simulated); real ones take none."""
         for e in engines:
-            f = getattr(e, "set_prompt_tokens", None)
-            if callable(f):
-                f(gen_id, n, cached)
+            if e.capabilities.set_prompt_tokens:
+                e.set_prompt_tokens(gen_id, n, cached)
 
 
 def weak_method(method: Callable[..., Any]) -> Callable[..., Any]:

@@ -17,8 +17,9 @@ class EvictingEngine(EngineWrapper):
     """Wraps an engine with evict_prompt_kv; ratios(gen_id) gives the wanted total eviction ratio."""
 
     def __init__(self, inner: Engine, ratios: Callable[[str], float]) -> None:
-        if not callable(getattr(inner, "evict_prompt_kv", None)):
-            raise EngineError(f"{type(inner).__name__} cannot evict prompt KV (no evict_prompt_kv)")
+        if not inner.capabilities.evict_prompt_kv:
+            raise EngineError(f"{type(inner).__name__} cannot evict prompt KV (capabilities.evict_prompt_kv is "
+                              "False): run the policy without eviction or on an engine that declares it")
         super().__init__(inner)
         self.ratios = ratios
         self.applied: dict[str, float] = {}
@@ -27,12 +28,8 @@ class EvictingEngine(EngineWrapper):
     # the driver's interrupt wiring reaches the engine that runs the layers (set through the wrapper, kept when a
     # live policy change unwraps it again)
     @property
-    def interruptible(self) -> bool:  # type: ignore[override]
-        return bool(getattr(self.wrapped, "interruptible", False))
-
-    @property
     def interrupt_check(self):  # type: ignore[override]
-        return getattr(self.wrapped, "interrupt_check", None)
+        return self.wrapped.interrupt_check
 
     @interrupt_check.setter
     def interrupt_check(self, check) -> None:
@@ -84,6 +81,6 @@ def with_policy_eviction(engine: Engine, policy) -> Engine:
     ratios = getattr(policy, "prompt_kv_eviction", None)
     if isinstance(engine, EvictingEngine):
         return engine
-    if callable(ratios) and callable(getattr(engine, "evict_prompt_kv", None)):
+    if callable(ratios) and engine.capabilities.evict_prompt_kv:
         return EvictingEngine(engine, ratios)
     return engine

@@ -48,7 +48,7 @@ class SchedulerThread:
         # they cut no step
         self._arrivals: deque[PlanRequest] = deque(maxlen=4096)
         engine = scheduler.engine
-        self.interruptible = bool(getattr(engine, "interruptible", False))
+        self.interruptible = engine.capabilities.interruptible
         if self.interruptible:
             engine.interrupt_check = weak_method(self._arrival_interrupts)
 

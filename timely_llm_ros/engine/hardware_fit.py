@@ -40,7 +40,7 @@ def _forced(engine: Engine, plan: str, tokens: int) -> list[int]:
 def _add(engine: Engine, gen: str, prompt: Sequence[int], plan: str, tokens: int) -> None:
     """Add a measuring request: forced to emit ``tokens`` tokens of its plan where the engine replays forced ids;
     elsewhere (vLLM) it generates freely, capped at ``tokens``, and may finish earlier (at its EOS)."""
-    forced = _forced(engine, plan, tokens) if engine.replays_forced_ids else None
+    forced = _forced(engine, plan, tokens) if engine.capabilities.replays_forced_ids else None
     engine.add(gen, prompt, tokens, forced_ids=forced)
 
 

@@ -123,9 +123,8 @@ def adapter_notes(spec: ModelSpec, skill_sets: Mapping[str, SkillSet], prompts: 
 
 def interrupts_instead(engine: Engine) -> str:
     """What an engine gives instead of layer-level interrupts, in words."""
-    granularity = getattr(engine, "interrupt_granularity", "step")
-    if granularity == "graph-node":
-        poll = getattr(getattr(engine, "runner", None), "poll_s", None)
+    if engine.capabilities.interrupt_granularity == "graph-node":
+        poll = engine.capabilities.interrupt_poll_s
         every = f"every {poll * 1e3:.1f} ms" if poll else "every few milliseconds"
         return (f"it asks interrupt_check {every} while a forward runs and ends the forward after the graph node in "
                 "flight, so an urgent arrival waits up to that poll interval (plus one graph node) instead of one "
@@ -140,9 +139,9 @@ def model_setup(spec: ModelSpec, engine: Engine, skill_sets: Mapping[str, SkillS
     (core/token_limits.py). ``examples_in`` overrides every skill set's prompt_examples (turns | system);
     ``encode_reference`` the tokenizer the skill sets' limits are counted in (default: the embedded planner's)."""
     prompts, notes = prompt_encoder(spec, engine.has_chat_template(), engine.encode_chat, engine.encode,
-                                    getattr(getattr(engine, "tokenizer", None), "bos_token_id", None), examples_in)
+                                    engine.bos_token_id, examples_in)
     notes += adapter_notes(spec, skill_sets, prompts)
-    if spec.interrupts == "layer" and getattr(engine, "interrupt_granularity", "step") != "layer":
+    if spec.interrupts == "layer" and engine.capabilities.interrupt_granularity != "layer":
         notes.append(f"model {spec.name}: interrupts: layer asks for steps cut short between decoder layers, which "
                       f"{type(engine).__name__} cannot do: {interrupts_instead(engine)}")
     limits = effective_limits(spec, skill_sets, engine.encode, encode_reference or reference_encode())

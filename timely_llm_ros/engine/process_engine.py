@@ -12,7 +12,7 @@ once, the child runs them before the next step, and an error there (a scheduler 
 or suspended generation) is logged when the next answer brings it; add's own checks (a new id, a prompt, room for a
 token) run here first, so those still raise at the call. So a step costs one round trip, not one per segment
 boundary. What the scheduler asks for every step stays local: the tokenizer (pickled from the child once), the
-engine's flags, the KV memory accounting as of the last answer (every answer carries it) and each generation's
+engine's capabilities and model facts, the KV memory accounting as of the last answer (every answer carries it) and each generation's
 prompt left to prefill (all of it when added, then as each step's answer says). Other calls (output_ids,
 is_offloaded, held_bytes, ...) go to the child by name and wait.
 
@@ -21,6 +21,7 @@ of the socket closes, also when the server is killed.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -37,7 +38,7 @@ from timely_llm_ros.engine.generation_table import check_new
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 600.0   # the child loads the model (vLLM may compile) before its first answer
-_LOCAL_FLAGS = ("eos_token_id", "max_context", "step_token_budget", "fused_steps")
+_LOCAL_FACTS = ("capabilities", "eos_token_id", "bos_token_id", "max_context")   # read here, as the child's engine declares them
 
 
 class ProcessEngine(Engine):
@@ -58,12 +59,10 @@ class ProcessEngine(Engine):
             self._stop(kill=True)
             raise
         self.tokenizer = pickle.loads(hello["tokenizer"])
-        for name in _LOCAL_FLAGS:
+        for name in _LOCAL_FACTS:
             setattr(self, name, hello[name])
-        self._knows_prefill = hello["prefill_left"]
-        self._reloads = hello["reload_s"]
-        if hello["evict_prompt_kv"]:     # with_policy_eviction wraps only an engine that can evict (TimeBill)
-            self.evict_prompt_kv = lambda gen_id, ratio: self._call("evict_prompt_kv", gen_id, ratio)
+        # interrupt_check is a callable of this process: the child's engine cannot ask it, so no step ends early
+        self.capabilities = dataclasses.replace(self.capabilities, interruptible=False, interrupt_granularity="step")
         self._memory: MemoryStats = hello["memory"]
         self._prefill_left: dict[str, int | None] = {}
         self.pid = self._proc.pid
@@ -85,7 +84,7 @@ class ProcessEngine(Engine):
         check_new(self._prefill_left, gen_id, prompt_ids, max_new_tokens)   # the child's own checks, here
         self._send("add", gen_id, list(prompt_ids), int(max_new_tokens),
                    None if forced_ids is None else list(forced_ids), grammar)
-        self._prefill_left[gen_id] = len(prompt_ids) if self._knows_prefill else None
+        self._prefill_left[gen_id] = len(prompt_ids) if self.capabilities.prefill_left else None
 
     def prepare_grammar(self, grammar: str) -> None:
         self._call("call", "prepare_grammar", grammar)
@@ -112,11 +111,24 @@ class ProcessEngine(Engine):
         return self._prefill_left.get(gen_id)
 
     def reload_s(self, gen_id: str) -> float:
-        return self._call("reload_s", gen_id) if self._reloads else 0.0
+        return self._call("reload_s", gen_id) if self.capabilities.reload else 0.0
+
+    def describe(self) -> str:
+        return self._call("call", "describe")
+
+    def evict_prompt_kv(self, gen_id: str, ratio: float) -> int:
+        if not self.capabilities.evict_prompt_kv:
+            return super().evict_prompt_kv(gen_id, ratio)
+        return self._call("evict_prompt_kv", gen_id, ratio)
+
+    def set_prompt_tokens(self, gen_id: str, n: int, cached: int | None = None) -> None:
+        if not self.capabilities.set_prompt_tokens:
+            return super().set_prompt_tokens(gen_id, n, cached)
+        self._send("set_prompt_tokens", gen_id, n, cached)
 
     def __getattr__(self, name: str):
         """Any other engine method (output_ids, is_offloaded, held_bytes, ...) runs in the child."""
-        if name.startswith("_") or name in ("tokenizer", "evict_prompt_kv"):
+        if name.startswith("_") or name in ("tokenizer", *_LOCAL_FACTS):
             raise AttributeError(name)
         return lambda *args: self._call("call", name, *args)
 
@@ -227,12 +239,9 @@ def _run(engine: Engine | None, op: str, args: tuple, settled: set[str]) -> Any:
 
         kind, model_path, options = args
         made = make_engine(kind, model_path, **options)
-        cls = type(made)
         return made, {"tokenizer": pickle.dumps(made.tokenizer), "memory": made.memory(),
-                      **{name: getattr(made, name) for name in _LOCAL_FLAGS},
-                      "prefill_left": cls.prefill_left is not Engine.prefill_left,
-                      "reload_s": cls.reload_s is not Engine.reload_s,
-                      "evict_prompt_kv": callable(getattr(made, "evict_prompt_kv", None))}
+                      "capabilities": made.capabilities, "eos_token_id": made.eos_token_id,
+                      "bos_token_id": made.bos_token_id, "max_context": made.max_context}
     if engine is None:
         raise EngineError(f"engine process: {op} before the engine was made")
     if op == "step":      # plain tuples and only what changed: this answer is on every step's critical path

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from timely_llm_ros.core.engine import Engine, EngineError, MemoryStats, StepResult, TextStream
+from timely_llm_ros.core.engine import Engine, EngineCapabilities, EngineError, MemoryStats, StepResult, TextStream
 from timely_llm_ros.engine.generation_table import GenerationTable
 from timely_llm_ros.engine.llamacpp.abortable_decode import AbortableDecode
 from timely_llm_ros.engine.llamacpp.generation import LlamaGeneration
@@ -47,9 +47,6 @@ HOST_BANDWIDTH = 2e9           # bytes/s assumed for a reload until one is measu
 
 class LlamaCppEngine(GenerationTable, Engine):
     """Continuous batching over llama.cpp sequences, with KV kept across suspension (see the module docstring)."""
-
-    interruptible = True
-    interrupt_granularity = "graph-node"
 
     def __init__(self, gguf: str | Path, kv_budget_mb: float | None = None, sampling: SamplingParams | None = None,
                  num_threads: int | None = None, prefix_cache_mb: float | None = None, prefix_min_tokens: int = 32,
@@ -71,7 +68,11 @@ class LlamaCppEngine(GenerationTable, Engine):
             self.model_file.close()
             raise
         self.source = str(path)
+        self.bos_token_id = self.tokenizer.bos_token_id
         self.step_token_budget = step_token_budget
+        self.capabilities = EngineCapabilities(interruptible=True, interrupt_granularity="graph-node",
+                                               interrupt_poll_s=interrupt_poll_s, step_token_budget=step_token_budget,
+                                               prefill_left=True, reload=True)
         self.last_step_tokens = 0
         self.kv_bytes_per_token = self.model_file.kv_bytes_per_token(KV_ELEMENT_BYTES)
         context = int(context_tokens or min(self.model_file.n_ctx_train or DEFAULT_CONTEXT, DEFAULT_CONTEXT))

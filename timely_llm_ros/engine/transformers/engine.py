@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from timely_llm_ros.core.engine import Engine, EngineError, MemoryStats, StepResult, TextStream
+from timely_llm_ros.core.engine import Engine, EngineCapabilities, EngineError, MemoryStats, StepResult, TextStream
 from timely_llm_ros.engine.transformers import kv_offload
 from timely_llm_ros.engine.transformers.decode import Decoder
 from timely_llm_ros.engine.transformers.generation_state import GenerationState
@@ -54,6 +54,7 @@ class TransformersEngine(GenerationTable, Engine):
         self.last_step_tokens = 0                      # tokens the last step ran (decodes + prompt tokens)
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
+        self.bos_token_id = self.tokenizer.bos_token_id
         self.device, self.dtype, self.source = loaded.device, loaded.dtype, loaded.source
         pack_linears(self.model)                     # CPU fp32: weights in oneDNN's layout (packed_linear.py)
         self._attention = SlotAttention(self.model)  # the step's forwards attend without repeating KV heads
@@ -78,12 +79,16 @@ class TransformersEngine(GenerationTable, Engine):
         self.interrupt_check: Callable[[], bool] | None = None
         self.interrupted_steps = 0
         self._gate = LayerGate(self.model)
-        self.interruptible = self._gate.available
-        self.interrupt_granularity = "layer" if self.interruptible else "step"
+        self.capabilities = EngineCapabilities(
+            interruptible=self._gate.available, interrupt_granularity="layer" if self._gate.available else "step",
+            step_token_budget=step_token_budget, prefill_left=True, evict_prompt_kv=True)
 
     # ----- tokenizer -----
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
+
+    def describe(self) -> str:
+        return self.source
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(token_ids)
@@ -99,8 +104,7 @@ class TransformersEngine(GenerationTable, Engine):
         if forced_ids is not None and len(forced_ids) == 0:
             raise EngineError(f"add: generation {gen_id!r} has empty forced_ids")
         forced = None if forced_ids is None else list(forced_ids)
-        bos = getattr(self.tokenizer, "bos_token_id", None)
-        if forced and len(forced) > 1 and forced[0] == bos:   # encode() of a plan may prepend BOS: not output
+        if forced and len(forced) > 1 and forced[0] == self.bos_token_id:   # encode() of a plan may prepend BOS: not output
             forced = forced[1:]
         gen = GenerationState(gen_id, list(prompt_ids), int(max_new_tokens), forced,
                               generator_for(gen_id, self.sampling, self.device))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from timely_llm_ros.core.engine import Engine, EngineError, MemoryStats, StepResult
+from timely_llm_ros.core.engine import Engine, EngineCapabilities, EngineError, MemoryStats, StepResult
 from timely_llm_ros.engine.generation_table import GenerationTable
 
 
@@ -74,8 +74,8 @@ class _Gen:
 class VllmEngine(GenerationTable, Engine):
     """The Engine interface over vLLM's step-level engine API."""
 
-    replays_forced_ids = False     # vLLM samples its own tokens: add() refuses forced_ids
-    fused_steps = True   # vLLM runs a step's prefills and decodes as one batch of tokens
+    # vLLM samples its own tokens (add() refuses forced_ids) and runs a step's prefills and decodes as one batch
+    capabilities = EngineCapabilities(replays_forced_ids=False, fused_steps=True)
 
     def __init__(self, model_path: str, options: VllmOptions | None = None, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int = 0, num_threads: int | None = None,
@@ -100,6 +100,7 @@ class VllmEngine(GenerationTable, Engine):
             raise EngineError(f"vllm: no model at {path} (expected config.json and weights)")
         self.source = str(path)
         self.tokenizer = _load_tokenizer(path)
+        self.bos_token_id = self.tokenizer.bos_token_id
         if not opts.enforce_eager:    # the environment variable counts only if inductor's config is not loaded yet
             import torch._inductor.config as inductor_config
 
@@ -166,6 +167,9 @@ class VllmEngine(GenerationTable, Engine):
     # ----- tokenizer -----
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
+
+    def describe(self) -> str:
+        return self.source
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(token_ids)

@@ -5,7 +5,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from timely_llm_ros.core.engine import Engine, EngineError, MemoryStats, StepResult
+from timely_llm_ros.core.engine import Engine, EngineCapabilities, EngineError, MemoryStats, StepResult
 from timely_llm_ros.evaluation.sim.clock import VirtualClock
 from timely_llm_ros.core.latency_model import LatencyModel
 from timely_llm_ros.evaluation.sim.tokenizer import PieceStream, PieceTokenizer
@@ -47,14 +47,15 @@ class SimEngine(Engine):
     already complete.
     """
 
-    interruptible = True
-
     def __init__(self, latency: LatencyModel, clock: VirtualClock | None = None,
                  prompt_tokens: int = 0, tokenizer: PieceTokenizer | None = None,
                  step_token_budget: int | None = None) -> None:
         if step_token_budget is not None and step_token_budget < 1:
             raise ValueError(f"step_token_budget must be >= 1 or None, got {step_token_budget}")
         self.step_token_budget = step_token_budget
+        self.capabilities = EngineCapabilities(interruptible=True, interrupt_granularity="layer",
+                                               step_token_budget=step_token_budget, prefill_left=True, reload=True,
+                                               evict_prompt_kv=True, set_prompt_tokens=True)
         self.latency = latency
         self.clock = clock or VirtualClock()
         self.prompt_tokens = prompt_tokens

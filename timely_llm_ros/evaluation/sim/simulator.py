@@ -32,7 +32,7 @@ from timely_llm_ros.core.execution import Ended, RobotQueue, SegmentStatus
 from timely_llm_ros.core.policies.base import Policy
 from timely_llm_ros.core.prompting import PromptEncoder
 from timely_llm_ros.core.request import RequestState, Segment
-from timely_llm_ros.core.scheduler import (PlanScheduler, RequestFinished, RequestOutcome, SchedulerConfig, SegmentReady,
+from timely_llm_ros.core.scheduler import (RequestFinished, RequestOutcome, SchedulerConfig, SegmentReady,
                          SegmentsWithdrawn)
 from timely_llm_ros.core.skills import SkillSet, load_skill_sets
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES, TimeUtility
@@ -157,12 +157,10 @@ class Simulator:
         self.engine = engine
         config = replace(scheduler_config or SchedulerConfig(), network_delay_s=network_delay_s)
         self.exec_noise = exec_noise or ExecNoise()
-        if isinstance(engine, SimEngine):
-            self.scheduler = PlanScheduler(engine, policy, self.skill_sets, self.exec_models, self.clock, config,
-                                           plan_rule, prompts=prompts)
-        else:   # a real engine, driven as the server drives it (core/composition.py)
-            self.scheduler = build_scheduler(engine, policy, self.skill_sets, self.exec_models, self.clock, config,
-                                             plan_rule, prompts=prompts)
+        # modelled or real, the engine is driven as the server drives it (core/composition.py): a policy that
+        # evicts prompt KV (TimeBill) evicts on a SimEngine too
+        self.scheduler = build_scheduler(engine, policy, self.skill_sets, self.exec_models, self.clock, config,
+                                         plan_rule, prompts=prompts)
         self.plan_rule = plan_rule
         self.robots = robots
         self.cached_prefix_tokens = dict(cached_prefix_tokens or {})
@@ -178,7 +176,7 @@ class Simulator:
         self._arrivals: list[tuple[float, int, WorkloadTask]] = []   # arrivals not yet submitted, in time order
         if isinstance(engine, SimEngine):     # an arrival may cut a modelled step short at a layer boundary
             engine.interrupt_at = weak_method(self._first_interrupt)
-        elif engine.interruptible:            # a real engine asks between its layers (wall clock)
+        elif engine.capabilities.interruptible:            # a real engine asks between its layers (wall clock)
             engine.interrupt_check = weak_method(self._due_interrupt)
 
     def run(self, tasks: Workload | Iterable[WorkloadTask], max_sim_s: float = 1e7) -> SimResult:
@@ -255,9 +253,8 @@ class Simulator:
                 self._withdrawn(t, *payload)
 
     def _submit(self, task: WorkloadTask, t: float | None = None) -> None:
-        set_prompt_tokens = getattr(self.engine, "set_prompt_tokens", None)
-        if callable(set_prompt_tokens):  # modelled engine: LRTrace prompts are long in-context prompts
-            set_prompt_tokens(task.task_id, task.prompt_tokens, self.cached_prefix_tokens.get(task.robot_type))
+        if self.engine.capabilities.set_prompt_tokens:  # modelled engine: LRTrace prompts are long in-context prompts
+            self.engine.set_prompt_tokens(task.task_id, task.prompt_tokens, self.cached_prefix_tokens.get(task.robot_type))
         self._robot_type[task.task_id] = task.robot_type
         robot = task.agent_id
         if self.robots == "per_task":      # a chain's next task keeps its robot; any other task gets its own
