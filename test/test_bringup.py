@@ -373,8 +373,12 @@ def test_real_fleet_comes_up_through_the_lifecycle_and_leaves_no_temp_folder(tmp
     params.write_text(yaml.safe_dump({
         "/**/timely_server": {"ros__parameters": {"num_threads": 1, "max_batch": 2}},
         "/**/executor": {"ros__parameters": {"time_scale": 0.05}},
-        "/**/fleet_workload": {"ros__parameters": {"agents": ["drone_1:drone"], "requests_per_agent": 1}},
+        "/**/fleet_workload": {"ros__parameters": {"agents": ["drone_1:drone"], "requests_per_agent": 1,
+                                                   "tasks_file": str(tmp_path / "tasks.yaml")}},
     }))
+    # a task whose plan any robot scene lets run (what the plan achieves is test_fleet_workload's business)
+    (tmp_path / "tasks.yaml").write_text(yaml.safe_dump({"drone": [
+        {"task": "take a picture", "context": "room: living room; objects: sofa, lamp", "urgency": "normal"}]}))
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(yaml.safe_dump({"bringup": {
         "params_file": "params.yaml", "server": True, "workload": True, "stop_grace_s": 10.0,
