@@ -935,16 +935,14 @@ SUB_COMMANDS = {"vllm": vllm_main, "profile": profile_main, "overhead": overhead
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.report import run_sub_command
+
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["rss-child"]:      # memory_part's child process: one engine alone
         kind, path, batch, length, threads, kv_mb = argv[1:7]
         rss_child(kind, path, int(batch), int(length), int(threads), float(kv_mb))
         return 0
-    if not argv or argv[0] not in SUB_COMMANDS:
-        print(__doc__, file=sys.stderr)
-        print(f"error: the first argument is a sub-command: {', '.join(SUB_COMMANDS)}", file=sys.stderr)
-        return 2
-    return SUB_COMMANDS[argv[0]](argv[1:]) or 0
+    return run_sub_command(__doc__, SUB_COMMANDS, argv)
 
 
 if __name__ == "__main__":

@@ -251,12 +251,10 @@ SUB_COMMANDS = {"late": late_main, "feedback": feedback_main}
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.report import run_sub_command
+
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in SUB_COMMANDS:
-        print(__doc__, file=sys.stderr)
-        print(f"error: the first argument is a sub-command: {', '.join(SUB_COMMANDS)}", file=sys.stderr)
-        return 2
-    return SUB_COMMANDS[argv[0]](argv[1:]) or 0
+    return run_sub_command(__doc__, SUB_COMMANDS, argv)
 
 
 if __name__ == "__main__":

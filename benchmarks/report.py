@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Mapping
 
 from timely_llm_ros.ros.process_signals import stopping_with_this_process
 from timely_llm_ros.ros.process_memory import resident_mib
@@ -96,3 +97,13 @@ def start_executor_host(agents: str, ros_args: list[str] | tuple[str, ...] = ())
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=stopping_with_this_process(env), cwd=repo)
 
+
+
+def run_sub_command(doc: str, commands: Mapping[str, Callable[[list[str]], int | None]], argv: list[str]) -> int:
+    """Run the sub-command a script's first argument names with the rest of the arguments; without one, print the
+    script's usage (its docstring) and return 2."""
+    if not argv or argv[0] not in commands:
+        print(doc, file=sys.stderr)
+        print(f"error: the first argument is a sub-command: {', '.join(commands)}", file=sys.stderr)
+        return 2
+    return commands[argv[0]](argv[1:]) or 0
