@@ -145,9 +145,10 @@ def test_a_goal_for_another_robot_type_ends_wrong_robot_type_before_any_token(ro
 
 
 def test_a_plan_calling_a_skill_its_robot_lacks_ends_unknown_skill_naming_it(robots, tmp_path):
-    """A team's drone with a small skill set (skills_dir: it can only move forward, wait and log): the server plans
-    with the full drone skill set, and the first statement that calls a skill this robot's ExecutorStatus does not
-    list ends the plan UNKNOWN_SKILL naming the skill; that statement never reaches the robot."""
+    """A team's drone with a small skill set (skills_dir: it can only move forward, wait and log). Grounded, the
+    plan may call only what the robot's ExecutorStatus lists. Unconstrained, the server plans with the full drone
+    skill set, and the first statement that calls a skill this robot does not list ends the plan UNKNOWN_SKILL
+    naming the skill; that statement never reaches the robot."""
     (tmp_path / "skills").mkdir()
     (tmp_path / "exec_time").mkdir()
     (tmp_path / "skills" / "drone.yaml").write_text(
@@ -161,10 +162,13 @@ def test_a_plan_calling_a_skill_its_robot_lacks_ends_unknown_skill_naming_it(rob
     client = robots
     robot = start_executor("drone_small", "drone", 0.05, params=(f"skills_dir:={tmp_path}",))
     try:
-        run = client.send(**dict(DRONE_TASK, agent_id="drone_small", **LENIENT))
+        grounded = client.send(**dict(DRONE_TASK, agent_id="drone_small", max_new_tokens=16, **LENIENT)).result(120)
+        run = client.send(**dict(DRONE_TASK, agent_id="drone_small", unconstrained=True, **LENIENT))
         status, result = run.result(60)
     finally:
         robot.stop()
+    assert grounded[1].error_code != R.UNKNOWN_SKILL, grounded[1].error_message
+    assert all(c.name in ("mf", "d", "l") for s in grounded[1].segments for c in s.skills), grounded[1].plan
     assert status == GoalStatus.STATUS_ABORTED
     assert result.error_code == R.UNKNOWN_SKILL, (result.error_code, result.error_message)
     assert "which the robot's executor does not have (it has: d, l, mf)" in result.error_message, \
