@@ -220,6 +220,16 @@ class FleetWorkloadNode(Node):
             self._stop_at = time.monotonic()
         return self.stop.is_set()
 
+    def _wait(self, future, timeout: float):
+        """Block until an rclpy future is done (the executor spins in another thread); None at the timeout, or as
+        soon as a stop is requested (the server may be stopping too, and never answer)."""
+        end = time.monotonic() + timeout
+        while not future.done():
+            if time.monotonic() > end or not rclpy.ok() or self.stopping():
+                return None
+            time.sleep(0.01)
+        return future.result()
+
     def give_up(self) -> bool:
         """True once a stop was requested and the grace period for results in flight is over."""
         return self.stopping() and time.monotonic() > self._stop_at + float(self.shutdown_grace_s)
@@ -318,7 +328,7 @@ class FleetWorkloadNode(Node):
         with self._rows_lock:
             self._sent_by_agent[agent.name] = self._sent_by_agent.get(agent.name, 0) + 1
             label = f"{agent.name}#{self._sent_by_agent[agent.name]}"
-        staged = self.stager.stage(agent.name, agent.robot_type, task, _wait) if self.stager is not None else None
+        staged = self.stager.stage(agent.name, agent.robot_type, task, self._wait) if self.stager is not None else None
         row = OutcomeRow(agent=agent.name, robot_type=agent.robot_type, task=task["task"],
                          urgency=goal.urgency_class, sent_at=time.monotonic(),
                          achieved=NO_GOAL if "goal" not in task else NOT_JUDGED)
@@ -326,11 +336,13 @@ class FleetWorkloadNode(Node):
             self.timeline.record(agent.name, label, "sent", goal.urgency_class)
             if held:
                 self.timeline.record(agent.name, label, "contention", task["task"])
-        handle = _wait(self.client.send_goal_async(
+        handle = self._wait(self.client.send_goal_async(
             goal, feedback_callback=lambda fb: self._on_feedback(agent, label, fb)), 30)
         if handle is None or not handle.accepted:
             row.status = "no result"
-            row.message = "no goal response from /plan in 30 s" if handle is None else "goal not accepted by /plan"
+            row.message = ("goal not accepted by /plan" if handle is not None else
+                           "stopped before /plan answered the goal" if self.stopping() else
+                           "no goal response from /plan in 30 s")
         else:
             wrapped = self.await_result(handle, 600)
             if wrapped is None:
@@ -360,14 +372,6 @@ class FleetWorkloadNode(Node):
             self.get_logger().info(f"{agent.name}: segment {fb.segment.index} -> robot: {fb.segment.text.strip()!r}")
 
 
-def _wait(future, timeout: float):
-    """Block until an rclpy future is done (the executor spins in another thread)."""
-    end = time.monotonic() + timeout
-    while not future.done():
-        if time.monotonic() > end or not rclpy.ok():
-            return None
-        time.sleep(0.01)
-    return future.result()
 
 
 def _run(node: FleetWorkloadNode, stop) -> int:
