@@ -132,6 +132,9 @@ def test_a_goal_is_executing_from_acceptance_to_its_result(world):
 def test_an_exception_at_each_stage_answers_the_goal_and_frees_what_it_held(world, monkeypatch, stage, target,
                                                                            code, says):
     node, client = world
+    # TEST DOUBLE, for what cannot run here on demand: a real engine, segmenter, dispatcher or result builder that
+    # raises. Only that one function is swapped (for _raises); the server, its scheduler thread, the embedded planner's
+    # engine, the robot's executor and the client are the real ones, over DDS.
     if target == "engine.add":
         monkeypatch.setattr(node.scheduler.engine, "add", _raises)
     elif target == "dispatcher.send":

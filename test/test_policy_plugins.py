@@ -49,7 +49,11 @@ def install(site: Path, distribution: str, module: str, source: str, entries: st
 
 @pytest.fixture
 def registry(monkeypatch):
-    """A registry of its own for the test (discovery runs afresh; the session's registry is left as it was)."""
+    """A registry of its own for the test (discovery runs afresh; the session's registry is left as it was).
+
+    monkeypatch mocks nothing here: it swaps in a fresh instance of the real PolicyRegistry, so that the plug-ins
+    these tests install do not stay in the process-wide registry for the tests that follow, and (syspath_prepend) it
+    puts each test's installed package, a real .dist-info with its entry_points.txt, on sys.path as pip would."""
     fresh = PolicyRegistry()
     monkeypatch.setattr(catalog, "POLICIES", fresh)
     yield fresh
