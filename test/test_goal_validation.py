@@ -62,3 +62,15 @@ def test_task_without_visible_characters_is_invalid_task(task):
 def test_nested_namespace_and_task_with_invisible_padding_are_accepted():
     req = _validate(agent_id="/fleet_a/drone_1/", task="\u200blook for the cat")
     assert req.agent_id == "fleet_a/drone_1"
+
+
+def test_a_goal_that_says_to_keep_away_from_a_listed_object_carries_it_as_a_hazard():
+    """The request the scheduler builds its grammar from: its objects (the goal's own list) and, of those, what the
+    task says to keep away from (the task's own phrases among them: "looks aggressive" names nothing to fly to
+    either); a task that asks for no distance carries none."""
+    def goal(task: str):
+        return validate_goal(GoalFields(agent_id="drone_1", robot_type="drone", task=task, urgency_class="normal",
+                                        objects=["dog", "door"]), "r1", 0.0, {"drone": object()}, CLASSES)
+    away = goal("the dog looks aggressive, back off toward the door")
+    assert away.objects[:2] == ("dog", "door") and "dog" in away.hazards and "door" not in away.hazards
+    assert goal("fly to the dog").hazards == ()

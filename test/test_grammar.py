@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from timely_llm_ros.core.models import model_spec
 from timely_llm_ros.core.skills import load_skill_sets
-from timely_llm_ros.core.skills.context import grounded_objects
+from timely_llm_ros.core.skills.context import grounded_objects, task_hazards
 from timely_llm_ros.core.skills.grammar import loop_reservation, max_statements, plan_grammar
 from timely_llm_ros.core.skills.interpreter import Interpreter, PlanError, PlanState
 from timely_llm_ros.core.skills.minispec import parse
@@ -66,14 +66,18 @@ def yaml_examples() -> list[tuple[str, str, str, str]]:
 # ----------------------------------------------------------------------------- what it admits
 def test_the_grammar_accepts_every_reference_plan_with_its_tasks_grounded_objects(accepts):
     """The evaluation set's reference plans and the skill YAMLs' worked examples, each under the grammar of its own
-    goal (the objects its scene lists plus its task's phrases), with or without a leading space; the embedded
-    planner's training plans under grammars with free object slots."""
-    plans = [(t.robot_type, grounded_objects(t.scene, t.task), t.plan) for t in load_eval_tasks(ROBOTS)]
-    plans += [(robot, grounded_objects(scene, task), plan) for robot, scene, task, plan in yaml_examples()]
-    assert len(plans) > 300 and all(objects for _, objects, _ in plans)
-    plans += [(e.robot_type, (), e.plan) for e in generate(600, seed=0) if e.robot_type in ROBOTS]
-    for robot, objects, plan in plans:
-        grammar = plan_grammar(SKILLS[robot], objects=objects)
+    goal (the objects its scene lists plus its task's phrases, and the hazards its task names), with or without a
+    leading space; the embedded planner's training plans under grammars with free object slots."""
+    def goal(robot, scene, task, plan):
+        objects = grounded_objects(scene, task)
+        return robot, objects, task_hazards(task, objects), plan
+    plans = [goal(t.robot_type, t.scene, t.task, t.plan) for t in load_eval_tasks(ROBOTS)]
+    plans += [goal(robot, scene, task, plan) for robot, scene, task, plan in yaml_examples()]
+    assert len(plans) > 300 and all(objects for _, objects, _, _ in plans)
+    assert sum(bool(hazards) for _, _, hazards, _ in plans) > 20        # the avoid tasks' hazards are guarded
+    plans += [(e.robot_type, (), (), e.plan) for e in generate(600, seed=0) if e.robot_type in ROBOTS]
+    for robot, objects, hazards, plan in plans:
+        grammar = plan_grammar(SKILLS[robot], objects=objects, hazards=hazards)
         for text in (plan.strip(), " " + plan.strip()):
             assert accepts(grammar, text), (robot, objects, text)
 
@@ -87,6 +91,24 @@ def test_object_slots_take_only_the_goals_objects_and_stay_free_when_it_lists_no
     assert not accepts(grounded, "_1=p('what is it?');g(_1);") and accepts(free, "_1=p('what is it?');g(_1);")
     quoted = plan_grammar(DRONE, objects=("child's toy",))
     assert accepts(quoted, "g('child\\'s toy');") and not parse("g('child\\'s toy');", DRONE.skills).problems
+
+
+def test_a_skill_that_approaches_never_takes_what_the_task_says_to_keep_away_from(accepts):
+    """The drone's goto approaches its object; under a goal whose task keeps the robot away from the wasp, goto may
+    not take the wasp (other skills still may: looking at it, measuring it), and when every object is a hazard goto
+    is not offered at all."""
+    objects = ("wasp", "window", "chair")
+    hazards = task_hazards("there's a wasp near you, fly away from it toward the window", objects)
+    assert hazards == ("wasp",)
+    guarded, plain = plan_grammar(DRONE, objects=objects, hazards=hazards), plan_grammar(DRONE, objects=objects)
+    assert accepts(plain, "g('wasp');") and not accepts(guarded, "g('wasp');")
+    for fine in ("g('window');", "_1=od('wasp');?_1<100{mb(80);}", "s('wasp');tp();", "?iv('wasp')==True{ml(50);}"):
+        assert accepts(guarded, fine), fine
+    only = plan_grammar(DRONE, objects=("wasp",), hazards=("wasp",))
+    assert not accepts(only, "g('wasp');") and accepts(only, "mb(80);tc(90);")
+    assert plan_grammar(DRONE, objects=objects, hazards=("lamp",)) == plain            # not an object: no guard
+    assert task_hazards("fly to the wasp and photograph it", objects) == ()
+    assert task_hazards("put the knife away", ("knife", "drawer")) == ()              # "away" alone is no hazard
 
 
 def test_the_grammar_calls_only_the_skills_the_robot_advertises(accepts):

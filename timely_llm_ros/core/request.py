@@ -49,6 +49,7 @@ class PlanRequest:
     constrained: bool = False  # decode under the robot's grammar (core/skills/grammar.py), built from the three below
     skills: tuple[str, ...] = ()    # the skills its robot advertises (() = its skill set's own)
     objects: tuple[str, ...] = ()   # names its object arguments may take (() = free strings)
+    hazards: tuple[str, ...] = ()   # those of them its task keeps the robot away from (never an approached object)
     max_calls: int = MAX_PLAN_CALLS   # skill calls the plan may make with its loops unrolled
     task_type: str = ""        # label for metrics (e.g. LRTrace trace id)
     # paper policies (0 = not given; each policy documents its default)

@@ -8,7 +8,7 @@ from typing import Mapping
 
 from timely_llm_ros.core.errors import ErrorCode, RequestError
 from timely_llm_ros.core.request import MAX_PLAN_CALLS, PlanRequest
-from timely_llm_ros.core.skills.context import grounded_objects
+from timely_llm_ros.core.skills.context import grounded_objects, task_hazards
 from timely_llm_ros.core.tuf import TimeUtility
 
 _AGENT_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/")
@@ -110,12 +110,13 @@ def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Ma
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise RequestError(ErrorCode.INVALID_TIME_REQUIREMENT, f"{name} must be a finite number >= 0 "
                                f"(0 = not given), got {v!r}")
+    objects = grounded_objects(goal.context, task, tuple(goal.objects))
     return PlanRequest(req_id=req_id, agent_id=agent, robot_type=goal.robot_type, task=task, tuf=tuf,
                        arrival=arrival, context=goal.context.strip(), urgency=goal.urgency_class,
                        max_new_tokens=goal.max_new_tokens, task_type=goal.urgency_class or "custom",
                        time_budget_s=goal.time_budget, tpot_slo_ms=goal.tpot_slo_ms, ttft_slo_ms=goal.ttft_slo_ms,
                        constrained=grammar and not goal.unconstrained, max_calls=limits.max_plan_calls,
-                       objects=grounded_objects(goal.context, task, tuple(goal.objects)))
+                       objects=objects, hazards=task_hazards(task, objects))
 
 
 def _time_requirement(goal: GoalFields, classes: Mapping[str, TimeUtility]) -> TimeUtility:

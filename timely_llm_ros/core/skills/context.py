@@ -1,5 +1,5 @@
-"""What a goal's context and task say about the robot's scene: the objects it lists, where hazards are, and the
-phrases of the task that may name an object. Grounded decoding (core/skills/grammar.py) admits these in a plan's
+"""What a goal's context and task say about the robot's scene: the objects it lists, where hazards are, the
+phrases of the task that may name an object, and the objects the task tells the robot to keep away from. Grounded decoding (core/skills/grammar.py) admits these in a plan's
 object slots; the evaluation builds its simulated scenes from the same reading.
 
 The context convention (docs/robots.md), sections separated by ';':
@@ -39,6 +39,22 @@ is are was were be been being am do does did done has have had having can could 
 may might must not no yes please there here all any each every some both either neither one once
 very just only also too again still now more most less least as such own same other else
 """.split())
+
+# A task keeps the robot away from what it names when it says so in one of these ways (task_hazards). The list is
+# about meaning, not about any evaluation set: keeping away, collisions and contact, danger.
+AVOID_CUES = re.compile(r"""\b(?:
+    avoid\w* | evad\w* | dodg\w* | escap\w* | retreat\w* | flee\w* | shun\w*
+  | (?:stay|get|keep|move|fly|pull|veer|back|turn|steer|go|drift|head|run|hover)\s+away
+  | away\s+from | clear\s+of | get\s+clear | keep\s+clear | move\s+clear | stay\s+clear | back\s+off | move\s+off
+  | keep\s+off | keep\s+out | stay\s+out | out\s+of\s+the\s+way | move\s+aside | step\s+aside | wide\s+berth
+  | distance | collision\w* | collid\w* | crash\w* | hit | hitting | bump\w* | touch\w* | run\s+into | fly\s+into
+  | too\s+close | getting\s+close | coming\s+at | coming\s+for | watch\s+out | look\s+out | mind | careful
+  | danger\w* | hazard\w* | threat\w* | attack\w* | aggressive | unsafe | some\s+room | give\s+it\s+(?:some\s+)?(?:room|space)
+  | protect\s+yourself
+)\b""", re.VERBOSE)
+# ... unless the object is where the task sends the robot: it follows one of these ("away from the cat, toward the
+# door": the door is not kept away from)
+APPROACH_CUES = re.compile(r"\b(?:to(?:ward|wards)?|into|reach|approach\w*|over\s+to|up\s+to|next\s+to)\s+(?:the\s+|a\s+|an\s+)?$")
 
 _NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)\s*(cm|m)\b")
 _WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
@@ -147,3 +163,21 @@ def grounded_objects(context: str, task: str, explicit: tuple[str, ...] = ()) ->
     if not listed:
         return ()
     return tuple(dict.fromkeys(listed + task_phrases(task)))
+
+
+def task_hazards(task: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Which of ``names`` (a request's objects) the task tells the robot to keep away from: when the task says so
+    (AVOID_CUES: "stay away from the wasp", "prevent a collision with the pole", "the dog looks aggressive, back
+    off"), every name it mentions, except one the task sends the robot to ("away from the cat, toward the door").
+    () when the task asks for no distance. Grounded decoding keeps these out of the skills that approach an object
+    (core/skills/grammar.py), so a plan cannot fly the robot to what it was told to avoid."""
+    text = " ".join(_WORD.findall(task.lower().replace("\u2019", "'")))
+    if not AVOID_CUES.search(text):
+        return ()
+    out = []
+    for name in names:
+        key = " ".join(_WORD.findall(name.lower()))
+        found = [m for m in re.finditer(rf"\b{re.escape(key)}\b", text)] if key else []
+        if found and not all(APPROACH_CUES.search(text[: m.start()]) for m in found):
+            out.append(name)
+    return tuple(out)

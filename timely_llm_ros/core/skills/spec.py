@@ -30,6 +30,8 @@ class SkillSpec:
     returns: str | None = None  # a query's value: one of RETURN_KINDS (None: not declared, any of them)
     arg_names: tuple[str, ...] = ()   # one per argument, or () when the skill set names none
     description: str = ""
+    approaches: bool = False          # it takes the robot to its object argument (a drone's goto): grounded decoding
+                                      # never fills it with an object the task says to keep away from
 
     @property
     def is_action(self) -> bool:
@@ -44,8 +46,8 @@ class SkillSpec:
 
     @classmethod
     def from_config(cls, entry: Mapping[str, Any], where: str) -> "SkillSpec":
-        """Build from one YAML entry {short, long, args, kind, returns, arg_names, description}; ValueError says
-        what is wrong and where."""
+        """Build from one YAML entry {short, long, args, kind, returns, arg_names, description, approaches};
+        ValueError says what is wrong and where."""
         try:
             short = str(entry["short"])
             long = str(entry.get("long", short))
@@ -54,6 +56,7 @@ class SkillSpec:
             returns = entry.get("returns")
             arg_names = tuple(str(a) for a in entry.get("arg_names", []) or [])
             description = str(entry.get("description", "") or "").strip()
+            approaches = entry.get("approaches", False)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: a skill needs at least 'short' ({exc})") from None
         if not short.isidentifier() or short.startswith("_") or short in ("True", "False"):
@@ -73,4 +76,9 @@ class SkillSpec:
                              f"one per argument in args {list(args)}")
         if "\n" in description:
             raise ValueError(f"{where}: skill {short!r} description must be one line")
-        return cls(short, long, args, kind, returns, arg_names, description)
+        if not isinstance(approaches, bool):
+            raise ValueError(f"{where}: skill {short!r} approaches must be true or false, got {approaches!r}")
+        if approaches and "object" not in args:
+            raise ValueError(f"{where}: skill {short!r} approaches its object, but takes no object argument "
+                             f"(args {list(args)})")
+        return cls(short, long, args, kind, returns, arg_names, description, approaches)
