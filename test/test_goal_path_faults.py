@@ -77,7 +77,7 @@ def world():
     server.start()
     try:
         with plan_client() as client:
-            wait_until(lambda: node.discovery.known(AGENT), 30, "the server did not discover the robot", 0.05)
+            wait_until(lambda: node.runtime.discovery.known(AGENT), 30, "the server did not discover the robot", 0.05)
             yield node, client
     finally:
         node.trigger_shutdown()
@@ -93,7 +93,7 @@ def _freed(node) -> dict:
         return {"requests": s.active(), "plans": len(s.execution._plans), "robots": len(s.execution._robots),
                 "engine_generations": s.engine.memory().generations}
     def held() -> dict:
-        return {"goals": node.intake.open_goals(), **node.loop.call(scheduler_view).result(10)}
+        return {"goals": node.intake.open_goals(), **node.runtime.loop.call(scheduler_view).result(10)}
 
     poll_until(lambda: not any(held().values()), 10, 0.05)
     return held()
@@ -136,9 +136,9 @@ def test_an_exception_at_each_stage_answers_the_goal_and_frees_what_it_held(worl
     # raises. Only that one function is swapped (for _raises); the server, its scheduler thread, the embedded planner's
     # engine, the robot's executor and the client are the real ones, over DDS.
     if target == "engine.add":
-        monkeypatch.setattr(node.scheduler.engine, "add", _raises)
+        monkeypatch.setattr(node.runtime.scheduler.engine, "add", _raises)
     elif target == "dispatcher.send":
-        monkeypatch.setattr(node.dispatcher, "send", _raises)
+        monkeypatch.setattr(node.runtime.dispatcher, "send", _raises)
     else:
         monkeypatch.setattr(target, _raises)
     status, result = client.send(**GOAL).result(120)

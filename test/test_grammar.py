@@ -109,6 +109,8 @@ def test_a_skill_that_approaches_never_takes_what_the_task_says_to_keep_away_fro
     assert plan_grammar(DRONE, objects=objects, hazards=("lamp",)) == plain            # not an object: no guard
     assert task_hazards("fly to the wasp and photograph it", objects) == ()
     assert task_hazards("put the knife away", ("knife", "drawer")) == ()              # "away" alone is no hazard
+    assert task_hazards("don't fly into the wasp", objects) == ("wasp",)
+    assert task_hazards("don't approach the wasp", objects) == ("wasp",)
 
 
 def test_the_grammar_calls_only_the_skills_the_robot_advertises(accepts):

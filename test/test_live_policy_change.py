@@ -37,9 +37,9 @@ def _evicted_share(policy: str, live_policy: str | None) -> dict[str, float]:
         req = PlanRequest(req_id="r1", agent_id="drone_1", robot_type="drone", task="look for the cat",
                           context="cat, chair, table", tuf=DEFAULT_URGENCY_CLASSES["normal"],
                           arrival=time.monotonic(), urgency="normal", time_budget_s=0.5, dry_run=True)
-        node.loop.post(lambda s: s.submit(req))
+        node.runtime.loop.post(lambda s: s.submit(req))
         def applied_when_idle() -> dict | None:
-            policy, applied, busy = node.loop.call(lambda s: (s.policy.name, dict(getattr(s.engine, "applied", {})),
+            policy, applied, busy = node.runtime.loop.call(lambda s: (s.policy.name, dict(getattr(s.engine, "applied", {})),
                                                               s.busy())).result(10.0)
             return None if busy else {"policy": policy, **applied}
 

@@ -52,12 +52,12 @@ def _retained(node) -> dict[str, int]:
     counts = {"action server goal handles": len(node.action_server._goal_handles),
               "action server result futures": len(node.action_server._result_futures),
               "goal sessions": len(node.intake.sessions),
-              "dispatcher segments": len(node.dispatcher._goals)}
-    scheduler = node.loop.call(lambda s: s).result(10.0)
+              "dispatcher segments": len(node.runtime.dispatcher._goals)}
+    scheduler = node.runtime.loop.call(lambda s: s).result(10.0)
     counts["scheduler tracks"] = len(scheduler._tracks)
     counts["engine generations"] = len(scheduler.engine._gens)
-    for agent in node.dispatcher.known():
-        client = node.dispatcher.client(agent)
+    for agent in node.runtime.dispatcher.known():
+        client = node.runtime.dispatcher.client(agent)
         for name in ("_feedback_callbacks", "_goal_handles", "_pending_goal_requests", "_pending_cancel_requests",
                      "_pending_result_requests", "_goal_sequence_number_to_goal_id",
                      "_result_sequence_number_to_goal_id", "_awaited", "_futures"):
@@ -172,7 +172,7 @@ def test_a_server_keeps_nothing_of_thousands_of_ended_goals():
         held = {name: n for name, n in retained.items() if n}
         assert not held, f"after {GOALS} goals ({kinds}) the server still holds: {held}"
         # the declared histories stay within their sizes
-        scheduler = node.loop.call(lambda s: s).result(10.0)
+        scheduler = node.runtime.loop.call(lambda s: s).result(10.0)
         assert len(scheduler.outcomes) <= scheduler.config.keep_outcomes
     finally:
         if client is not None:

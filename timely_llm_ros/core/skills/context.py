@@ -1,6 +1,7 @@
 """What a goal's context and task say about the robot's scene: the objects it lists, where hazards are, the
-phrases of the task that may name an object, and the objects the task tells the robot to keep away from. Grounded decoding (core/skills/grammar.py) admits these in a plan's
-object slots; the evaluation builds its simulated scenes from the same reading.
+phrases of the task that may name an object, and the objects the task tells the robot to keep away from. Grounded
+decoding (core/skills/grammar.py) admits these in a plan's object slots; the evaluation builds its simulated scenes
+from the same reading.
 
 The context convention (docs/robots.md), sections separated by ';':
 
@@ -49,12 +50,16 @@ AVOID_CUES = re.compile(r"""\b(?:
   | keep\s+off | keep\s+out | stay\s+out | out\s+of\s+the\s+way | move\s+aside | step\s+aside | wide\s+berth
   | distance | collision\w* | collid\w* | crash\w* | hit | hitting | bump\w* | touch\w* | run\s+into | fly\s+into
   | too\s+close | getting\s+close | coming\s+at | coming\s+for | watch\s+out | look\s+out | mind | careful
-  | danger\w* | hazard\w* | threat\w* | attack\w* | aggressive | unsafe | some\s+room | give\s+it\s+(?:some\s+)?(?:room|space)
-  | protect\s+yourself
+  | danger\w* | hazard\w* | threat\w* | attack\w* | aggressive | unsafe | protect\s+yourself
+  | some\s+room | give\s+it\s+(?:some\s+)?(?:room|space)
+  | (?:don't|do\s+not|never)\s+(?:go|get|come|fly|move|drive)\s+(?:near|close)
+  | (?:don't|do\s+not|never)\s+approach
 )\b""", re.VERBOSE)
 # ... unless the object is where the task sends the robot: it follows one of these ("away from the cat, toward the
 # door": the door is not kept away from)
-APPROACH_CUES = re.compile(r"\b(?:to(?:ward|wards)?|into|reach|approach\w*|over\s+to|up\s+to|next\s+to)\s+(?:the\s+|a\s+|an\s+)?$")
+APPROACH_CUES = re.compile(r"\b(?:towards?|approach\w*|reach|(?:go|fly|move|head|come|return|drive|walk|get|back|over|up|"
+                           r"next|close|closer)\s+to)\s+(?:the\s+|a\s+|an\s+)?$")
+_NEGATED = re.compile(r"\b(?:don't|dont|do\s+not|never|not|no)\s+(?:\w+\s+)?$")
 
 _NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)\s*(cm|m)\b")
 _WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
@@ -178,6 +183,13 @@ def task_hazards(task: str, names: tuple[str, ...]) -> tuple[str, ...]:
     for name in names:
         key = " ".join(_WORD.findall(name.lower()))
         found = [m for m in re.finditer(rf"\b{re.escape(key)}\b", text)] if key else []
-        if found and not all(APPROACH_CUES.search(text[: m.start()]) for m in found):
+        if found and not all(_sends_to(text[: m.start()]) for m in found):
             out.append(name)
     return tuple(out)
+
+
+def _sends_to(before: str) -> bool:
+    """The words before a mention send the robot to it ("... toward the"), and do not say not to ("don't approach
+    the")."""
+    cue = APPROACH_CUES.search(before)
+    return cue is not None and not _NEGATED.search(before[: cue.start()])

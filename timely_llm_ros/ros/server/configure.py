@@ -1,9 +1,9 @@
-"""The server's configure and cleanup: the robot types, then engine, model setup, hardware fit, policy and scheduler
-through the composition root (timely_llm_ros/stack.py build_stack), the scheduler thread and the robots' clients;
-and undo all of it. ``node`` is the PlanServerNode, whose attributes hold what configure made."""
+"""The server's configure: the robot types, then engine, model setup, hardware fit, policy and scheduler through the
+composition root (timely_llm_ros/stack.py build_stack), the scheduler thread and the robots' clients, built into one
+ServerRuntime (runtime.py; its ``close`` undoes them). ``node`` is the PlanServerNode: configure reads its
+parameters and the callbacks its parts call, and writes none of its fields."""
 from __future__ import annotations
 
-import gc
 import time
 from dataclasses import replace
 
@@ -17,6 +17,7 @@ from timely_llm_ros.ros.server.client_host import KINDS as CLIENT_HOST_KINDS, Cl
 from timely_llm_ros.ros.server.executor_discovery import ExecutorDiscovery
 from timely_llm_ros.ros.server.parameters import GRAMMAR_MODES, engine_options
 from timely_llm_ros.ros.server.robot_directory import RobotDirectory
+from timely_llm_ros.ros.server.runtime import RobotSide, ServerRuntime
 from timely_llm_ros.ros.server.segment_dispatcher import SegmentDispatcher
 
 KEEP_OUTCOMES = 256   # finished outcomes the scheduler keeps (results already went to the clients)
@@ -26,9 +27,9 @@ class ConfigureError(Exception):
     """What configure could not do, said so that the user knows what to change."""
 
 
-
-def configure(node) -> None:
-    """Everything configure makes, on ``node``; raises ConfigureError (nothing left loaded) when it cannot."""
+def configure(node) -> ServerRuntime:
+    """Everything configure makes, as a ServerRuntime whose scheduler thread is not started yet (the node attaches
+    the runtime to its parts, then starts it); raises ConfigureError (nothing left loaded) when it cannot."""
     p = node.params
     log = node.get_logger()
     engine = p.engine or "(the model entry's)"
@@ -38,43 +39,35 @@ def configure(node) -> None:
     if p.segment_clients not in CLIENT_HOST_KINDS:
         raise ConfigureError(f"segment_clients must be one of {', '.join(CLIENT_HOST_KINDS)}, got "
                              f"{p.segment_clients!r}")
-    node.trace = None
+    trace = None
     if p.step_trace_csv:       # before the model loads: a bad path fails at once
         try:
-            node.trace = StepTraceWriter(p.step_trace_csv)
+            trace = StepTraceWriter(p.step_trace_csv)
         except OSError as exc:
             raise ConfigureError(f"step_trace_csv {p.step_trace_csv!r}: {exc}; give a writable path or leave it "
                                  "empty") from exc
         log.info(f"step trace: one row per engine step in {p.step_trace_csv}")
     t0 = time.monotonic()
     try:
-        _load(node)
+        spec, grammar, stack = _load(node)
     except Exception as exc:  # a bad model path, device or file: say so, stay unconfigured
-        node.scheduler = node.stack = None
-        if node.trace is not None:
-            node.trace.close()
-            node.trace = None
+        if trace is not None:
+            trace.close()
         raise ConfigureError(f"{type(exc).__name__}: {exc}") from exc
-    node.limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
-                             max_new_tokens=p.max_new_tokens, max_plan_calls=p.max_plan_calls)
-    node.loop = SchedulerThread(node.scheduler, node.events.handle, on_idle=node.state.on_idle,
-                                trace=node.state.trace_step if node.trace is not None else None)
-    _start_clients(node)
-    # The model, the tokenizer and the ROS entities live as long as the configuration: move them out of the
-    # cycle collector's reach, so that a full collection during a burst (one took 253 ms with everything in it,
-    # stopping the engine loop) walks only what was made since.
-    gc.collect()
-    gc.freeze()
-    node.loop.start()
+    limits = GoalLimits(max_task_chars=p.max_task_chars, max_context_chars=p.max_context_chars,
+                        max_new_tokens=p.max_new_tokens, max_plan_calls=p.max_plan_calls)
+    loop = SchedulerThread(stack.scheduler, node.events.handle, on_idle=node.state.on_idle,
+                           trace=node.state.trace_step if trace is not None else None)
+    runtime = ServerRuntime(spec, grammar, stack, limits, loop, trace, _robot_side(node, loop))
     log.info(f"configured: policy={p.policy} max_batch={p.max_batch} max_queued={p.max_queued} "
-             f"robot types={sorted(node.skill_sets)} urgency classes={sorted(node.urgency_classes)} "
-             f"(engine loaded in {time.monotonic() - t0:.1f} s; {gc.get_freeze_count()} long-lived objects "
-             "frozen out of the cycle collector)")
+             f"robot types={sorted(runtime.skill_sets)} urgency classes={sorted(runtime.urgency_classes)} "
+             f"(engine loaded in {time.monotonic() - t0:.1f} s)")
+    return runtime
 
 
 def _load(node):
     """Robot types, then model, engine, prompt format, warm-up, hardware fit, policy and scheduler in one call to
-    the composition root; what it made goes on ``node``."""
+    the composition root: (model entry, grammar on, Stack)."""
     p = node.params
     log = node.get_logger()
     from timely_llm_ros.core.models import ModelSpec, model_spec
@@ -85,14 +78,14 @@ def _load(node):
     check_profiles(robot_types)
     if robot_types.replaced:
         log.info(f"skills_dir {p.skills_dir}: replaces the package's {', '.join(robot_types.replaced)}")
-    node.model_spec = ModelSpec.for_path(p.model_path) if p.model_path else model_spec(p.model)
+    spec = ModelSpec.for_path(p.model_path) if p.model_path else model_spec(p.model)
     if p.adapter:
-        node.model_spec = replace(node.model_spec, adapter="" if p.adapter == "none" else p.adapter)
-    node.grammar = node.model_spec.grammar if p.grammar == "auto" else p.grammar == "on"
-    log.info(f"grammar-constrained decoding {'on' if node.grammar else 'off'} (grammar={p.grammar}, model entry "
-             f"{node.model_spec.name!r})")
+        spec = replace(spec, adapter="" if p.adapter == "none" else p.adapter)
+    grammar = spec.grammar if p.grammar == "auto" else p.grammar == "on"
+    log.info(f"grammar-constrained decoding {'on' if grammar else 'off'} (grammar={p.grammar}, model entry "
+             f"{spec.name!r})")
     stack = build_stack(StackOptions(
-        model=node.model_spec,
+        model=spec,
         engine=EngineChoice(p.engine, p.device, p.dtype, kv_budget_mb=p.kv_budget_mb if p.kv_budget_mb > 0 else None,
                             num_threads=p.num_threads or None, own_process=p.engine_process,
                             options=engine_options(p)),
@@ -112,62 +105,30 @@ def _load(node):
             log.warning(line)
         else:
             log.info(line)
-    node.stack, node.scheduler, node.fit = stack, stack.scheduler, stack.fit
-    node.scheduler.robot_skills = node.robot_skills
-    node.skill_sets, node.urgency_classes = stack.setup.skill_sets, dict(stack.urgency_classes)
+    stack.scheduler.robot_skills = node.robot_skills
     check = stack.class_check
     node.health.set_standing(check.warnings if check else [], check.diagnostic_values(stack.fit) if check else {})
-    if node.grammar:      # each robot type's grammar with free object slots, compiled now rather than at its first goal
+    if grammar:      # each robot type's grammar with free object slots, compiled now rather than at its first goal
         t_grammar = time.monotonic()
-        node.scheduler.prepare_grammars()
+        try:
+            stack.scheduler.prepare_grammars()
+        except Exception:
+            stack.engine.close()
+            raise
         log.info(f"grammars compiled in {time.monotonic() - t_grammar:.2f} s")
-    return stack
+    return spec, grammar, stack
 
 
-def _start_clients(node) -> None:
+def _robot_side(node, loop: SchedulerThread) -> RobotSide:
     """The robots' side: their ActionClients (on a node of their own by default), their status, discovery."""
     p = node.params
-    node.client_host = ClientHost(node, p.segment_clients)
-    node.dispatcher = SegmentDispatcher(node.client_host.node, node.loop.post, node.clients_group,
-                                        log_timing=p.log_timing)
-    node.directory = RobotDirectory(node.client_host.node, on_lost=node.executor_lost,
-                                    grace_s=p.executor_ack_timeout_s)
+    host = ClientHost(node, p.segment_clients)
+    dispatcher = SegmentDispatcher(host.node, loop.post, node.clients_group, log_timing=p.log_timing)
+    directory = RobotDirectory(host.node, on_lost=node.executor_lost, grace_s=p.executor_ack_timeout_s)
     for agent in p.expected_agents:
-        node.directory.track(agent)
+        directory.track(agent)
     # graph queries for executors that left, off the scheduler thread (they stalled its engine steps there)
-    node.presence_timer = node.create_timer(0.5, node.dispatcher.check_presence,
-                                            callback_group=MutuallyExclusiveCallbackGroup())
-    node.discovery = ExecutorDiscovery(node, node.dispatcher, node.directory, list(p.expected_agents),
-                                       p.executor_discovery_timeout_s, lambda: node.closing, node.state.soon)
-
-
-def release(node, timeout_s: float) -> None:
-    """End every open goal as SERVER_SHUTDOWN, stop the scheduler thread, free the robots' clients and the model."""
-    node.intake.end_all(node.loop, timeout_s)
-    if node.presence_timer is not None:
-        node.destroy_timer(node.presence_timer)
-        node.presence_timer = None
-    if node.loop is not None:
-        node.loop.stop()
-        node.loop = None
-    if node.trace is not None:   # after the loop stopped: nothing writes to it any more
-        node.trace.close()
-        node.get_logger().info(f"step trace in {node.trace.path}: {node.trace.summary()}")
-        node.trace = None
-    if node.discovery is not None:
-        node.discovery.close()
-        node.discovery = None
-    dispatcher, host, directory = node.dispatcher, node.client_host, node.directory
-    node.dispatcher = node.client_host = node.directory = None
-
-    def destroy_entities() -> None:
-        if directory is not None:
-            directory.destroy()
-        if dispatcher is not None:
-            dispatcher.destroy()
-    if host is not None:
-        host.close(destroy_entities)
-    if node.scheduler is not None:
-        node.stack.engine.close()
-        node.scheduler = node.stack = None
-        gc.unfreeze()   # what configure froze may be garbage now; a new configure freezes again
+    presence_timer = node.create_timer(0.5, dispatcher.check_presence, callback_group=MutuallyExclusiveCallbackGroup())
+    discovery = ExecutorDiscovery(node, dispatcher, directory, list(p.expected_agents),
+                                  p.executor_discovery_timeout_s, lambda: node.closing, node.state.soon)
+    return RobotSide(host, dispatcher, directory, discovery, presence_timer)

@@ -32,18 +32,25 @@ from timely_llm_ros.core.request import PlanRequest, RequestState
 from timely_llm_ros.core.validation import validate_goal
 from timely_llm_ros.ros.conversions import error_result, goal_fields, outcome_to_result
 from timely_llm_ros.ros.server.plan_session import GoalSession, bare_outcome, goal_request_id
+from timely_llm_ros.ros.server.runtime import ServerRuntime
 
 SHUTDOWN_MESSAGE = "server shutting down (or cleaning up); send the goal again when it is active"
 
 
 class GoalIntake:
-    """The open goals of one server node (``node``: PlanServerNode, read for its state and configuration)."""
+    """The open goals of one server node (``node``: PlanServerNode, read for its lifecycle state, parameters and
+    logger); what configure made comes in through ``attach``."""
 
     def __init__(self, node) -> None:
         self._node = node
+        self._runtime: ServerRuntime | None = None
         self.sessions: dict[str, GoalSession] = {}
         self.lock = threading.Lock()
         self.counts = {"total": 0, "done": 0, "dropped": 0, "failed": 0, "overloaded": 0}
+
+    def attach(self, runtime: ServerRuntime | None) -> None:
+        """The configured server's runtime (None: unconfigured; goals then end NOT_ACTIVE or SERVER_SHUTDOWN)."""
+        self._runtime = runtime
 
     def open_goals(self) -> int:
         return len(self.sessions)
@@ -70,19 +77,19 @@ class GoalIntake:
                       exc)
 
     def _accept(self, goal_handle) -> None:
-        node = self._node
+        node, runtime = self._node, self._runtime
         arrival = time.monotonic()
         req_id = goal_request_id(goal_handle)
         goal: Plan.Goal = goal_handle.request
-        if not node.active or node.loop is None:
+        if not node.active or runtime is None:
             state = "shutting down" if node.closing else node.lifecycle_state()
             code = ErrorCode.SERVER_SHUTDOWN if node.closing else ErrorCode.NOT_ACTIVE
             return _answer_at_once(goal_handle, req_id, code,
                                    f"the plan server is {state}, not active; activate it (ros2 lifecycle set "
                                    f"{node.get_fully_qualified_name()} activate) or wait for autostart")
         try:
-            req = validate_goal(goal_fields(goal), req_id, arrival, node.skill_sets, node.urgency_classes,
-                                node.limits, grammar=node.grammar)
+            req = validate_goal(goal_fields(goal), req_id, arrival, runtime.skill_sets, runtime.urgency_classes,
+                                runtime.limits, grammar=runtime.grammar)
         except RequestError as err:
             node.get_logger().warning(f"[{req_id}] rejected goal from {goal.agent_id!r}: {err.code.name}: "
                                       f"{err.message}")
@@ -103,8 +110,8 @@ class GoalIntake:
                                    f"the server already holds max_queued={max_queued} goals; retry later (or raise "
                                    "max_queued)")
         _mark_executing(goal_handle)    # its execute callback (answer) is scheduled once it has its outcome
-        discovery = node.discovery
-        if session.dry_run or discovery is None or discovery.known(req.agent_id):
+        discovery = runtime.discovery
+        if session.dry_run or discovery.known(req.agent_id):
             self._enter(session, req)
         else:
             node.get_logger().info(f"[{req_id}] waiting for /{req.agent_id}/execute_segment to answer (a first goal "
@@ -118,9 +125,9 @@ class GoalIntake:
         session = self.sessions.get(req_id)
         if session is None:   # answered already
             return CancelResponse.ACCEPT
-        loop = self._node.loop
-        if session.submitted and loop is not None:   # its segments at the robot are withdrawn with it
-            loop.post(lambda s: s.cancel(req_id))
+        runtime = self._runtime
+        if session.submitted and runtime is not None:   # its segments at the robot are withdrawn with it
+            runtime.loop.post(lambda s: s.cancel(req_id))
         else:
             session.end(bare_outcome(session, ErrorCode.CANCELLED, "cancelled by the client"))
         return CancelResponse.ACCEPT
@@ -190,10 +197,10 @@ class GoalIntake:
     def _enter(self, session: GoalSession, req: PlanRequest) -> None:
         """Check the robot's type against its executor's status, then hand the request to the scheduler thread (its
         plan may call only the skills the executor advertises; the skill set's own when it has not reported)."""
-        node = self._node
-        if not session.dry_run and node.directory is not None:
+        node, runtime = self._node, self._runtime
+        if not session.dry_run and runtime is not None:
             # WRONG_ROBOT_TYPE before anything is generated, when the agent's executor serves another robot type
-            status = node.directory.status(req.agent_id)
+            status = runtime.directory.status(req.agent_id)
             try:
                 check_robot_type(req.agent_id, req.robot_type, status)
             except RequestError as err:
@@ -202,15 +209,14 @@ class GoalIntake:
                 return
             if status is not None and status.skills:
                 req.skills = tuple(sorted(status.skills))
-        loop = node.loop
         if session.ended:
             return
-        if loop is None:
+        if runtime is None:
             session.end(bare_outcome(session, ErrorCode.SERVER_SHUTDOWN, "server shutting down"))
             return
         session.submitted = True
-        loop.post(lambda s: node.events.submit(s, req, session))
-        loop.announce(req)      # an engine step in flight may end early for it (policy parameter interrupt)
+        runtime.loop.post(lambda s: node.events.submit(s, req, session))
+        runtime.loop.announce(req)      # an engine step in flight may end early for it (policy parameter interrupt)
         node.get_logger().info(f"[{session.req_id}] {req.agent_id} ({req.robot_type}, "
                                f"{req.urgency or 'custom TUF'}{'' if req.constrained else ', unconstrained'}): "
                                f"{req.task!r}")
@@ -218,8 +224,9 @@ class GoalIntake:
     def _log_outcome(self, session: GoalSession, outcome) -> None:
         log = self._node.get_logger()
         # a goal that said `unconstrained` on a server that applies the grammar is reported apart
-        free = (" (unconstrained: decoded without its grammar)"
-                if self._node.grammar and outcome.req.robot_type and not outcome.req.constrained else "")
+        runtime = self._runtime
+        free = (" (unconstrained: decoded without its grammar)" if runtime is not None and runtime.grammar
+                and outcome.req.robot_type and not outcome.req.constrained else "")
         if outcome.ok:
             log.info(f"[{session.req_id}] {session.agent_id} done{free}: {len(outcome.segments)} segments, "
                      f"response {outcome.response_time:.2f} s, waiting {outcome.waiting_time:.2f} s, "

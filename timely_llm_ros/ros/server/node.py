@@ -8,11 +8,12 @@ A managed (lifecycle) node (docs/server.md):
 The /plan action server exists in every state, so a goal sent to an unconfigured or inactive server
 gets NOT_ACTIVE with a message instead of silence.
 
-ROS plumbing only; each job has its module: configure and cleanup (configure.py, composing through
-the composition root, timely_llm_ros/stack.py), goal intake and answering (goal_intake.py), the scheduler's events to ROS
-(scheduler_events.py), the state topic and /diagnostics (state.py, health.py), finding the robots'
-executors (executor_discovery.py). Goals hold no thread: a goal's execution starts only once it has ended
-(goal_intake.py), so the node spins on one thread (an rclpy SingleThreadedExecutor).
+ROS plumbing only; each job has its module: configure (configure.py, composing through the composition root,
+timely_llm_ros/stack.py) builds one ServerRuntime (runtime.py) that the node hands to goal intake, the scheduler's
+events and state publishing, and that cleanup closes and drops; goal intake and answering (goal_intake.py), the
+scheduler's events to ROS (scheduler_events.py), the state topic and /diagnostics (state.py, health.py), finding
+the robots' executors (executor_discovery.py). Goals hold no thread: a goal's execution starts only once it has
+ended (goal_intake.py), so the node spins on one thread (an rclpy SingleThreadedExecutor).
 """
 from __future__ import annotations
 
@@ -30,18 +31,11 @@ from timely_llm_ros.action import Plan
 
 from timely_llm_ros.core.composition import PolicyChoice
 from timely_llm_ros.core.health import HealthLimits
-from timely_llm_ros.core.runtime import SchedulerThread
-from timely_llm_ros.core.scheduler import PlanScheduler
-from timely_llm_ros.core.step_trace import StepTraceWriter
-from timely_llm_ros.core.validation import GoalLimits
-from timely_llm_ros.ros.server.client_host import ClientHost
-from timely_llm_ros.ros.server.executor_discovery import ExecutorDiscovery
+from timely_llm_ros.ros.server.configure import ConfigureError, configure
 from timely_llm_ros.ros.server.goal_intake import GoalIntake
 from timely_llm_ros.ros.server.parameters import ServerParams, check_runtime_update, declare_server_params
-from timely_llm_ros.ros.server.robot_directory import RobotDirectory
+from timely_llm_ros.ros.server.runtime import ServerRuntime
 from timely_llm_ros.ros.server.scheduler_events import SchedulerEvents
-from timely_llm_ros.ros.server.segment_dispatcher import SegmentDispatcher
-from timely_llm_ros.ros.server.configure import ConfigureError, configure, release
 from timely_llm_ros.ros.server.health import ServerHealth
 from timely_llm_ros.ros.server.state import ServerState
 from timely_llm_ros.ros.spin import spin_node
@@ -64,23 +58,7 @@ class PlanServerNode(LifecycleNode):
         self.active = False
         self.closing = False
         self.configure_error = ""
-        # made at configure (configure.py), released at cleanup
-        self.scheduler: PlanScheduler | None = None
-        self.stack = None                # what configure composed (timely_llm_ros/stack.py Stack): engine as loaded,
-                                         # model setup, policy, scheduler; a live policy change composes through it
-        self.model_spec = None           # config/models.yaml entry loaded at configure (core.models.ModelSpec)
-        self.grammar = False             # requests decode under their skill-set grammar (parameter grammar)
-        self.skill_sets: dict = {}
-        self.urgency_classes: dict = {}
-        self.fit = None                  # core.fit.HardwareFit measured at configure (parameter hardware_fit)
-        self.limits = GoalLimits()
-        self.loop: SchedulerThread | None = None
-        self.trace: StepTraceWriter | None = None
-        self.client_host: ClientHost | None = None
-        self.dispatcher: SegmentDispatcher | None = None
-        self.directory: RobotDirectory | None = None   # robots' ExecutorStatus (robot type, skills, alive)
-        self.discovery: ExecutorDiscovery | None = None
-        self.presence_timer = None
+        self.runtime: ServerRuntime | None = None   # made at configure (configure.py), dropped at cleanup
         self.clients_group = MutuallyExclusiveCallbackGroup()   # the executors' ActionClients: one callback at a time
         p = self.params
         self.health = ServerHealth(self, HealthLimits(p.health_window_s, p.warn_drop_rate, p.warn_failure_rate,
@@ -97,7 +75,7 @@ class PlanServerNode(LifecycleNode):
                                     goal_service_qos_profile=_DEEP, result_service_qos_profile=_DEEP,
                                     cancel_service_qos_profile=_DEEP, feedback_pub_qos_profile=QoSProfile(depth=1000),
                                     result_timeout=p.result_keep_s)
-        self.add_on_set_parameters_callback(lambda params: check_runtime_update(self, params))
+        self.add_on_set_parameters_callback(lambda params: check_runtime_update(self.params, self.runtime, params))
         self.get_logger().info(f"timely_server up (unconfigured): action /plan, autostart={self.params.autostart}")
 
     # ------------------------------------------------------------------ lifecycle
@@ -119,11 +97,17 @@ class PlanServerNode(LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         self.configure_error = ""
         try:
-            configure(self)
+            runtime = configure(self)
         except ConfigureError as exc:
             self.configure_error = f"configure failed: {exc}"
             self.get_logger().error(self.configure_error)
             return TransitionCallbackReturn.FAILURE
+        self.runtime = runtime
+        for part in (self.intake, self.events, self.state):
+            part.attach(runtime)
+        frozen = runtime.start()
+        self.get_logger().info(f"scheduler thread started ({frozen} long-lived objects frozen out of the cycle "
+                               "collector)")
         self._unloaded_timer.cancel()   # the scheduler thread publishes /diagnostics now
         return TransitionCallbackReturn.SUCCESS
 
@@ -149,7 +133,15 @@ class PlanServerNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def _release(self, timeout_s: float) -> None:
-        release(self, timeout_s)
+        """End every open goal as SERVER_SHUTDOWN (through the scheduler thread while it runs), then close the
+        runtime and drop it."""
+        runtime = self.runtime
+        self.intake.end_all(runtime.loop if runtime is not None else None, timeout_s)
+        if runtime is not None:
+            self.runtime = None
+            for part in (self.intake, self.events, self.state):   # from now on they see no runtime (a goal
+                part.attach(None)                                  # arriving now ends SERVER_SHUTDOWN)
+            runtime.close(self.destroy_timer, self.get_logger().info)
         self._unloaded_timer.reset()
 
     def finish(self, timeout_s: float) -> None:
@@ -185,26 +177,26 @@ class PlanServerNode(LifecycleNode):
     def plan_rule(self, agent: str) -> str:
         """The robot's rule for a second plan while one runs (queue | urgent_preempts), as its executor advertises
         it (ExecutorStatus; queue until it has)."""
-        directory = self.directory
-        return directory.plan_rule(agent) if directory is not None else "queue"
+        runtime = self.runtime
+        return runtime.directory.plan_rule(agent) if runtime is not None else "queue"
 
     def robot_skills(self, agent: str) -> frozenset[str] | None:
         """The skills the agent's executor advertises (ExecutorStatus), None while it has said none."""
-        directory = self.directory
-        status = directory.status(agent) if directory is not None else None
+        runtime = self.runtime
+        status = runtime.directory.status(agent) if runtime is not None else None
         return status.skills if status is not None else None
 
     def executor_lost(self, agent: str) -> None:
         """The robot directory saw the agent's executor go (its status lost liveliness): end its segments out."""
-        last = self.directory.status(agent) if self.directory is not None else None
+        runtime = self.runtime
+        last = runtime.directory.status(agent) if runtime is not None else None
         if last is not None and last.state == "stopping":
             self.get_logger().info(f"executor /{agent}/execute_segment has shut down")
         else:
             self.get_logger().warning(f"executor /{agent}/execute_segment lost its liveliness and it did not come "
                                       "back (killed, or its process hung); segments it held end EXECUTOR_UNAVAILABLE")
-        dispatcher = self.dispatcher
-        if dispatcher is not None:
-            dispatcher.executor_lost(agent, f"lost its liveliness (its executor_status lease ran out and did not "
+        if runtime is not None:
+            runtime.dispatcher.executor_lost(agent, f"lost its liveliness (its executor_status lease ran out and did not "
                                             f"come back within executor_ack_timeout_s, "
                                             f"{self.params.executor_ack_timeout_s:.1f} s: the process died or hung)")
 

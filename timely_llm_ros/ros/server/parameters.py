@@ -214,28 +214,28 @@ def declare_server_params(node: Node) -> ServerParams:
     return ServerParams(**values)
 
 
-def check_runtime_update(node, params) -> SetParametersResult:
-    """Validate (and apply) parameter changes made while the server runs."""
-
-    if getattr(node, "loop", None) is None:  # unconfigured: the values are read at the next configure
+def check_runtime_update(values: ServerParams, runtime, params) -> SetParametersResult:
+    """Validate (and apply) parameter changes: ``values`` the server's parameters (updated here), ``runtime`` its
+    ServerRuntime (runtime.py; None while unconfigured: the values are read at the next configure)."""
+    if runtime is None:
         for p in params:
-            if hasattr(node.params, p.name):
-                setattr(node.params, p.name, p.value)
+            if hasattr(values, p.name):
+                setattr(values, p.name, p.value)
         return SetParametersResult(successful=True)
     for p in params:
         if p.name == "policy":
             try:
                 # composed as configure composed the stack: the engine driven as the new policy drives it
                 # (TimeBill's prompt-KV eviction wrapper put in place or taken away)
-                switch = node.stack.switch_policy(p.value, node.params.max_batch)
+                switch = runtime.stack.switch_policy(p.value, values.max_batch)
             except ValueError as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
-            node.loop.post(switch.apply)
-            node.params.policy = p.value
+            runtime.loop.post(switch.apply)
+            values.policy = p.value
         elif p.name == "max_batch":
-            node.loop.post(lambda s, v=int(p.value): setattr(s.policy, "max_batch", v))
-            node.params.max_batch = int(p.value)
+            runtime.loop.post(lambda s, v=int(p.value): setattr(s.policy, "max_batch", v))
+            values.max_batch = int(p.value)
         elif p.name == "executor_timeout_s":
-            node.loop.post(lambda s, v=float(p.value): setattr(s.execution, "exec_timeout_s", v))
-            node.params.executor_timeout_s = float(p.value)
+            runtime.loop.post(lambda s, v=float(p.value): setattr(s.execution, "exec_timeout_s", v))
+            values.executor_timeout_s = float(p.value)
     return SetParametersResult(successful=True)

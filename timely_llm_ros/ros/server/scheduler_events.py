@@ -23,16 +23,23 @@ from timely_llm_ros.core.scheduler import (PlanScheduler, RequestFinished, Segme
                               StateChanged)
 from timely_llm_ros.ros.server.goal_intake import GoalIntake
 from timely_llm_ros.ros.server.plan_session import GoalSession, bare_outcome, plan_feedback
+from timely_llm_ros.ros.server.runtime import ServerRuntime
 
 _FINAL = {RequestState.DONE, RequestState.CANCELLED, RequestState.DROPPED, RequestState.FAILED}
 
 
 class SchedulerEvents:
-    """Hands the scheduler's events to the goals' clients and the robots (``node``: PlanServerNode)."""
+    """Hands the scheduler's events to the goals' clients and the robots (``node``: PlanServerNode, read for its
+    parameters, logger and whether it is stopping); the robots' side comes with the runtime (``attach``)."""
 
     def __init__(self, node, intake: GoalIntake) -> None:
         self._node = node
         self._intake = intake
+        self._runtime: ServerRuntime | None = None
+
+    def attach(self, runtime: ServerRuntime | None) -> None:
+        """The configured server's runtime (None: unconfigured; goals still end, nothing goes to a robot)."""
+        self._runtime = runtime
 
     def submit(self, scheduler: PlanScheduler, req: PlanRequest, session: GoalSession) -> None:
         """Scheduler thread: a goal that passed intake enters the scheduler (unless it ended meanwhile)."""
@@ -63,7 +70,8 @@ class SchedulerEvents:
                 elif isinstance(ev, RequestFinished):
                     code = ev.outcome.error_code if not ev.outcome.ok else ErrorCode.GENERATION_FAILED
                     stage = "its end was handed over"
-                self._fail(self._node.scheduler, ev.req_id, code, stage, exc)
+                runtime = self._runtime
+                self._fail(runtime.scheduler if runtime is not None else None, ev.req_id, code, stage, exc)
 
     def _fail(self, scheduler: PlanScheduler | None, req_id: str, code: ErrorCode, stage: str,
               exc: Exception) -> None:
@@ -87,8 +95,8 @@ class SchedulerEvents:
                                                   f"{traceback.format_exc()}")
 
     def _handle(self, ev) -> None:
-        node = self._node
-        dispatcher = node.dispatcher
+        node, runtime = self._node, self._runtime
+        dispatcher = runtime.dispatcher if runtime is not None else None
         session = self._intake.get(ev.req_id)
         if session is None:
             return
@@ -123,10 +131,11 @@ class SchedulerEvents:
     def _refuse_unknown_skills(self, session: GoalSession, ev: SegmentReady) -> bool:
         """End the request UNKNOWN_SKILL if the segment calls a skill its robot's executor lacks (by the executor's
         status; nothing is sent). True when it did."""
-        directory, scheduler = self._node.directory, self._node.scheduler
-        if session.dry_run or directory is None or scheduler is None:
+        runtime = self._runtime
+        if session.dry_run or runtime is None:
             return False
-        status = directory.status(session.agent_id)
+        scheduler = runtime.scheduler
+        status = runtime.directory.status(session.agent_id)
         missing = missing_skills(ev.segment.skills, status)
         if not missing:
             return False

@@ -13,17 +13,24 @@ from timely_llm_ros.msg import SchedulerState
 from timely_llm_ros.ros.entity_count import ros_entities
 from timely_llm_ros.ros.process_memory import python_heap_mib, resident_mib, thread_count
 from timely_llm_ros.ros.server.health import robots_health
+from timely_llm_ros.ros.server.runtime import ServerRuntime
 from timely_llm_ros.ros.server.state_message import scheduler_state_msg
 
 
 class ServerState:
-    """Publishes the server node's state (``node``: PlanServerNode)."""
+    """Publishes the server node's state (``node``: PlanServerNode, read for its parameters, health and goal
+    counts); what it reports on comes with the runtime (``attach``)."""
 
     def __init__(self, node) -> None:
         self._node = node
+        self._runtime: ServerRuntime | None = None
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._pub = node.create_publisher(SchedulerState, "~/state", latched)
         self._last = 0.0
+
+    def attach(self, runtime: ServerRuntime | None) -> None:
+        """The configured server's runtime (None: unconfigured: /diagnostics says ERROR, publish_unloaded)."""
+        self._runtime = runtime
 
     def soon(self) -> None:
         """Publish at the next scheduler-loop iteration (an expected executor became ready: clients wait for it)."""
@@ -31,25 +38,25 @@ class ServerState:
 
     def on_idle(self) -> None:
         """Each scheduler-loop iteration: the latched state topic and /diagnostics, every state_period_s."""
-        node = self._node
-        scheduler = node.scheduler
+        node, runtime = self._node, self._runtime
         now = time.monotonic()
-        if scheduler is None or now - self._last < node.params.state_period_s:
+        if runtime is None or now - self._last < node.params.state_period_s:
             return
         self._last = now
-        pending = node.discovery.pending() if node.discovery is not None else []
+        scheduler = runtime.scheduler
+        pending = runtime.discovery.pending()
         waiting = set(pending)
         ready = [a for a in node.params.expected_agents if a not in waiting]
         state = scheduler_state_msg(node, scheduler, node.intake.snapshot_counts(), ready, pending)
         self._pub.publish(state)
-        robots = robots_health(node.params.expected_agents, node.directory, node.dispatcher)
-        node.health.publish(state, scheduler.policy.max_batch, robots, self.memory())
+        robots = robots_health(node.params.expected_agents, runtime.directory, runtime.dispatcher)
+        node.health.publish(state, scheduler.policy.max_batch, robots, self.memory(runtime))
 
-    def memory(self) -> dict[str, str | int]:
+    def memory(self, runtime: ServerRuntime | None) -> dict[str, str | int]:
         """What /diagnostics shows of the process: resident memory, threads (Python's, and all the kernel counts),
         the ROS entities of the server's nodes, and the Python heap while trace_python_heap traces it."""
         node = self._node
-        host = node.client_host
+        host = runtime.robots.client_host if runtime is not None else None
         nodes = [node] if host is None or host.node is node else [node, host.node]
         values: dict[str, str | int] = {"rss_mib": f"{resident_mib():.1f}", "python_threads": threading.active_count(),
                                         "threads": thread_count(), "ros_entities": ros_entities(nodes)}
@@ -61,13 +68,14 @@ class ServerState:
     def publish_unloaded(self) -> None:
         """/diagnostics ERROR while no engine is loaded (unconfigured, or configure failed)."""
         node = self._node
-        if node.loop is None:
+        if self._runtime is None:
             why = node.configure_error or (f"unconfigured: no engine loaded; configure it (ros2 lifecycle set "
                                            f"{node.get_fully_qualified_name()} configure) or wait for autostart")
             node.health.publish_unloaded(why)
 
     def trace_step(self, record) -> None:
         """Scheduler thread: one engine step into the step trace, named by the policy that chose it."""
-        trace = self._node.trace
+        runtime = self._runtime
+        trace = runtime.trace if runtime is not None else None
         if trace is not None:
             trace.write(replace(record, policy=self._node.params.policy))
