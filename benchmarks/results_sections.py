@@ -159,6 +159,16 @@ SECTIONS: tuple[Section, ...] = (
          "--prompt-tokens", "40,500", "--short", "70", "--long", "1500", "--out", "{out}"),
         cost="regular", minutes=6),
     Section(
+        "engine_llamacpp", "The llamacpp engine beside bare llama-cpp-python and the transformers engine (SmolLM2)",
+        "The `smollm2` entry's Q4_1 GGUF on llama.cpp, two threads each, the same 700-900-token chat prompts, greedy: "
+        "decode ms per step at batch 1, 8 and 16 against the bare low-level API driven as a user would and against "
+        "the transformers engine on the dequantised weights (alternated, medians of 5 repetitions); resume against "
+        "re-prefill; greedy outputs with and without suspension; the grammar's and the scheduler's share of a step; "
+        "the policy's pick; interrupts. Targets: decode >= 0.9x bare, >= 4x transformers at batch 1 and >= 1.5x at "
+        "batch 8; resume <= 5% of a re-prefill; grammar and non-forward <= 5% of a step at batch 8.",
+        "benchmarks/engine_llamacpp.py", ("--threads", "2", "--batches", "1,8,16", "--reps", "5", "--out", "{out}"),
+        cost="regular", minutes=10),
+    Section(
         "decode_profile", "Where a SmolLM2 decode step goes (per layer, per op)",
         "torch.profiler self CPU time per op over 6 steps of 16 generations of ~800 tokens, the transformers engine "
         "and vLLM alternated step by step.",

@@ -21,7 +21,7 @@ from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES
 from timely_llm_ros.engine.transformers.loader import load_pretrained
 from timely_llm_ros.engine.model_setup import model_setup
 from timely_llm_ros.engine.models import weights_folder
-from timely_llm_ros.engine.transformers.prefix_cache import common_prefix
+from timely_llm_ros.engine.prefix_match import common_prefix
 from timely_llm_ros.engine.transformers.engine import TransformersEngine
 from timely_llm_ros.paths import default_model_dir
 

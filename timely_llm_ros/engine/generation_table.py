@@ -1,7 +1,7 @@
 """Per-generation bookkeeping the engines share: the checks an add() must pass and lookups that say why one fails."""
 from __future__ import annotations
 
-from typing import Any, Container, Sequence
+from typing import Any, Callable, Container, Sequence
 
 from timely_llm_ros.core.engine import EngineError
 
@@ -39,6 +39,25 @@ class GenerationTable:
 
     def _check_new(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
         check_new(self._gens, gen_id, prompt_ids, max_new_tokens)
+
+    @staticmethod
+    def _forced_output(gen_id: str, forced_ids: Sequence[int] | None, bos_id: int | None) -> list[int] | None:
+        """An add()'s forced output as a list (None: the generation decodes), without the BOS an encode() of a plan
+        may prepend (it is no output)."""
+        if forced_ids is None:
+            return None
+        if len(forced_ids) == 0:
+            raise EngineError(f"add: generation {gen_id!r} has empty forced_ids")
+        forced = [int(t) for t in forced_ids]
+        return forced[1:] if len(forced) > 1 and forced[0] == bos_id else forced
+
+    def _admit(self, gen: Any, grammar: str | None, compiler: Callable[[], Any]) -> None:
+        """Register a new generation (``gen.forced`` set by _forced_output): under ``grammar``, its matcher made by
+        ``compiler()``, unless its output is forced (a replay is never masked)."""
+        if grammar is not None and gen.forced is None:
+            gen.matcher = compiler().matcher(grammar)
+        self._released.discard(gen.gen_id)
+        self._gens[gen.gen_id] = gen
 
     def _runnable(self, gen_ids: Sequence[str]) -> list[Any]:
         gens = [self._get(g, "step") for g in gen_ids]

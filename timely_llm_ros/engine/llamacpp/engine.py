@@ -133,22 +133,14 @@ class LlamaCppEngine(GenerationTable, Engine):
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
             forced_ids: Sequence[int] | None = None, grammar: str | None = None) -> None:
         self._check_new(gen_id, prompt_ids, max_new_tokens)
-        if forced_ids is not None and len(forced_ids) == 0:
-            raise EngineError(f"add: generation {gen_id!r} has empty forced_ids")
+        forced = self._forced_output(gen_id, forced_ids, self.tokenizer.bos_token_id)
         if len(prompt_ids) + 1 > self.max_context:
             raise EngineError(f"add: generation {gen_id!r}: its prompt of {len(prompt_ids)} tokens leaves no room in "
                               f"this engine's {self.max_context}-token context (the KV pool: raise kv_budget_mb)")
-        forced = None if forced_ids is None else list(forced_ids)
-        bos = self.tokenizer.bos_token_id
-        if forced and len(forced) > 1 and forced[0] == bos:   # encode() of a plan may prepend BOS: not output
-            forced = forced[1:]
         max_new = min(int(max_new_tokens), self.max_context - len(prompt_ids))
         gen = LlamaGeneration(gen_id, [int(t) for t in prompt_ids], max_new, forced,
                               generator_for(gen_id, self.sampling, torch.device("cpu")))
-        if grammar is not None and forced is None:     # a forced (replayed) output is never masked
-            gen.matcher = self.tokens.grammar_compiler().matcher(grammar)
-        self._released.discard(gen_id)
-        self._gens[gen_id] = gen
+        self._admit(gen, grammar, self.tokens.grammar_compiler)
 
     def prepare_grammar(self, grammar: str) -> None:
         self.tokens.grammar_compiler().compile(grammar)

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from typing import Sequence
 
 from timely_llm_ros.engine.llamacpp.native import KvContext
-from timely_llm_ros.engine.transformers.prefix_cache import common_prefix
+from timely_llm_ros.engine.prefix_match import best_prefix
 
 
 class StatePrefixCache:
@@ -32,16 +32,7 @@ class StatePrefixCache:
     def _best(self, prompt: Sequence[int]) -> tuple[int, tuple[int, ...] | None]:
         """(tokens reusable, the entry holding them); (0, None) below min_tokens. At most len(prompt) - 1 tokens:
         the last prompt token must run to give the logits."""
-        best, best_key = 0, None
-        prompt = tuple(prompt)          # common_prefix compares slices: tuple with tuple
-        for key in self._entries:
-            m = common_prefix(key, prompt)
-            if m > best:
-                best, best_key = m, key
-        best = min(best, len(prompt) - 1)
-        if best < self.min_tokens or best_key is None:
-            return 0, None
-        return best, best_key
+        return best_prefix(self._entries, prompt, self.min_tokens)
 
     def reusable(self, prompt: Sequence[int]) -> int:
         """Tokens of ``prompt`` a lookup would reuse now (no statistics, no recency change)."""

@@ -101,17 +101,10 @@ class TransformersEngine(GenerationTable, Engine):
     def add(self, gen_id: str, prompt_ids: Sequence[int], max_new_tokens: int,
             forced_ids: Sequence[int] | None = None, grammar: str | None = None) -> None:
         self._check_new(gen_id, prompt_ids, max_new_tokens)
-        if forced_ids is not None and len(forced_ids) == 0:
-            raise EngineError(f"add: generation {gen_id!r} has empty forced_ids")
-        forced = None if forced_ids is None else list(forced_ids)
-        if forced and len(forced) > 1 and forced[0] == self.bos_token_id:   # encode() of a plan may prepend BOS: not output
-            forced = forced[1:]
+        forced = self._forced_output(gen_id, forced_ids, self.bos_token_id)
         gen = GenerationState(gen_id, list(prompt_ids), int(max_new_tokens), forced,
                               generator_for(gen_id, self.sampling, self.device))
-        if grammar is not None and forced is None:     # a forced (replayed) output is never masked
-            gen.matcher = self.tokens.grammar_compiler().matcher(grammar)
-        self._released.discard(gen_id)
-        self._gens[gen_id] = gen
+        self._admit(gen, grammar, self.tokens.grammar_compiler)
 
     def prepare_grammar(self, grammar: str) -> None:
         self.tokens.grammar_compiler().compile(grammar)

@@ -11,18 +11,7 @@ from typing import Sequence
 
 import torch
 
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token lists (compared in chunks, then one by one)."""
-    n, i = min(len(a), len(b)), 0
-    while i < n:
-        j = min(i + 256, n)
-        if a[i:j] != b[i:j]:
-            while a[i] == b[i]:
-                i += 1
-            return i
-        i = j
-    return n
+from timely_llm_ros.engine.prefix_match import best_prefix
 
 
 class PrefixCache:
@@ -37,16 +26,7 @@ class PrefixCache:
     def _best(self, prompt: Sequence[int]) -> tuple[int, tuple[int, ...] | None]:
         """(tokens reusable, key of the entry holding them); (0, None) below min_tokens. At most len(prompt) - 1
         tokens are reused: the last prompt token must run to give the logits."""
-        best, best_key = 0, None
-        prompt = tuple(prompt)
-        for key in self._entries:
-            m = common_prefix(key, prompt)
-            if m > best:
-                best, best_key = m, key
-        best = min(best, len(prompt) - 1)
-        if best < self.min_tokens or best_key is None:
-            return 0, None
-        return best, best_key
+        return best_prefix(self._entries, prompt, self.min_tokens)
 
     def reusable(self, prompt: Sequence[int]) -> int:
         """Tokens of ``prompt`` a lookup would reuse now (no statistics, no recency change)."""
