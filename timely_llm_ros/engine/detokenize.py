@@ -7,7 +7,7 @@ exact and incremental:
 ``ByteStream`` feeds the new token's bytes to an incremental UTF-8 decoder, so a token costs one lookup, however
 long the output. The per-token cost is part of the segmentation overhead, and right after a forward pass it
 runs with cold caches, where decoding the whole output every token cost 2-4x more than one lookup
-(benchmarks/segmentation_overhead.py).
+(benchmarks/overhead.py segmentation).
 """
 from __future__ import annotations
 

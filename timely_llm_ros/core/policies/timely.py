@@ -18,7 +18,7 @@ even if generated now is dropped (option drop="hopeless", the default; "never" k
 as DROPPED. Later segments are never dropped: the robot is mid-plan. A request whose urgency class serves late
 plans (``late: serve``) is never dropped either: its first segment keeps the floor priority (it does not age), so
 it is planned with what the engine has left once the requests that can still earn utility are served, and never
-takes the engine from them (benchmarks/late_or_drop.py: an aging first segment took it from urgent requests).
+takes the engine from them (benchmarks/policy_choices.py late: an aging first segment took it from urgent requests).
 
 Admission is prefill-aware (core/admission.py step_verdict): the most urgent member's WCET counts the prefill work
 a candidate adds, and a step carries at most step_prefill_s of prefill work whoever asks, except the first wave of

@@ -41,7 +41,7 @@ class SlotRows:
         # CPU: the store sits in a reservation of address space (False: growths allocate and copy; an ablation)
         self.reserve = True
         # the window goes where the fewest rows must move (False: always [0, B); ablation,
-        # benchmarks/segmentation_overhead.py)
+        # benchmarks/overhead.py segmentation)
         self.slide_window = True
         self.store: SlotKV | None = None
         self.slots: list[GenerationState | None] = []   # resident generation of each store row
