@@ -51,7 +51,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import write_csv  # noqa: E402
+from report import ENGINE_TASKS, write_csv  # noqa: E402
 from overhead import queue as select_queue  # noqa: E402
 
 from timely_llm_ros.core.models import model_spec  # noqa: E402
@@ -62,16 +62,7 @@ from timely_llm_ros.engine.model_setup import model_setup  # noqa: E402
 from timely_llm_ros.engine.models import weights_folder  # noqa: E402
 from timely_llm_ros.engine.transformers import token_choice  # noqa: E402
 
-TASKS = [
-    ("drone", "find a toy under the bed", "room: bedroom; objects: bed, chair, cup"),
-    ("arm", "stack the red block on the blue block", "table: green block, red block, blue block"),
-    ("drone", "look for the cat", "room: living room; objects: sofa, lamp, plant"),
-    ("arm", "sort the fruits", "table: apple, carrot, banana; baskets: fruit basket, vegetable basket"),
-    ("drone", "evade the bird", "bird above, 120 cm away"),
-    ("arm", "clean the desk", "desk: paper, can, tissue; places: trash bin, drawer, tray"),
-    ("drone", "check the book on the cabinet", "room: office; objects: cabinet, book, chair"),
-    ("arm", "put the cup in the tray", "desk: cup, pen; places: tray, drawer"),
-]
+TASKS = ENGINE_TASKS
 
 
 def median(xs) -> float:

@@ -46,18 +46,10 @@ from timely_llm_ros.core.skills.context import grounded_objects  # noqa: E402
 from timely_llm_ros.core.skills.grammar import plan_grammar  # noqa: E402
 from timely_llm_ros.core.skills.minispec import parse  # noqa: E402
 from timely_llm_ros.evaluation.evalset import load_eval_tasks  # noqa: E402
+from report import ENGINE_TASKS  # noqa: E402
 
 ROBOTS = ("drone", "arm")
-TASKS = [   # the mask part's generations (raw prompt): (robot type, task, scene)
-    ("drone", "find a toy under the bed", "room: bedroom; objects: bed, chair, cup"),
-    ("arm", "stack the red block on the blue block", "table: green block, red block, blue block"),
-    ("drone", "look for the cat", "room: living room; objects: sofa, lamp, plant"),
-    ("arm", "sort the fruits", "table: apple, carrot, banana; baskets: fruit basket, vegetable basket"),
-    ("drone", "evade the bird", "bird above, 120 cm away"),
-    ("arm", "clean the desk", "desk: paper, can, tissue; places: trash bin, drawer, tray"),
-    ("drone", "check the book on the cabinet", "room: office; objects: cabinet, book, chair"),
-    ("arm", "put the cup in the tray", "desk: cup, pen; places: tray, drawer"),
-]
+TASKS = ENGINE_TASKS   # the mask part's generations (raw prompt)
 
 
 def percentile(xs, q: float) -> float:

@@ -12,6 +12,19 @@ from typing import Callable, Mapping
 from timely_llm_ros.ros.process_signals import stopping_with_this_process
 from timely_llm_ros.ros.process_memory import resident_mib
 
+# (robot type, task, scene) of the requests the engine benchmarks decode (engine_llamacpp.py, grammar.py): drone and
+# arm alternated, each kind of plan once (search, stack, sort, avoid, clean, check, put)
+ENGINE_TASKS = [
+    ("drone", "find a toy under the bed", "room: bedroom; objects: bed, chair, cup"),
+    ("arm", "stack the red block on the blue block", "table: green block, red block, blue block"),
+    ("drone", "look for the cat", "room: living room; objects: sofa, lamp, plant"),
+    ("arm", "sort the fruits", "table: apple, carrot, banana; baskets: fruit basket, vegetable basket"),
+    ("drone", "evade the bird", "bird above, 120 cm away"),
+    ("arm", "clean the desk", "desk: paper, can, tissue; places: trash bin, drawer, tray"),
+    ("drone", "check the book on the cabinet", "room: office; objects: cabinet, book, chair"),
+    ("arm", "put the cup in the tray", "desk: cup, pen; places: tray, drawer"),
+]
+
 METRIC_COLUMNS = ["utility", "utility_share", "response_time", "waiting_time", "served", "dropped"]
 
 
