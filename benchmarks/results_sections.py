@@ -168,7 +168,7 @@ SECTIONS: tuple[Section, ...] = (
         "the policy's pick; interrupts. Targets: decode >= 0.9x bare, >= 4x transformers at batch 1 and >= 1.5x at "
         "batch 8; resume <= 5% of a re-prefill; grammar and non-forward <= 5% of a step at batch 8.",
         "benchmarks/engine_llamacpp.py", ("--threads", "2", "--batches", "1,8,16", "--reps", "5", "--out", "{out}"),
-        cost="regular", minutes=10),
+        cost="regular", minutes=20),
     Section(
         "decode_profile", "Where a SmolLM2 decode step goes (per layer, per op)",
         "torch.profiler self CPU time per op over 6 steps of 16 generations of ~800 tokens, the transformers engine "
