@@ -19,7 +19,9 @@ def pytest_configure(config) -> None:
     """tmp_path folders under the checkout's build/ (ignored), not /tmp/pytest-of-<user>: two sessions on one
     machine (two clones, make test beside colcon test) then never clean up each other's folders."""
     if not config.option.basetemp:
-        config.option.basetemp = str(Path(__file__).resolve().parent.parent / "build" / "pytest_tmp")
+        base = Path(__file__).resolve().parent.parent / "build" / "pytest_tmp"
+        base.parent.mkdir(parents=True, exist_ok=True)    # a colcon workspace's copy of the package has no build/:
+        config.option.basetemp = str(base)                # pytest makes the basetemp, but not its parents
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
