@@ -4,7 +4,12 @@ acceptance to its result.
 
 The real server node runs in this process (the embedded planner, its scheduler thread, its goal intake), with a
 simulated robot's executor node, also in this process, and a plain rclpy client; so each test can swap one function
-on the goal's way for a TEST DOUBLE THAT RAISES (monkeypatch), and read the server's state afterwards."""
+on the goal's way for a TEST DOUBLE THAT RAISES (monkeypatch), and read the server's state afterwards.
+
+What the double stands in for, and why: a bug at that stage (an engine, dispatcher, validator or result builder that
+raises). The real ones cannot be made to fail on demand here, which is the point of the test; everything else (the
+node, the scheduler thread, the embedded planner's forward passes, DDS on loopback, the executor) is real, and each
+test swaps exactly one function, undone before the next test."""
 from __future__ import annotations
 
 import threading
@@ -33,7 +38,8 @@ class Injected(RuntimeError):
 
 
 def _raises(*args, **kwargs):
-    """TEST DOUBLE: stands in for a function on the goal's way and raises."""
+    """TEST DOUBLE: stands in for one real function on the goal's way (a bug there, which cannot be provoked on
+    demand) and raises."""
     raise Injected("injected fault")
 
 
