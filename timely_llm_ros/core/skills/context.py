@@ -182,7 +182,7 @@ def task_hazards(task: str, names: tuple[str, ...]) -> tuple[str, ...]:
     out = []
     for name in names:
         key = " ".join(_WORD.findall(name.lower()))
-        found = [m for m in re.finditer(rf"\b{re.escape(key)}\b", text)] if key else []
+        found = list(re.finditer(rf"\b{re.escape(key)}\b", text)) if key else []
         if found and not all(_sends_to(text[: m.start()]) for m in found):
             out.append(name)
     return tuple(out)

@@ -111,9 +111,10 @@ class GrammarSpec:
         ``hazards`` those of them its task keeps the robot away from (others are ignored)."""
         allowed = sorted(skill_set.skills if skills is None else set(skills) & set(skill_set.skills))
         names = tuple(dict.fromkeys(o for o in objects if o))
+        kept_away = set(hazards)
         return cls(skill_set.name, tuple(allowed), names,
                    skill_set.max_plan_tokens if max_plan_tokens is None else int(max_plan_tokens), int(max_calls),
-                   tuple(h for h in names if h in set(hazards)))
+                   tuple(h for h in names if h in kept_away))
 
 
 def plan_grammar(skill_set: SkillSet, max_plan_tokens: int | None = None, *, skills: Iterable[str] | None = None,
