@@ -28,6 +28,8 @@ EXPECT = {"unknown agent": {EXEC_UNAVAILABLE}, "dry-run": {NONE, DROPPED}, "vali
           "cancel": {CANCELLED, NONE, DROPPED}}
 HOSTILE_POOL = 1000        # distinct malformed goals drawn once (hypothesis), then sent in random order
 CANCEL_WITHIN_S = 2.0      # a cancelled goal is cancelled this long after it was sent, at most (uniform)
+QUIET_S = 1.5              # a sample waits this long after the last goal: the server's memory_trim_idle_s (1 s)
+                           # passes, so each sample reads the server as it stays between bursts
 THREAD_SLACK = 2           # threads that may come and go (a liveliness check's timer) without counting as growth
 
 
@@ -135,6 +137,7 @@ def send_mixed(run, mixed: MixedGoals, n: int, phase: str, row: Row, every: int 
 
 
 def take_sample(run, goals: int, t0: float) -> Sample:
+    time.sleep(QUIET_S)
     values = run.client.fresh_diagnostics(10.0)
     heap = float(values.get("python_heap_mib", "nan"))
     entities = int(values.get("ros_entities", -1))

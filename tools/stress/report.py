@@ -86,15 +86,20 @@ def _codes(c: Counter) -> str:
     return " ".join(f"{CODE_NAMES.get(k, k)}:{v}" for k, v in sorted(c.items()))
 
 
+def _num(x: float, digits: int) -> str:
+    """A table cell: "-" for what a phase does not measure (nan)."""
+    return "-" if math.isnan(x) else f"{x:.{digits}f}"
+
+
 def table(rows: list[Row]) -> str:
     head = ("| phase | goals | no response | rejected | no result | unexpected code | server crash | left running "
             "| RSS before->after (MiB) | delivery p50/p99 (ms) (in server p99) | wait p99 (s): segment 0 / later | result |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         lines.append(f"| {r.phase} | {r.goals} | {r.no_response} | {r.rejected} | {r.no_result} | {r.unexpected} "
-                     f"| {r.crashes} | {r.left_running} | {r.rss_before:.0f}->{r.rss_after:.0f} "
-                     f"| {r.deliver_p50_ms:.1f}/{r.deliver_p99_ms:.1f} ({r.in_server_p99_ms:.1f}) "
-                     f"| {r.first_wait_p99_s:.2f} / {r.seg_wait_p99_s:.2f} "
+                     f"| {r.crashes} | {r.left_running} | {_num(r.rss_before, 0)}->{_num(r.rss_after, 0)} "
+                     f"| {_num(r.deliver_p50_ms, 1)}/{_num(r.deliver_p99_ms, 1)} ({_num(r.in_server_p99_ms, 1)}) "
+                     f"| {_num(r.first_wait_p99_s, 2)} / {_num(r.seg_wait_p99_s, 2)} "
                      f"| {'ok' if r.ok else 'FAIL'} |")
     lines.append("")
     lines.append("error codes by phase:")

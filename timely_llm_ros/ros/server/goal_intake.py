@@ -47,6 +47,7 @@ class GoalIntake:
         self.sessions: dict[str, GoalSession] = {}
         self.lock = threading.Lock()
         self.counts = {"total": 0, "done": 0, "dropped": 0, "failed": 0, "overloaded": 0}
+        self.received = 0   # goals that reached on_accepted, answered at once or not: read only for a change
 
     def attach(self, runtime: ServerRuntime | None) -> None:
         """The configured server's runtime (None: unconfigured; goals then end NOT_ACTIVE or SERVER_SHUTDOWN)."""
@@ -70,6 +71,7 @@ class GoalIntake:
     def on_accepted(self, goal_handle) -> None:
         """The accept callback (executor thread): answer at once, or register the goal, start its execution (it is
         EXECUTING from now) and start its way in. An unexpected exception still answers it."""
+        self.received += 1
         try:
             self._accept(goal_handle)
         except Exception as exc:   # a bug must not leave a goal unanswered

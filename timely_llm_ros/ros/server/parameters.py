@@ -64,6 +64,7 @@ class ServerParams:
     hardware_fit: bool = True
     scale_unmet_classes: float = 0.0
     trace_python_heap: bool = False
+    memory_trim_idle_s: float = 1.0
 
 
 _DESCRIPTIONS = {
@@ -181,6 +182,10 @@ _DESCRIPTIONS = {
                           "python_heap_mib, what the server's Python objects hold (tensor storage and the middleware's "
                           "memory are not in it); every allocation costs more while it traces (make stress's long "
                           "soak turns it on to tell a Python leak from a native one)", None),
+    "memory_trim_idle_s": ("once goals came and the server then held none for this long (s), give the C heap's "
+                           "free pages back to the system (glibc malloc_trim), so that resident memory returns to its "
+                           "baseline after a burst instead of staying at its high-water mark; 0 = never",
+                           (0.0, 3600.0)),
 }
 
 

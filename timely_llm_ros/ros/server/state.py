@@ -1,5 +1,6 @@
 """What the server reports about itself: the latched ~/state topic and /diagnostics (from the scheduler thread, every
-state_period_s), /diagnostics ERROR while no engine is loaded, and the step trace's rows."""
+state_period_s), /diagnostics ERROR while no engine is loaded, and the step trace's rows; and, once a burst of
+goals is over, the C heap's free pages given back to the system (memory_trim_idle_s)."""
 from __future__ import annotations
 
 import threading
@@ -11,7 +12,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile
 from timely_llm_ros.msg import SchedulerState
 
 from timely_llm_ros.ros.entity_count import ros_entities
-from timely_llm_ros.ros.process_memory import python_heap_mib, resident_mib, thread_count
+from timely_llm_ros.ros.process_memory import QuietTrim, python_heap_mib, resident_mib, thread_count
 from timely_llm_ros.ros.server.health import robots_health
 from timely_llm_ros.ros.server.runtime import ServerRuntime
 from timely_llm_ros.ros.server.state_message import scheduler_state_msg
@@ -27,6 +28,7 @@ class ServerState:
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._pub = node.create_publisher(SchedulerState, "~/state", latched)
         self._last = 0.0
+        self._trim = QuietTrim(node.params.memory_trim_idle_s)
 
     def attach(self, runtime: ServerRuntime | None) -> None:
         """The configured server's runtime (None: unconfigured: /diagnostics says ERROR, publish_unloaded)."""
@@ -40,6 +42,8 @@ class ServerState:
         """Each scheduler-loop iteration: the latched state topic and /diagnostics, every state_period_s."""
         node, runtime = self._node, self._runtime
         now = time.monotonic()
+        if runtime is not None:
+            self._trim_when_quiet(runtime, now)
         if runtime is None or now - self._last < node.params.state_period_s:
             return
         self._last = now
@@ -51,6 +55,15 @@ class ServerState:
         self._pub.publish(state)
         robots = robots_health(node.params.expected_agents, runtime.directory, runtime.dispatcher)
         node.health.publish(state, scheduler.policy.max_batch, robots, self.memory(runtime))
+
+    def _trim_when_quiet(self, runtime: ServerRuntime, now: float) -> None:
+        """A burst of goals is over (memory_trim_idle_s): the heap's free pages back to the system."""
+        node = self._node
+        freed = self._trim.poll(node.intake.received, not node.intake.open_goals() and not runtime.scheduler.busy(),
+                                now)
+        if freed is not None:
+            node.get_logger().debug(f"no goal for {self._trim.quiet_s:g} s: heap trimmed, {freed:.1f} MiB of "
+                                    "resident memory given back")
 
     def memory(self, runtime: ServerRuntime | None) -> dict[str, str | int]:
         """What /diagnostics shows of the process: resident memory, threads (Python's, and all the kernel counts),
