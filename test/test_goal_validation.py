@@ -74,3 +74,8 @@ def test_a_goal_that_says_to_keep_away_from_a_listed_object_carries_it_as_a_haza
     away = goal("the dog looks aggressive, back off toward the door")
     assert away.objects[:2] == ("dog", "door") and "dog" in away.hazards and "door" not in away.hazards
     assert goal("fly to the dog").hazards == ()
+    assert away.scene_objects == ("dog", "door") and "back" in away.objects    # the task's phrases are not the scene's
+    listed = validate_goal(GoalFields(agent_id="arm_1", robot_type="arm", task="put the fruit in the basket",
+                                      urgency_class="normal", context="table: mango; places: basket"),
+                           "r2", 0.0, {"arm": object()}, CLASSES)
+    assert listed.scene_objects == ("mango", "basket") and "fruit" in listed.objects

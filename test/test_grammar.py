@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from timely_llm_ros.core.models import model_spec
 from timely_llm_ros.core.skills import load_skill_sets
-from timely_llm_ros.core.skills.context import grounded_objects, task_hazards
+from timely_llm_ros.core.skills.context import grounded_objects, scene_objects, task_hazards
 from timely_llm_ros.core.skills.grammar import loop_reservation, max_statements, plan_grammar
 from timely_llm_ros.core.skills.interpreter import Interpreter, PlanError, PlanState
 from timely_llm_ros.core.skills.minispec import parse
@@ -70,14 +70,15 @@ def test_the_grammar_accepts_every_reference_plan_with_its_tasks_grounded_object
     leading space; the embedded planner's training plans under grammars with free object slots."""
     def goal(robot, scene, task, plan):
         objects = grounded_objects(scene, task)
-        return robot, objects, task_hazards(task, objects), plan
+        return robot, objects, task_hazards(task, objects), scene_objects(scene), plan
     plans = [goal(t.robot_type, t.scene, t.task, t.plan) for t in load_eval_tasks(ROBOTS)]
     plans += [goal(robot, scene, task, plan) for robot, scene, task, plan in yaml_examples()]
-    assert len(plans) > 300 and all(objects for _, objects, _, _ in plans)
-    assert sum(bool(hazards) for _, _, hazards, _ in plans) > 20        # the avoid tasks' hazards are guarded
-    plans += [(e.robot_type, (), (), e.plan) for e in generate(600, seed=0) if e.robot_type in ROBOTS]
-    for robot, objects, hazards, plan in plans:
-        grammar = plan_grammar(SKILLS[robot], objects=objects, hazards=hazards)
+    assert len(plans) > 300 and all(objects for _, objects, _, _, _ in plans)
+    assert sum(bool(hazards) for _, _, hazards, _, _ in plans) > 20        # the avoid tasks' hazards are guarded
+    assert sum(len(listed) < len(objects) for _, objects, _, listed, _ in plans) > 300   # the task adds phrases
+    plans += [(e.robot_type, (), (), (), e.plan) for e in generate(600, seed=0) if e.robot_type in ROBOTS]
+    for robot, objects, hazards, listed, plan in plans:
+        grammar = plan_grammar(SKILLS[robot], objects=objects, hazards=hazards, scene=listed)
         for text in (plan.strip(), " " + plan.strip()):
             assert accepts(grammar, text), (robot, objects, text)
 
@@ -111,6 +112,20 @@ def test_a_skill_that_approaches_never_takes_what_the_task_says_to_keep_away_fro
     assert task_hazards("put the knife away", ("knife", "drawer")) == ()              # "away" alone is no hazard
     assert task_hazards("don't fly into the wasp", objects) == ("wasp",)
     assert task_hazards("don't approach the wasp", objects) == ("wasp",)
+
+
+def test_a_skill_marked_in_scene_takes_only_what_the_scene_lists(accepts):
+    """The arm's goto, pick and take are in_scene: "sort the fruit into the basket" gives the phrase 'fruit', which
+    a scan may look for but the gripper may not go to or pick; the listed objects stay open to them."""
+    scene, task = "table: mango, kale; baskets: fruit basket", "sort the fruit into the fruit basket"
+    objects, listed = grounded_objects(scene, task), scene_objects(scene)
+    assert "fruit" in objects and "fruit" not in listed
+    grammar = plan_grammar(ARM, objects=objects, scene=listed)
+    assert accepts(grammar, "sc('fruit');gt('mango');pi('mango');gt('fruit basket');dr();")
+    for outside in ("gt('fruit');dr();", "gt('mango');pi('fruit');dr();", "tk('fruit');dr();"):
+        assert not accepts(grammar, outside) and accepts(plan_grammar(ARM, objects=objects), outside), outside
+    assert plan_grammar(ARM, objects=listed, scene=listed) == plan_grammar(ARM, objects=listed)   # nothing to narrow
+    assert plan_grammar(DRONE, objects=objects, scene=listed) == plan_grammar(DRONE, objects=objects)  # none in_scene
 
 
 def test_the_grammar_calls_only_the_skills_the_robot_advertises(accepts):

@@ -72,6 +72,7 @@ def test_a_new_robot_is_just_a_new_yaml_file(tmp_path: Path):
     ("name: x\nmax_segment_tokens: 5\nskills: [{short: a}]\nprompt_examples: inline\n", "prompt_examples"),
     ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [int], approaches: true}]\n", "takes no object"),
     ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [object], approaches: 'yes'}]\n", "true or false"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [str], in_scene: true}]\n", "in_scene: true, but"),
 ])
 def test_bad_skill_set_files_are_rejected_with_a_reason(tmp_path, body, fragment):
     (tmp_path / "x.yaml").write_text(body)

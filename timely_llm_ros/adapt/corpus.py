@@ -32,9 +32,10 @@ from typing import Iterable, Mapping, Sequence
 
 from timely_llm_ros.adapt.patterns import PatternSet, draft, load_patterns, pattern_path
 from timely_llm_ros.adapt.vocabulary import Vocabulary, load_vocabulary
-from timely_llm_ros.core.skills.context import grounded_objects, normalise_name
+from timely_llm_ros.core.skills.context import grounded_objects, normalise_name, scene_objects
 from timely_llm_ros.core.skills.minispec import parse
 from timely_llm_ros.core.skills.skill_set import SkillSet
+from timely_llm_ros.core.skills.spec import SkillSpec
 
 OBJECT_ARGUMENTS = ("object", "target")      # argument names that name an object of the scene
 WORKED_EXAMPLE_SHARE = 0.02                  # of a robot type's examples: its worked examples, verbatim
@@ -101,11 +102,16 @@ def eval_exclusion(directory: Path | None = None) -> EvalExclusion:
 
 def object_arguments(plan: str, skill_set: SkillSet) -> list[str]:
     """The object names a plan passes to skills (arguments named in OBJECT_ARGUMENTS), in execution order."""
+    return [name for _, name in _object_calls(plan, skill_set)]
+
+
+def _object_calls(plan: str, skill_set: SkillSet) -> list[tuple[SkillSpec | None, str]]:
+    """(the skill, the object name) of each object argument of the plan, in execution order."""
     out = []
     for call in parse(plan, skill_set.skills, skill_set.statement_forms).skills:
         spec = skill_set.skills.get(call.name)
         names = spec.arg_names if spec is not None else ()
-        out += [str(v) for n, v in zip(names, call.args) if n in OBJECT_ARGUMENTS and isinstance(v, str)]
+        out += [(spec, str(v)) for n, v in zip(names, call.args) if n in OBJECT_ARGUMENTS and isinstance(v, str)]
     return out
 
 
@@ -122,11 +128,14 @@ def check_example(example: Example, skill_set: SkillSet) -> None:
 
 
 def ungrounded_objects(example: Example, skill_set: SkillSet) -> list[str]:
-    """The objects the plan names that grounded decoding would not admit (none when the scene lists nothing)."""
+    """The objects the plan names that grounded decoding would not admit (none when the scene lists nothing): a
+    name neither the scene nor the task gives, or one only the task gives in a skill marked in_scene."""
     admitted = set(grounded_objects(example.scene, example.task))
     if not admitted:
         return []
-    return [o for o in object_arguments(example.plan, skill_set) if normalise_name(o) not in admitted]
+    listed = set(scene_objects(example.scene))
+    return [o for spec, o in _object_calls(example.plan, skill_set)
+            if normalise_name(o) not in (listed if spec is not None and spec.in_scene else admitted)]
 
 
 _A_BEFORE_VOWEL = re.compile(r"\b([Aa]) (?=[aeiouAEIOU])")

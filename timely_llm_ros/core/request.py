@@ -50,6 +50,7 @@ class PlanRequest:
     skills: tuple[str, ...] = ()    # the skills its robot advertises (() = its skill set's own)
     objects: tuple[str, ...] = ()   # names its object arguments may take (() = free strings)
     hazards: tuple[str, ...] = ()   # those of them its task keeps the robot away from (never an approached object)
+    scene_objects: tuple[str, ...] = ()   # those of them its scene lists (() = all): in_scene skills take only these
     max_calls: int = MAX_PLAN_CALLS   # skill calls the plan may make with its loops unrolled
     task_type: str = ""        # label for metrics (e.g. LRTrace trace id)
     # paper policies (0 = not given; each policy documents its default)

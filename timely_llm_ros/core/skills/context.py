@@ -161,10 +161,16 @@ def task_phrases(task: str, max_words: int = 3) -> tuple[str, ...]:
     return tuple(out)
 
 
+def scene_objects(context: str, explicit: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The objects a goal says are in its robot's scene: ``explicit`` (its own list) or else its context's."""
+    return tuple(dict.fromkeys(normalise_name(o) for o in explicit if normalise_name(o))) or context_objects(context)
+
+
 def grounded_objects(context: str, task: str, explicit: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The names a grounded plan may put in an object slot: ``explicit`` (a goal's own list) or the context's
-    objects, plus the task's phrases; () when neither the goal nor its context lists any object (slots stay free)."""
-    listed = tuple(dict.fromkeys(normalise_name(o) for o in explicit if normalise_name(o))) or context_objects(context)
+    """The names a grounded plan may put in an object slot: the scene's objects (scene_objects) plus the task's
+    phrases (something to look for need not be in view yet); () when neither the goal nor its context lists any
+    object (slots stay free). A skill marked ``in_scene`` takes only the scene's own (core/skills/grammar.py)."""
+    listed = scene_objects(context, explicit)
     if not listed:
         return ()
     return tuple(dict.fromkeys(listed + task_phrases(task)))

@@ -12,9 +12,11 @@ wander:
   characters (letters, digits, space and ``?.,!``; it starts with a letter or digit); ``object`` one of the
   request's objects, quoted (``'red cube'``), or a ``str`` where the request lists none; ``any`` a number, a string,
   True or False. A variable stands for a value of its kind (below);
-- **hazards**: the object slot of a skill that ``approaches`` its object (a drone's goto) never takes one of the
-  request's hazards (what its task says to keep away from: ``context.task_hazards``); when every object is one,
-  such skills are left out;
+- **hazards and the scene**: the object slot of a skill that ``approaches`` its object (a drone's goto) never takes
+  one of the request's hazards (what its task says to keep away from: ``context.task_hazards``); that of a skill
+  marked ``in_scene`` (an arm's goto, pick and take) takes only the objects its scene lists, never another phrase of
+  the task (the task's phrases are there for what may be looked for: ``context.grounded_objects``); a skill whose
+  slot is left with no object is left out;
 - **statement forms** the skill set allows: a call ``sk(...);``, an assignment ``_1=query(...);`` (a query with a
   declared ``returns``), a return ``->value;`` (it ends its block, or the plan), a loop ``N{...}`` and a conditional
   ``?condition{...}``; simple statements end in ';', a block may be followed by one; blocks are never empty and nest
@@ -92,7 +94,8 @@ class GrammarSpec:
 
     ``skills``: the allowed skill names, sorted (the robot's advertised skills within its skill set); ``objects``:
     the names object slots take, in order (() leaves them free strings); ``hazards``: those of them a skill that
-    approaches its object may not take; ``max_plan_tokens`` sets the statement bound; ``max_calls`` bounds the calls
+    approaches its object may not take; ``scene``: those of them the scene lists, the only ones an ``in_scene``
+    skill takes (() when all are); ``max_plan_tokens`` sets the statement bound; ``max_calls`` bounds the calls
     with loops unrolled."""
 
     robot_type: str
@@ -101,30 +104,41 @@ class GrammarSpec:
     max_plan_tokens: int = 200
     max_calls: int = DEFAULT_MAX_CALLS
     hazards: tuple[str, ...] = ()
+    scene: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, skill_set: SkillSet, skills: Iterable[str] | None = None, objects: Sequence[str] = (),
            max_plan_tokens: int | None = None, max_calls: int = DEFAULT_MAX_CALLS,
-           hazards: Sequence[str] = ()) -> "GrammarSpec":
+           hazards: Sequence[str] = (), scene: Sequence[str] = ()) -> "GrammarSpec":
         """The spec of a request to a robot of ``skill_set``: ``skills`` the robot advertises (None: all of the
-        skill set's; names outside the skill set are left out), ``objects`` its scene's (deduplicated, in order),
-        ``hazards`` those of them its task keeps the robot away from (others are ignored)."""
+        skill set's; names outside the skill set are left out), ``objects`` the names its object slots take
+        (deduplicated, in order), ``hazards`` those of them its task keeps the robot away from and ``scene`` those
+        its scene lists (names not among ``objects`` are ignored; a scene holding every object is kept as ())."""
         allowed = sorted(skill_set.skills if skills is None else set(skills) & set(skill_set.skills))
         names = tuple(dict.fromkeys(o for o in objects if o))
-        kept_away = set(hazards)
+        kept_away, listed = set(hazards), set(scene)
+        in_scene = tuple(o for o in names if o in listed)
         return cls(skill_set.name, tuple(allowed), names,
                    skill_set.max_plan_tokens if max_plan_tokens is None else int(max_plan_tokens), int(max_calls),
-                   tuple(h for h in names if h in kept_away))
+                   tuple(h for h in names if h in kept_away), in_scene if len(in_scene) < len(names) else ())
+
+    def slot(self, skill: SkillSpec) -> tuple[str, ...]:
+        """The objects ``skill``'s object slots take under this spec (all of ``objects`` but the hazards of a skill
+        that approaches and the unlisted names of an in_scene one)."""
+        listed = set(self.scene or self.objects)
+        return tuple(o for o in self.objects if not (skill.approaches and o in self.hazards)
+                     and not (skill.in_scene and o not in listed))
 
 
 def plan_grammar(skill_set: SkillSet, max_plan_tokens: int | None = None, *, skills: Iterable[str] | None = None,
                  objects: Sequence[str] = (), max_calls: int = DEFAULT_MAX_CALLS,
-                 hazards: Sequence[str] = ()) -> str | None:
+                 hazards: Sequence[str] = (), scene: Sequence[str] = ()) -> str | None:
     """The Lark grammar (llguidance's dialect) of the skill set's plans under these bounds, or None for a prose
     skill set; ValueError when no plan could be written (no allowed action skill, a bound below 1)."""
     if skill_set.mode != "statements":
         return None
-    return grammar_text(skill_set, GrammarSpec.of(skill_set, skills, objects, max_plan_tokens, max_calls, hazards))
+    return grammar_text(skill_set, GrammarSpec.of(skill_set, skills, objects, max_plan_tokens, max_calls, hazards,
+                                                  scene))
 
 
 def grammar_text(skill_set: SkillSet, spec: GrammarSpec) -> str:
@@ -135,16 +149,16 @@ def grammar_text(skill_set: SkillSet, spec: GrammarSpec) -> str:
     if unknown:
         raise ValueError(f"skills {unknown} are not in skill set {skill_set.name!r}")
     specs = [skill_set.skills[s] for s in spec.skills]
-    targets = tuple(o for o in spec.objects if o not in spec.hazards)
-    if spec.objects and not targets:               # every object is to be kept away from: nothing to approach
-        specs = [s for s in specs if not s.approaches]
+    slots = {s.short: spec.slot(s) for s in specs if "object" in s.args} if spec.objects else {}
+    specs = [s for s in specs if slots.get(s.short, True)]   # e.g. every object is to be kept away from: no goto
     if not any(s.is_action for s in specs):
         raise ValueError(f"no action skill allowed for a {skill_set.name} plan (allowed: {list(spec.skills) or 'none'})"
                          ": the robot advertises none of its skill set's actions, so no plan could act")
     if spec.max_calls < 1:
         raise ValueError(f"max_calls must be >= 1, got {spec.max_calls}")
+    narrowed = {short: names for short, names in slots.items() if names != spec.objects}
     return _Builder(specs, skill_set.statement_forms, spec.objects, max_statements(spec.max_plan_tokens),
-                    spec.max_calls, targets if spec.hazards else ()).text()
+                    spec.max_calls, narrowed).text()
 
 
 class _Layout:
@@ -227,13 +241,14 @@ class _Builder:
     its ';' counts it."""
 
     def __init__(self, skills: list[SkillSpec], forms: tuple[str, ...], objects: tuple[str, ...],
-                 statements: int, max_calls: int, targets: tuple[str, ...] = ()) -> None:
+                 statements: int, max_calls: int, narrowed: dict[str, tuple[str, ...]] | None = None) -> None:
         self.actions = [s for s in skills if s.is_action]
         self.queries = [s for s in skills if not s.is_action]
         self.typed = {kind: [s for s in self.queries if s.returns == kind] for kind in KIND_CODES}
         self.forms = forms
         self.objects = objects
-        self.targets = targets          # () or the objects a skill that approaches may take (the hazards left out)
+        self.narrowed = narrowed or {}  # skill -> the objects its slots take where fewer than ``objects``
+        self.slot_sets = list(dict.fromkeys(self.narrowed.values()))   # each its own rule and lexeme
         self.s = statements
         self.cap = max_calls
         self.at = _Layout(max_calls)
@@ -380,8 +395,8 @@ class _Builder:
         rules.append(("int", [(f"INT{var['float']}", "")]))
         rules.append(("str", [(f"TEXT{var['str']}", "")]))
         rules.append(("object", [("OBJECT" if self.objects else f"TEXT{var['str']}", "")]))
-        if self.targets:
-            rules.append(("target", [("TARGET", "")]))
+        for k in range(len(self.slot_sets)):
+            rules.append((f"object{k}", [(f"OBJECT{k}", "")]))
         rules.append(("any", [(f"NUMBER | TEXT | BOOL{var['bool']}{var['float']}{var['str']}", "")]))
         if self.variables:
             for kind, code in KIND_CODES.items():
@@ -417,8 +432,8 @@ class _Builder:
             out += ["EQUALS: / ?(==|!=) ?/", "ORDER: / ?(==|!=|>=|<=|>|<) ?/", "JOIN: / ?[&|] ?/"]
         if self.objects:
             out.append("OBJECT: " + " | ".join(_lit(_quoted(o)) for o in self.objects))
-        if self.targets:
-            out.append("TARGET: " + " | ".join(_lit(_quoted(o)) for o in self.targets))
+        for k, names in enumerate(self.slot_sets):
+            out.append(f"OBJECT{k}: " + " | ".join(_lit(_quoted(o)) for o in names))
         if self.loops:
             for k, lo, hi in self._loop_classes():
                 out.append(f"LOOP{k}: /{_int_range(lo, hi)}/")
@@ -439,8 +454,9 @@ class _Builder:
         by_args: dict[tuple[str, ...], list[str]] = {}
         for skill in skills:
             args = skill.args
-            if skill.approaches and self.targets:       # its object slots leave the hazards out
-                args = tuple("target" if a == "object" else a for a in args)
+            if skill.short in self.narrowed:            # its object slots take fewer names
+                k = self.slot_sets.index(self.narrowed[skill.short])
+                args = tuple(f"object{k}" if a == "object" else a for a in args)
             by_args.setdefault(args, []).append(skill.short)
         out = []
         for args, names in by_args.items():

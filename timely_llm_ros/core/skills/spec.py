@@ -32,6 +32,8 @@ class SkillSpec:
     description: str = ""
     approaches: bool = False          # it takes the robot to its object argument (a drone's goto): grounded decoding
                                       # never fills it with an object the task says to keep away from
+    in_scene: bool = False            # its object must be one the scene lists (an arm picks only what lies on its
+                                      # table): grounded decoding never fills it with another word of the task
 
     @property
     def is_action(self) -> bool:
@@ -46,7 +48,8 @@ class SkillSpec:
 
     @classmethod
     def from_config(cls, entry: Mapping[str, Any], where: str) -> "SkillSpec":
-        """Build from one YAML entry {short, long, args, kind, returns, arg_names, description, approaches};
+        """Build from one YAML entry {short, long, args, kind, returns, arg_names, description, approaches,
+        in_scene};
         ValueError says what is wrong and where."""
         try:
             short = str(entry["short"])
@@ -57,6 +60,7 @@ class SkillSpec:
             arg_names = tuple(str(a) for a in entry.get("arg_names", []) or [])
             description = str(entry.get("description", "") or "").strip()
             approaches = entry.get("approaches", False)
+            in_scene = entry.get("in_scene", False)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: a skill needs at least 'short' ({exc})") from None
         if not short.isidentifier() or short.startswith("_") or short in ("True", "False"):
@@ -76,9 +80,10 @@ class SkillSpec:
                              f"one per argument in args {list(args)}")
         if "\n" in description:
             raise ValueError(f"{where}: skill {short!r} description must be one line")
-        if not isinstance(approaches, bool):
-            raise ValueError(f"{where}: skill {short!r} approaches must be true or false, got {approaches!r}")
-        if approaches and "object" not in args:
-            raise ValueError(f"{where}: skill {short!r} approaches its object, but takes no object argument "
-                             f"(args {list(args)})")
-        return cls(short, long, args, kind, returns, arg_names, description, approaches)
+        for field, value in (("approaches", approaches), ("in_scene", in_scene)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{where}: skill {short!r} {field} must be true or false, got {value!r}")
+            if value and "object" not in args:
+                raise ValueError(f"{where}: skill {short!r} has {field}: true, but takes no object argument "
+                                 f"(args {list(args)})")
+        return cls(short, long, args, kind, returns, arg_names, description, approaches, in_scene)
