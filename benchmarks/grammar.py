@@ -5,9 +5,10 @@ to plans, each part measured side by side in one run.
     PYTHONPATH=$PWD .venv/bin/python benchmarks/grammar.py [--parts compile,mask,validity,samples] [--lists 300]
         [--batches 1,8,16] [--steps 24] [--reps 5] [--samples 10]
 
-compile   SmolLM2-135M-Instruct's tokenizer (49,152 tokens), llguidance. For each of --lists distinct object lists (each
-          evaluation task's grounded objects: its scene's objects and its task's phrases, then random recombinations
-          of those names, 1-12 a list) the drone and the arm grammar is built (its text, core/skills/grammar.py) and
+compile   SmolLM2-135M-Instruct's tokenizer (49,152 tokens), llguidance. For each of --lists distinct goals (each
+          evaluation task's grounded objects -- its scene's objects and its task's phrases -- with its hazards and
+          its scene's own objects, as validation makes them; then random recombinations of those names, 1-12 a
+          list) the drone and the arm grammar is built (its text, core/skills/grammar.py) and
           compiled into a matcher, as a goal with objects no earlier goal had (a cache miss); then a compiled
           grammar is copied into a fresh matcher (a cache hit). Wall and CPU time (this thread's) p50/p99, beside the
           same library compiling the one-rule grammar ``start: "a"`` in the same run: the floor of a compile on this
@@ -42,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from timely_llm_ros.core.models import model_spec  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
-from timely_llm_ros.core.skills.context import grounded_objects  # noqa: E402
+from timely_llm_ros.core.skills.context import grounded_objects, scene_objects, task_hazards  # noqa: E402
 from timely_llm_ros.core.skills.grammar import plan_grammar  # noqa: E402
 from timely_llm_ros.core.skills.minispec import parse  # noqa: E402
 from timely_llm_ros.evaluation.evalset import load_eval_tasks  # noqa: E402
@@ -58,17 +59,23 @@ def percentile(xs, q: float) -> float:
 
 
 # ----------------------------------------------------------------------------- compile
-def object_lists(n: int, seed: int = 0) -> list[tuple[str, ...]]:
-    """``n`` distinct object lists: each evaluation task's grounded objects, then random recombinations."""
-    lists = list(dict.fromkeys(grounded_objects(t.scene, t.task) for t in load_eval_tasks(ROBOTS)))
-    names = sorted({o for objects in lists for o in objects})
+def object_lists(n: int, seed: int = 0) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
+    """``n`` distinct goals' (objects, hazards, scene objects), as validation makes them: each evaluation task's,
+    then random recombinations of their names (1-12 objects, the first 1-6 of them the scene's, no hazard)."""
+    goals = []
+    for t in load_eval_tasks(ROBOTS):
+        objects = grounded_objects(t.scene, t.task)
+        goals.append((objects, task_hazards(t.task, objects), scene_objects(t.scene)))
+    goals = list(dict.fromkeys(goals))
+    names = sorted({o for objects, _, _ in goals for o in objects})
     rng = random.Random(seed)
-    while len(lists) < n:
-        candidate = tuple(rng.sample(names, rng.randint(1, 12)))
-        if candidate not in lists:
-            lists.append(candidate)
-    rng.shuffle(lists)
-    return lists[:n]
+    while len(goals) < n:
+        objects = tuple(rng.sample(names, rng.randint(1, 12)))
+        candidate = (objects, (), objects[:rng.randint(1, min(6, len(objects)))])
+        if candidate not in goals:
+            goals.append(candidate)
+    rng.shuffle(goals)
+    return goals[:n]
 
 
 def timed(fn) -> tuple[float, float, object]:
@@ -92,9 +99,9 @@ def compile_part(args) -> None:
     rows: dict[str, list[tuple[float, float]]] = {k: [] for k in ("text", "drone", "arm", "floor", "copy")}
     sizes = {}
     floor = llguidance.LLMatcher.grammar_from_lark('start: "a"')
-    for objects in lists:
+    for objects, hazards, scene in lists:
         for robot in ROBOTS:
-            wall, cpu, text = timed(lambda: plan_grammar(skills[robot], objects=objects))
+            wall, cpu, text = timed(lambda: plan_grammar(skills[robot], objects=objects, hazards=hazards, scene=scene))
             rows["text"].append((wall, cpu))
             sizes[robot] = len(text)
             wall, cpu, _ = timed(lambda: compiler.compile(text))
@@ -158,8 +165,10 @@ def mask_requests(engine, batch: int) -> list[tuple[str, list[int], str]]:
     out = []
     for i in range(batch):
         robot, task, scene = TASKS[i % len(TASKS)]
+        objects = grounded_objects(scene, task)
         out.append((f"g{i}", engine.encode(skills[robot].build_prompt(task, scene)),
-                    plan_grammar(skills[robot], objects=grounded_objects(scene, task))))
+                    plan_grammar(skills[robot], objects=objects, hazards=task_hazards(task, objects),
+                                 scene=scene_objects(scene))))
     return out
 
 
