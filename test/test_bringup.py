@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,15 @@ STANDIN = textwrap.dedent('''
         rclpy.init(args=sys.argv)
         node = rclpy.create_node("standin")
         server = ActionServer(node, Plan, "plan", execute_callback=lambda goal: Plan.Result())
+        try:
+            rclpy.spin(node)
+        except BaseException:
+            log("SIGINT")
+        sys.exit(0)
+    if plan.get("node"):  # a plain node of that name, silent: what another fleet's server looks like on the graph
+        import rclpy
+        rclpy.init(args=sys.argv)
+        node = rclpy.create_node(plan["node"])
         try:
             rclpy.spin(node)
         except BaseException:
@@ -345,6 +355,27 @@ def test_server_never_ready_times_out(tmp_path, standins, monkeypatch, capsys):
     assert bringup.main(["--params-file", str(path)], entry_points=entry) == 1
     assert "timely_server not ready after 1 s" in capsys.readouterr().out
     assert {e["who"] for e in events()} == {"server"}
+
+
+def test_a_fleet_whose_server_name_is_taken_on_the_domain_stops_and_says_so(tmp_path, standins, monkeypatch, capsys):
+    """Another fleet's timely_server on the same ROS domain (here a node of this process) would take this fleet's
+    lifecycle calls and goals too: the bringup sees two nodes of the name, stops, and names the way out."""
+    entry, events = standins
+    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"server": {"node": "timely_server"}}))
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    other = rclpy.create_node("timely_server", context=context)
+    try:
+        path = _small_fleet(tmp_path, server_ready_timeout_s=30.0)
+        t0 = time.monotonic()
+        assert bringup.main(["--params-file", str(path)], entry_points=entry) == 1
+        assert time.monotonic() - t0 < 30.0
+    finally:
+        other.destroy_node()
+        rclpy.shutdown(context=context)
+    out = capsys.readouterr().out
+    assert "two nodes named /timely_server are on ROS domain" in out and "ROS_DOMAIN_ID=" in out, out
+    assert {e["who"] for e in events()} == {"server"}     # nothing else was started
 
 
 @pytest.mark.parametrize("node_name, namespace, expected", [

@@ -93,24 +93,37 @@ class Supervisor:
             failed = self._first_exit()
             if failed is not None:
                 return failed
-            if child.failure:
-                self.say(f"{child.failure}: stopping")
-                return 1
+            now = time.monotonic()
+            if child.failure or now >= next_probe:   # a failed lifecycle call may have reached the other one
+                twin = self._twin(child, probe)
+                if twin or child.failure:
+                    self.say(f"{twin or child.failure}: stopping")
+                    return 1
             if self._stop.is_set():
                 self.say("interrupted")
                 return EXIT_INTERRUPTED
-            now = time.monotonic()
             if now >= deadline:
                 self.say(f"{spec.name} not ready after {spec.ready_timeout_s:g} s "
                          f"(no 'ready' line and no {spec.action_type or 'action'} server): stopping")
                 return 1
-            if probe is not None and now >= next_probe and not spec.lifecycle:
+            if probe is not None and now >= next_probe:
                 next_probe = now + 0.5
-                if probe.serves(spec.node_name, spec.namespace, spec.action_type):
+                if not spec.lifecycle and probe.serves(spec.node_name, spec.namespace, spec.action_type):
                     child.ready.set()
             child.ready.wait(0.05)
         self.say(f"{spec.name} is ready" + (" (configured and activated)" if child.activated else ""))
         return None
+
+    def _twin(self, child: RunningChild, probe: GraphProbe | None) -> str:
+        """Why the child cannot be told apart on the graph: another node of its name already runs on this ROS
+        domain (another fleet or server), so lifecycle calls and goals could reach either; "" when none is seen."""
+        spec = child.spec
+        if probe is None or probe.instances(spec.node_name, spec.namespace) < 2:
+            return ""
+        fqn = "/" + "/".join(p for p in (spec.namespace.strip("/"), spec.node_name) if p)
+        domain = self.env.get("ROS_DOMAIN_ID") or "0 (ROS_DOMAIN_ID unset)"
+        return (f"two nodes named {fqn} are on ROS domain {domain}: another fleet or server runs there; stop it, "
+                "or run this fleet on a domain of its own (ROS_DOMAIN_ID=<1-232>)")
 
     def _first_exit(self) -> int | None:
         """If a child other than a finished workload has exited, report it and return a non-zero code."""

@@ -41,6 +41,17 @@ class GraphProbe:
             return False
         return any(action_type in types for _name, types in servers)
 
+    def instances(self, node_name: str, namespace: str) -> int:
+        """How many nodes of this name and namespace the graph holds now (0 when unknown)."""
+        if self._node is None or not node_name:
+            return 0
+        ns = "/" + namespace.strip("/")
+        try:
+            names = self._node.get_node_names_and_namespaces()
+        except Exception:  # the graph cannot be read: no guard
+            return 0
+        return sum(1 for name, space in names if name == node_name and space == ns)
+
     def close(self) -> None:
         if self._node is not None:
             self._node.destroy_node()
