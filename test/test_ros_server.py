@@ -13,6 +13,7 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse  # noqa: E40
 from action_msgs.msg import GoalStatus  # noqa: E402
 
 from timely_llm_ros.action import ExecuteSegment, Plan  # noqa: E402
+from timely_llm_ros.core.errors import ErrorCode  # noqa: E402
 
 from ros_harness import plan_client, poll_until, start_executor, start_server, wait, wait_until  # noqa: E402
 
@@ -215,7 +216,9 @@ def test_urgent_goals_cut_normal_engine_steps_short_and_every_goal_is_served(fle
     """Urgent drone goals sent while the engine generates the first segments of eight normal arm plans (dry runs):
     the server announces each to the scheduler thread, and one that arrives while a step of normal first segments
     runs ends it at a decoder layer (Eq. 4 ranks it above all of them; the latched state counts interrupted_steps);
-    every plan, the interrupted ones included, still completes. Whether an arrival lands inside such a step depends
+    every normal plan, the interrupted ones included, still completes, and every urgent goal is answered: planned,
+    or dropped by the utility rule where this machine cannot give it a first segment within its 0.2 s ERT (a box
+    busy with other jobs cannot: that is the policy working, not a lost goal). Whether an arrival lands inside such a step depends
     on millisecond timing on a shared box (a step is a few ms), so the burst is sent up to five times until one
     does (without the server's announce none ever does)."""
     from rclpy.qos import DurabilityPolicy, QoSProfile
@@ -242,7 +245,8 @@ def test_urgent_goals_cut_normal_engine_steps_short_and_every_goal_is_served(fle
             run.accepted(30.0)
         for run in normal + urgent:
             status, result = run.result(120)
-            assert status == GoalStatus.STATUS_SUCCEEDED, (result.error_code, result.error_message)
+            dropped = run in urgent and result.error_code == ErrorCode.DROPPED
+            assert status == GoalStatus.STATUS_SUCCEEDED or dropped, (result.error_code, result.error_message)
         # the latched state is published every 0.5 s
         if poll_until(lambda: states[-1].interrupted_steps > before, 2):
             break
