@@ -239,13 +239,13 @@ SECTIONS: tuple[Section, ...] = (
         "unclean exit.",
         "tools/stress/run.py", ("--soak-s", "60"), cost="regular", minutes=5, ros=True),
     Section(
-        "stress_soak", "Memory over a long run: 12,000 mixed goals after a 2,000-goal warm-up",
-        "`make stress SOAK_GOALS=N` (tools/stress/long_soak.py, docs/stress.md) with N = 12,000 (the 50,000 of "
-        "issue 40's target take about 75 min here): after a warm-up of 2,000 mixed goals, 12,000 more (valid, "
-        "dry-run, hostile fields, random agent names no executor serves, cancels at a random moment), the server's "
-        "RSS and threads (/proc), its Python heap (tracemalloc, trace_python_heap) and the ROS entities of its nodes "
-        "(/diagnostics) sampled every 1,000 goals once the open goals ended. It fails when RSS grows more than 2% "
-        "from the first sample to the last, or the entity or thread count grows.",
-        "tools/stress/run.py", ("--soak-warmup", "2000", "--soak-goals", "12000", "--samples", "12", "--out", "{out}"),
-        cost="long", minutes=32, show=("summary.md",), plots=("memory.png",), ros=True),
+        "stress_soak", "Memory over a long run: 50,000 mixed goals after a 2,000-goal warm-up",
+        "`make stress SOAK_GOALS=50000` (tools/stress/long_soak.py, docs/stress.md): after a warm-up of 2,000 mixed "
+        "goals, 50,000 more (valid, dry-run, hostile fields, random agent names no executor serves, cancels at a "
+        "random moment), the server's RSS and threads (/proc), its Python heap (tracemalloc, trace_python_heap) and "
+        "the ROS entities of its nodes (/diagnostics) sampled every 2,000 goals once the open goals ended and the "
+        "server was quiet for 1.5 s. It fails when RSS grows more than 2% from the first sample to the last, or the "
+        "entity or thread count grows.",
+        "tools/stress/run.py", ("--soak-warmup", "2000", "--soak-goals", "50000", "--samples", "25", "--out", "{out}"),
+        cost="long", minutes=80, show=("summary.md",), plots=("memory.png",), ros=True),
 )
