@@ -56,7 +56,7 @@ from typing import Any, Mapping, Sequence
 from timely_llm_ros.core.admission import StepCost, kv_need_bytes, prefill_tokens_left
 from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.base import Policy, SchedulingContext
-from timely_llm_ros.core.policies.timely_admission import TimelyAdmission
+from timely_llm_ros.core.policies.timely_admission import BatchInBuild, TimelyAdmission
 from timely_llm_ros.core.policies.timely_crowd import CrowdPlanner
 from timely_llm_ros.core.policies.timely_options import TimelyOptions, options_from_skill_sets
 from timely_llm_ros.core.policies.timely_priority import TimelyPriority
@@ -148,20 +148,23 @@ class TimelyPolicy(Policy):
         now = ctx.now
         if not waiting:
             return list(running)
-        scored = heapq.nlargest(self.max_batch, ((self.priority(g, now), -i, g) for i, g in enumerate(waiting)))
-        ranked = [g for _, _, g in scored]
+        waiting_prio = self.rank.priorities(waiting, now)
+        # the max_batch best, ties in queue order (a stable sort's)
+        top = heapq.nlargest(self.max_batch, range(len(waiting)), key=waiting_prio.__getitem__)
+        ranked = [waiting[i] for i in top]
         o = self.options
         if not o.adaptive:
             return self.admission.fixed(list(running), ranked, ctx)
         cost = self.admission.step_cost(ctx)
-        prio = {id(g): self.priority(g, now) for g in running}
-        prio.update((id(g), p) for p, _, g in scored)
+        prio = dict(zip(map(id, running), self.rank.priorities(running, now)))
+        prio.update((id(waiting[i]), waiting_prio[i]) for i in top)
         live = {id(g) for g in running}
         if o.preempt:   # everyone competes by priority: a running generation that does not fit is left out
             order = sorted([*running, *ranked], key=lambda g: -prio[id(g)])
         else:
             order = [*running, *ranked]
-        batch: list[Generation] = []
+        building = BatchInBuild(self.rank, now, cost)
+        batch = building.members
         kv_free = ctx.kv_free_bytes
         room = None if cost.step_token_budget is None else max(
             cost.step_token_budget - sum(1 for g in order if g.prefilled and id(g) in live), 0)
@@ -182,7 +185,7 @@ class TimelyPolicy(Policy):
                 need = kv_need_bytes(gen, ctx.kv_bytes_per_token)
                 if batch and need > kv_free:
                     continue
-                if batch and not (wave and id(gen) in wave) and not self.admission.admissible(batch, gen, now, cost):
+                if batch and not (wave and id(gen) in wave) and not self.admission.admissible(building, gen, now, cost):
                     continue
             n, left = 0, room
             # the step's prefill and KV-reload work stays short whoever asks (a crowd sharing one deadline, or
@@ -202,7 +205,7 @@ class TimelyPolicy(Policy):
             if not running_now:
                 kv_free -= kv_need_bytes(gen, ctx.kv_bytes_per_token)
             room = left
-            batch.append(gen)
+            building.add(gen)
         if self.prefill_alone and o.preempt and room is None and not ctx.fused_steps:
             batch = self.admission.prefills_alone_if_better(batch, now, cost)
         # a chunked engine spends its prefill budget in batch order: the most urgent prompt first

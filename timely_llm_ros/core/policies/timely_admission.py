@@ -10,11 +10,53 @@ already late member may be delayed by at most late_delay_s.
 from __future__ import annotations
 
 from timely_llm_ros.core.admission import (REFUSED, StepCost, batch_prefill_s, kv_need_bytes, prefill_tokens_left, slack_s,
-                         step_wcet_s, verdict, wcet_in_s)
+                         step_wcet_s, verdict)
 from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.base import Policy, SchedulingContext
 from timely_llm_ros.core.policies.timely_options import TimelyOptions
 from timely_llm_ros.core.policies.timely_priority import TimelyPriority
+
+
+class BatchInBuild:
+    """The batch one pick is building, members in the order they joined, with what the utility test reads of them
+    kept between candidates: each member's decode steps left in its segment (admission's segment length), the
+    batch's pending prefill tokens and reload time, and, until the next member joins, each member's WCET in the
+    batch and its predicted utility then. A pick tests every candidate against the same members, so these are
+    worked out once per member or once per join instead of once per candidate (benchmarks/overhead.py scheduling)."""
+
+    def __init__(self, rank: TimelyPriority, now: float, cost: StepCost) -> None:
+        self.rank, self.now, self.cost = rank, now, cost
+        self.members: list[Generation] = []
+        self.steps: list[int] = []          # decode steps each member has left in its segment
+        self.pending_tokens = 0             # prompt tokens the members still have to prefill
+        self._reload_s = 0.0                # their KV reloads, summed in join order as batch_prefill_s sums them
+        self._now_utilities: tuple[list[float], list[float]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def add(self, gen: Generation) -> None:
+        tokens = self.rank.segment_tokens(gen)
+        self.members.append(gen)
+        self.steps.append(tokens if not gen.prefilled else gen.segment_tokens_left(tokens))
+        self.pending_tokens += prefill_tokens_left(gen)
+        self._reload_s += gen.reload_s
+        self._now_utilities = None
+
+    def prefill_s(self) -> float:
+        """batch_prefill_s of the members."""
+        cost = self.cost
+        pending = self.pending_tokens
+        return pending * cost.prefill_token_s + (cost.prefill_step_s if pending else 0.0) + self._reload_s
+
+    def utilities_now(self) -> tuple[list[float], list[float]]:
+        """Each member's WCET in the batch as it stands (wcet_in_s) and its predicted utility when ready then."""
+        if self._now_utilities is None:
+            pre, step = self.prefill_s(), self.cost.decode_s(len(self.members))
+            wcet = [pre + steps * step for steps in self.steps]
+            self._now_utilities = wcet, [self.rank.ready_utility(m, self.now + w)
+                                         for m, w in zip(self.members, wcet)]
+        return self._now_utilities
 
 
 class TimelyAdmission:
@@ -34,16 +76,17 @@ class TimelyAdmission:
             return StepCost(t1, self.rank.decode_seq_ratio, self.rank.prefill_token_s, ctx.step_token_budget, self.rank.prefill_step_s)
         return StepCost(t1, self.rank.decode_seq_ratio, ctx.prefill_token_s, ctx.step_token_budget)
 
-    def admissible(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:
+    def admissible(self, building: BatchInBuild, gen: Generation, now: float, cost: StepCost) -> bool:
         """gen may join batch (all higher in priority): option admission "utility", the utility test
         (worth_joining); "deadline", unless a member's prefill-aware WCET with gen reaches its segment deadline, or
         makes an already late member's WCET exceed its WCET alone by more than late_delay_s; the paper's decode-only
         rule if not prefill_aware."""
         o = self.options
+        if o.prefill_aware and o.admission == "utility":
+            return self.worth_joining(building, gen, now, cost)
+        batch = building.members
         if not o.prefill_aware:
             return verdict(batch, gen, now, self.rank.segment_tokens, self.rank.token_time_s, o.admit_when_late) != REFUSED
-        if o.admission == "utility":
-            return self.worth_joining(batch, gen, now, cost)
         joined = [*batch, gen]
         for m in batch:
             tokens = self.rank.segment_tokens(m)
@@ -57,30 +100,32 @@ class TimelyAdmission:
                                    # at most late_delay_s in all (resumes that need no prefill, a few at most)
         return True
 
-    def worth_joining(self, batch: list[Generation], gen: Generation, now: float, cost: StepCost) -> bool:
+    def worth_joining(self, batch: "BatchInBuild", gen: Generation, now: float, cost: StepCost) -> bool:
         """Utility test: join if the members' and gen's predicted utilities together are at least those of the
         batch without gen plus gen's after it waits for the members it would delay (then runs on its own)."""
-        pre, size = batch_prefill_s(batch, cost), len(batch)
+        rank = self.rank
+        pre, size = batch.prefill_s(), len(batch.members)
         own = prefill_tokens_left(gen)
-        first = own and not any(prefill_tokens_left(m) for m in batch)   # the step's fixed prefill cost is new
+        first = own and not batch.pending_tokens   # the step's fixed prefill cost is new
         pre_joined = pre + own * cost.prefill_token_s + gen.reload_s + (cost.prefill_step_s if first else 0.0)
-        with_gen = self.rank.ready_utility(gen, now + wcet_in_s(gen, self.rank.segment_tokens(gen), pre_joined, size + 1, cost))
-        if with_gen <= 0.0 and gen.k == 0 and self.rank.drop != "never" and Policy.may_drop(gen):
+        step_joined = cost.decode_s(size + 1)
+        gen_tokens = rank.segment_tokens(gen)
+        gen_steps = gen_tokens if not gen.prefilled else gen.segment_tokens_left(gen_tokens)
+        with_gen = rank.ready_utility(gen, now + (pre_joined + gen_steps * step_joined))
+        if with_gen <= 0.0 and gen.k == 0 and rank.drop != "never" and Policy.may_drop(gen):
             return False           # it would be served at a loss: leave it to the drop rule
         without, wait = 0.0, 0.0
-        for m in batch:
-            tokens = self.rank.segment_tokens(m)
-            before = wcet_in_s(m, tokens, pre, size, cost)
-            u_before = self.rank.ready_utility(m, now + before)
-            u_after = self.rank.ready_utility(m, now + wcet_in_s(m, tokens, pre_joined, size + 1, cost))
+        for m, steps, before, u_before in zip(batch.members, batch.steps, *batch.utilities_now()):
+            u_after = rank.ready_utility(m, now + (pre_joined + steps * step_joined))
             with_gen += u_after
             without += u_before
             if u_after < u_before:
                 wait = max(wait, before)
         if wait == 0.0:
             return True            # nobody loses anything
-        alone = step_wcet_s(gen, [gen], self.rank.segment_tokens(gen), cost)
-        return with_gen >= without + self.rank.ready_utility(gen, now + wait + alone)
+        # step_wcet_s of gen alone
+        alone = own * cost.prefill_token_s + (cost.prefill_step_s if own else 0.0) + gen.reload_s + gen_steps * cost.decode_s(1)
+        return with_gen >= without + rank.ready_utility(gen, now + wait + alone)
 
     def fixed(self, batch: list[Generation], ranked: list[Generation], ctx: SchedulingContext) -> list[Generation]:
         budget = ctx.kv_free_bytes

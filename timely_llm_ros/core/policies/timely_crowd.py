@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from timely_llm_ros.core.admission import StepCost, batch_prefill_s, wcet_in_s
+from timely_llm_ros.core.admission import StepCost, batch_prefill_s, prefill_tokens_left
 from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.timely_options import TimelyOptions
 from timely_llm_ros.core.policies.timely_priority import TimelyPriority
@@ -42,8 +42,10 @@ class CrowdPlanner:
         firsts = [g for g in ranked if g.k == 0 and not g.prefilled]
         crowd = [g for g in firsts if firsts and g.req.tuf == firsts[0].req.tuf]
         if self.options.crowd_promise:
-            pool = {g.req.req_id: g for g in waiting if g.k == 0 and not g.prefilled}
-            self._promised = {r: t for r, t in self._promised.items() if r in pool}
+            promised = self._promised
+            pool = {g.req.req_id: g for g in waiting if g.req.req_id in promised and not g.segments
+                    and not g.prefilled} if promised else {}
+            self._promised = {r: t for r, t in promised.items() if r in pool}
             kept = sorted((r for r in self._promised if crowd and pool[r].req.tuf == crowd[0].req.tuf
                            and self.rank.utility_if_started(pool[r], now) > 0.0), key=lambda r: self._promised[r])
             crowd = [pool[r] for r in kept] + [g for g in crowd if g.req.req_id not in self._promised]
@@ -81,10 +83,16 @@ class CrowdPlanner:
         waits) and the fixed per-step prefill cap."""
         n = len(crowd)
         tokens = [max(self.rank.first_segment_tokens(g) - 1, 1) for g in crowd]
+        # a crowd member is a first segment still to prefill: its WCET in a wave is the wave's prefill work
+        # (batch_prefill_s) plus its decode steps at the wave's decode speed, so the wave's is its longest member's
+        waves: dict[tuple[int, int], float] = {}
 
         def wave_s(i: int, k: int) -> float:     # a later wave of crowd[i:i + k] on its own
-            pre = batch_prefill_s(crowd[i:i + k], cost)
-            return max(wcet_in_s(g, t, pre, k, cost) for g, t in zip(crowd[i:i + k], tokens[i:i + k]))
+            got = waves.get((i, k))
+            if got is None:
+                pre = batch_prefill_s(crowd[i:i + k], cost)
+                got = waves[i, k] = pre + max(tokens[i:i + k]) * cost.decode_s(k)
+            return got
 
         memo: dict[tuple[int, float], tuple[tuple[int, float], int]] = {}
         nobody = (0, 0.0)
@@ -106,18 +114,32 @@ class CrowdPlanner:
                 memo[key] = (top, top_k)
             return memo[key][0]
 
-        pre_b, size_b = batch_prefill_s(batch, cost), len(batch)
+        # the batch's members' WCETs (wcet_in_s) in the step, without and then with the crowd's first k: their
+        # decode steps, and the prefill work (batch_prefill_s) of the batch and the first k, summed in that order
+        size_b = len(batch)
         own = [self.rank.segment_length(m) for m in batch]
-        done = max((wcet_in_s(m, t, pre_b, size_b, cost) for m, t in zip(batch, own)), default=0.0)
+        steps_b = [t if not m.prefilled else m.segment_tokens_left(t) for m, t in zip(batch, own)]
+        pending, reload_s = sum(prefill_tokens_left(m) for m in batch), sum(m.reload_s for m in batch)
+
+        def prefill_s() -> float:
+            return pending * cost.prefill_token_s + (cost.prefill_step_s if pending else 0.0) + reload_s
+
+        pre_b, step_b = prefill_s(), cost.decode_s(size_b)
+        done = max((pre_b + s * step_b for s in steps_b), default=0.0)
         best_k, best, best_end = 0, (-1, -1.0), done     # with an empty batch the first wave starts now
         if batch:                                # else the crowd waits for the batch's current segments
-            best = _add(self._score([self.rank.ready_utility(m, now + wcet_in_s(m, t, pre_b, size_b, cost))
-                                     for m, t in zip(batch, own)]), value(0, done))
+            best = _add(self._score([self.rank.ready_utility(m, now + (pre_b + s * step_b))
+                                     for m, s in zip(batch, steps_b)]), value(0, done))
+        longest = 0
         for k in range(1, n + 1):
-            pre = batch_prefill_s([*batch, *crowd[:k]], cost)
-            end = max(wcet_in_s(g, t, pre, size_b + k, cost) for g, t in zip(crowd[:k], tokens[:k]))
+            joining = crowd[k - 1]
+            pending += prefill_tokens_left(joining)
+            reload_s += joining.reload_s
+            longest = max(longest, tokens[k - 1])
+            pre, step = prefill_s(), cost.decode_s(size_b + k)
+            end = pre + longest * step           # the crowd's members have not prefilled: their steps are tokens
             got = [self.rank.ready_utility(g, now + end) for g in crowd[:k]]
-            got += [self.rank.ready_utility(m, now + wcet_in_s(m, t, pre, size_b + k, cost)) for m, t in zip(batch, own)]
+            got += [self.rank.ready_utility(m, now + (pre + s * step)) for m, s in zip(batch, steps_b)]
             total = _add(self._score(got), value(k, end))
             if _better(total, best):
                 best_k, best, best_end = k, total, end

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Sequence
 
 from timely_llm_ros.core.admission import segment_deadline
 from timely_llm_ros.core.request import Generation
@@ -50,6 +51,10 @@ class TimelyPriority:
         self.order = o.order
         self._seg_tokens: dict[str, deque] = {}
         self._first_tokens: dict[tuple[str, str], deque] = {}
+        # the estimates below per robot type (and urgency class), as they stand until the next segment is observed:
+        # admission and the crowd plan read them for every candidate of every pick
+        self._seg_estimate: dict[str, int] = {}
+        self._first_estimate: dict[tuple[str, str], int] = {}
 
     def observe_segment(self, robot_type: str, gen_time_s: float) -> None:
         """Option online_gen_time: G follows the measured segment generation time (EMA, weight 0.2), so the
@@ -70,6 +75,12 @@ class TimelyPriority:
         "deadline"): the longest of the last 32 seen (a worst case, the earlier rule), the maximum before any.
         online_segment_tokens False: always the maximum."""
         rt = gen.req.robot_type
+        n = self._seg_estimate.get(rt)
+        if n is None:
+            n = self._seg_estimate[rt] = self._segment_tokens_of(rt)
+        return n
+
+    def _segment_tokens_of(self, rt: str) -> int:
         cap = self.max_segment_tokens.get(rt, self.max_segment_tokens.get("*", 20))
         if not self.options.online_segment_tokens:
             return cap
@@ -86,6 +97,8 @@ class TimelyPriority:
 
     def observe_segment_tokens(self, robot_type: str, tokens: int, first: bool = False, urgency: str = "") -> None:
         if tokens > 0:
+            self._seg_estimate.clear()
+            self._first_estimate.clear()
             self._seg_tokens.setdefault(robot_type, deque(maxlen=32)).append(tokens)
             if first:
                 self._first_tokens.setdefault((robot_type, urgency), deque(maxlen=32)).append(tokens)
@@ -95,10 +108,16 @@ class TimelyPriority:
         segments of its robot type and urgency class (a plan's first step depends on both: an urgent first reaction is
         short, a routine plan's opening step longer, and later segments differ again); before any is seen option
         expected_first_segment_tokens of its robot type, else segment_tokens. Never above the configured maximum."""
-        rt = gen.req.robot_type
-        recent = self._first_tokens.get((rt, gen.req.urgency))
+        key = (gen.req.robot_type, gen.req.urgency)
+        n = self._first_estimate.get(key)
+        if n is None:
+            n = self._first_estimate[key] = self._first_segment_tokens_of(*key)
+        return n
+
+    def _first_segment_tokens_of(self, rt: str, urgency: str) -> int:
+        recent = self._first_tokens.get((rt, urgency))
         if not recent and rt not in self.expected_first_segment_tokens:
-            return self.segment_tokens(gen)
+            return self._segment_tokens_of(rt)
         mean = sum(recent) / len(recent) if recent else self.expected_first_segment_tokens[rt]
         cap = self.max_segment_tokens.get(rt, self.max_segment_tokens.get("*", 20))
         return max(1, min(cap, math.ceil(mean)))
@@ -116,49 +135,75 @@ class TimelyPriority:
             return req.tuf(gen.first_start(ready) - req.arrival)
         return req.tuf.resumed(ready - gen.expected_exec_end)
 
-    def remaining_time(self, gen: Generation) -> float:
-        """G(s_k) of the part of the segment still to generate: G for a segment not started, else the share of
-        its (assumed) tokens left, so a half-generated segment is not ranked like a fresh one."""
-        g = self.segment_time(gen.req.robot_type)
-        done = gen.tokens_in_segment if gen.prefilled else 0
-        if done <= 0:
-            return g
-        tokens = self.segment_tokens(gen)
-        return g * max(tokens - done, 1) / max(tokens, done + 1)
-
     def priority(self, gen: Generation, now: float) -> float:
         """Eq. 4 (option order "utility"), or the segment deadline ("deadline") or request arrival ("arrival")
         order under timely's admission, preemption and drop rule."""
-        if self.order == "utility":
-            return self.eq4(gen, now)
-        if self.order == "deadline":
-            return -segment_deadline(gen)
-        return -gen.req.arrival
+        return self.priorities((gen,), now)[0]
 
-    def eq4(self, gen: Generation, now: float) -> float:
-        """Pri(s_k, t) = U / (G * L) with the floors and the aging of the module docstring."""
-        req = gen.req
-        g = self.remaining_time(gen)
-        if gen.k == 0 or gen.expected_exec_end is None:
-            # the robot cannot start it before it is free of the plans ahead of this one (earliest_start)
-            u = req.tuf(gen.first_start(now + g + self.network_delay_s) - req.arrival)
-            slack = gen.first_start(req.arrival + req.tuf.ert) - now
-        else:
+    def priorities(self, gens: Sequence[Generation], now: float) -> list[float]:
+        """priority() of each of gens at now, in one pass (the pick ranks every waiting generation at every step)."""
+        if self.order == "utility":
+            return self.eq4(gens, now)
+        if self.order == "deadline":
+            return [-segment_deadline(g) for g in gens]
+        return [-g.req.arrival for g in gens]
+
+    def eq4(self, gens: Sequence[Generation], now: float) -> list[float]:
+        """Pri(s_k, t) = U / (G * L) of each of gens, with the floors and the aging of the module docstring.
+
+        One loop with the per-robot-type estimates looked up once per type: the pick ranks every waiting
+        generation at every engine step, so this is the scheduler's hot path with a long queue
+        (benchmarks/overhead.py scheduling). G is that of the part of the segment still to generate: G for a
+        segment not started, else the share of its (assumed) tokens left, so that a half-generated segment is not
+        ranked like a fresh one."""
+        d, floor_share = self.network_delay_s, self.utility_floor
+        g_of: dict[str, float] = {}
+        out: list[float] = []
+        for gen in gens:
+            req = gen.req
+            tuf = req.tuf
+            rt = req.robot_type
+            g = g_of.get(rt)
+            if g is None:
+                g = g_of[rt] = self.segment_time(rt)
+            if gen.prefilled:
+                done = len(gen.output_ids) - gen.seg_token_start
+                if done > 0:
+                    tokens = self.segment_tokens(gen)
+                    g = g * max(tokens - done, 1) / max(tokens, done + 1)
             e = gen.expected_exec_end
-            u = req.tuf.resumed(now + g + self.network_delay_s - e)
-            slack = e - now
-        floor = self.utility_floor * req.tuf.beta
-        if u >= floor:
-            return u / (g * max(slack, g))
-        if gen.k > 0 and req.tuf.alpha < 0:
-            # A later segment is never dropped (its robot is mid-plan) but once TUF_1 hits the floor its rank
-            # would stop rising, below every fresh request, which starved it under load. Past the floor it
-            # ages: its slack keeps shrinking (L = G^2 / (G + tau), tau = time past the floor), so its
-            # priority rises with waiting like a fresh request's does, and it outranks any fresh segment of
-            # its class (at most beta / G^2) once tau >= G (1 / utility_floor - 1).
-            tau = (now + g + self.network_delay_s - gen.expected_exec_end) - (req.tuf.beta - floor) / -req.tuf.alpha
-            return floor * (1.0 + max(tau, 0.0) / g) / (g * g)
-        return floor / (g * max(slack, g))
+            start = gen.earliest_start
+            if not gen.segments or e is None:
+                # the robot cannot start it before it is free of the plans ahead of this one (earliest_start)
+                ready = now + g + d
+                if start is not None and start > ready:
+                    ready = start
+                u = tuf.alpha * (ready - req.arrival - tuf.ert) + tuf.beta       # TUF_0, below beta
+                deadline = req.arrival + tuf.ert
+                if start is not None and start > deadline:
+                    deadline = start
+                slack = deadline - now
+            else:
+                late = now + g + d - e
+                u = tuf.alpha * late + tuf.beta if late > 0.0 else tuf.beta        # TUF_1
+                slack = e - now
+            beta = tuf.beta
+            if u > beta:
+                u = beta
+            floor = floor_share * beta
+            if u >= floor:
+                out.append(u / (g * (slack if slack > g else g)))
+            elif gen.segments and e is not None and tuf.alpha < 0:
+                # A later segment is never dropped (its robot is mid-plan) but once TUF_1 hits the floor its rank
+                # would stop rising, below every fresh request, which starved it under load. Past the floor it
+                # ages: its slack keeps shrinking (L = G^2 / (G + tau), tau = time past the floor), so its
+                # priority rises with waiting like a fresh request's does, and it outranks any fresh segment of
+                # its class (at most beta / G^2) once tau >= G (1 / utility_floor - 1).
+                tau = (now + g + d - e) - (beta - floor) / -tuf.alpha
+                out.append(floor * (1.0 + (tau if tau > 0.0 else 0.0) / g) / (g * g))
+            else:
+                out.append(floor / (g * (slack if slack > g else g)))
+        return out
 
     def should_drop(self, gen: Generation, now: float) -> str | None:
         if self.drop == "never" or gen.k > 0 or not Policy.may_drop(gen):
@@ -176,10 +221,20 @@ class TimelyPriority:
 
     def ready_utility(self, gen: Generation, ready: float) -> float:
         """Utility (TUF_0 or TUF_1) of gen's current segment if it is ready at time ready, at least 0: a first
-        segment that would earn less is better dropped, which counts about 0."""
+        segment that would earn less is better dropped, which counts about 0. (Admission and the crowd plan ask
+        this for every member at every pick: TUF_0 and TUF_1 are written out here.)"""
         req = gen.req
+        tuf = req.tuf
         t = ready + self.network_delay_s
-        if gen.k == 0 or gen.expected_exec_end is None:
-            return max(req.tuf(gen.first_start(t) - req.arrival), 0.0)
-        return max(req.tuf.resumed(t - gen.expected_exec_end), 0.0)
-
+        e = gen.expected_exec_end
+        if not gen.segments or e is None:
+            start = gen.earliest_start
+            if start is not None and start > t:
+                t = start
+            u = tuf.alpha * (t - req.arrival - tuf.ert) + tuf.beta
+        else:
+            late = t - e
+            u = tuf.alpha * late + tuf.beta if late > 0.0 else tuf.beta
+        if u > tuf.beta:
+            u = tuf.beta
+        return u if u > 0.0 else 0.0
