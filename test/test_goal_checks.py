@@ -300,3 +300,20 @@ def test_the_demo_tasks_are_judged_on_what_the_robot_reports_it_ran_in_its_stage
             value = format_value(run.value) if run.returned else None
             verdicts.append(judge_robot_run(goal, variant, scene, robot, run.executed, value, run.error).achieved)
         assert verdicts == [True, False], (entry["task"], verdicts)
+
+
+def test_object_arguments_are_the_skill_sets_object_kind_whatever_the_argument_is_called():
+    """A team's skill set names its arguments as it likes: an object argument called ``item`` is one, a str argument
+    called ``target`` is not (the kind decides, as it does for grounded decoding)."""
+    from timely_llm_ros.adapt.corpus import object_arguments as corpus_objects
+    from timely_llm_ros.core.skills.skill_set import SkillSet
+    from timely_llm_ros.core.skills.spec import SkillSpec
+
+    rover = SkillSet("rover", "statements", [
+        SkillSpec("fetch", "fetch", ("object",), "action", arg_names=("item",)),
+        SkillSpec("say", "say", ("str",), "action", arg_names=("target",)),
+    ], "rover", 20, 200)
+    plan = "fetch('wrench');say('bolt');"
+    assert hallucinated_arguments(rover, plan, {"hammer"}) == ("wrench",)
+    assert hallucinated_arguments(rover, plan, {"wrench"}) == ()
+    assert corpus_objects(plan, rover) == ["wrench"]

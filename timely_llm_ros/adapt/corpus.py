@@ -37,7 +37,6 @@ from timely_llm_ros.core.skills.minispec import parse
 from timely_llm_ros.core.skills.skill_set import SkillSet
 from timely_llm_ros.core.skills.spec import SkillSpec
 
-OBJECT_ARGUMENTS = ("object", "target")      # argument names that name an object of the scene
 WORKED_EXAMPLE_SHARE = 0.02                  # of a robot type's examples: its worked examples, verbatim
 _TRIES = 50                                  # draws of one pattern before it is declared unable to give an example
 
@@ -101,7 +100,7 @@ def eval_exclusion(directory: Path | None = None) -> EvalExclusion:
 
 
 def object_arguments(plan: str, skill_set: SkillSet) -> list[str]:
-    """The object names a plan passes to skills (arguments named in OBJECT_ARGUMENTS), in execution order."""
+    """The object names a plan passes to skills (their arguments of kind "object"), in execution order."""
     return [name for _, name in _object_calls(plan, skill_set)]
 
 
@@ -110,8 +109,8 @@ def _object_calls(plan: str, skill_set: SkillSet) -> list[tuple[SkillSpec | None
     out = []
     for call in parse(plan, skill_set.skills, skill_set.statement_forms).skills:
         spec = skill_set.skills.get(call.name)
-        names = spec.arg_names if spec is not None else ()
-        out += [(spec, str(v)) for n, v in zip(names, call.args) if n in OBJECT_ARGUMENTS and isinstance(v, str)]
+        slots = spec.object_positions if spec is not None else ()
+        out += [(spec, str(call.args[i])) for i in slots if i < len(call.args) and isinstance(call.args[i], str)]
     return out
 
 

@@ -33,7 +33,6 @@ from timely_llm_ros.evaluation.scene_builder import task_scenes
 from timely_llm_ros.evaluation.scene_run import run_plan
 from timely_llm_ros.evaluation.scene_skills import act
 
-OBJECT_SLOTS = ("object", "target")   # argument names that name an object of the scene
 MEASURES = ("parses", "runs", "hallucinated", "roles", "achieved")
 
 
@@ -72,9 +71,9 @@ class GoalCheck:
 
 
 def object_slots(skill_set: SkillSet) -> dict[str, tuple[int, ...]]:
-    """For each skill, the positions of its arguments that name an object of the scene (by their ``arg_names``)."""
-    return {name: tuple(i for i, a in enumerate(spec.arg_names) if a in OBJECT_SLOTS)
-            for name, spec in skill_set.skills.items() if any(a in OBJECT_SLOTS for a in spec.arg_names)}
+    """For each skill that takes one, the positions of its arguments that name an object of the scene (its
+    ``object_positions``)."""
+    return {name: spec.object_positions for name, spec in skill_set.skills.items() if spec.object_positions}
 
 
 def object_arguments(skill_set: SkillSet, plan: str) -> list[str]:

@@ -39,6 +39,12 @@ class SkillSpec:
     def is_action(self) -> bool:
         return self.kind == "action"
 
+    @property
+    def object_positions(self) -> tuple[int, ...]:
+        """Positions of the arguments that name an object of the scene (kind "object"): the slots grounded decoding
+        fills from the goal's objects, and those evaluation and the adapter corpus read as a plan's objects."""
+        return tuple(i for i, k in enumerate(self.args) if k == "object")
+
     def signature(self) -> str:
         """How a prompt shows the call: ``mf(cm: int)``, ``iv(object: str) -> bool`` (an object is a str to the
         model: only grounded decoding tells them apart)."""
