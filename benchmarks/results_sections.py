@@ -119,8 +119,8 @@ SECTIONS: tuple[Section, ...] = (
         "plan_quality", "Plan quality: does the robot do its task? (the embedded planner, SmolLM2, SmolLM2 adapted)",
         "The labelled evaluation set's test and heldout splits (config/eval: drone and arm tasks, each with a goal "
         "condition; docs/plan_quality.md), every configuration grounded (the grammar of the robot's skills and the "
-        "scene's objects, the drone's goto kept off what the task says to keep away from), SmolLM2 with and without "
-        "its LoRA adapter (models/adapters/smollm2-drone-arm), through the server's generation path (fcfs, up to 8 "
+        "scene's objects, the drone's goto kept off what the task says to keep away from and its moves off the side "
+        "the scene places that on), SmolLM2 with and without its LoRA adapter (models/adapters/smollm2-drone-arm), through the server's generation path (fcfs, up to 8 "
         "generations a step, one torch thread). Each plan runs, segment by segment, through the robot's interpreter in every scene variant "
         "of its task, built from the task's context, and is judged by the task's goal condition. parses: the skill "
         "set takes it and the server ended it NONE; runs: no run-time error on the robot in any variant; "

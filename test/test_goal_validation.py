@@ -75,6 +75,15 @@ def test_a_goal_that_says_to_keep_away_from_a_listed_object_carries_it_as_a_haza
     assert away.objects[:2] == ("dog", "door") and "dog" in away.hazards and "door" not in away.hazards
     assert goal("fly to the dog").hazards == ()
     assert away.scene_objects == ("dog", "door") and "back" in away.objects    # the task's phrases are not the scene's
+    assert away.hazard_sides == ()                                  # the goal's objects place nothing
+    placed = validate_goal(GoalFields(agent_id="drone_1", robot_type="drone", task="the wasp is coming at you, flee",
+                                      urgency_class="normal", context="wasp on the left, 80 cm away; door ahead"),
+                           "r3", 0.0, {"drone": object()}, CLASSES)
+    assert "wasp" in placed.hazards and "door" not in placed.hazards and placed.hazard_sides == ("left",)
+    calm = validate_goal(GoalFields(agent_id="drone_1", robot_type="drone", task="photograph the wasp",
+                                    urgency_class="normal", context="wasp on the left, 80 cm away"),
+                         "r4", 0.0, {"drone": object()}, CLASSES)
+    assert calm.hazards == () and calm.hazard_sides == ()
     listed = validate_goal(GoalFields(agent_id="arm_1", robot_type="arm", task="put the fruit in the basket",
                                       urgency_class="normal", context="table: mango; places: basket"),
                            "r2", 0.0, {"arm": object()}, CLASSES)

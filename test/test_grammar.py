@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from timely_llm_ros.core.models import model_spec
 from timely_llm_ros.core.skills import load_skill_sets
-from timely_llm_ros.core.skills.context import grounded_objects, scene_objects, task_hazards
+from timely_llm_ros.core.skills.context import grounded_objects, hazard_sides, scene_objects, task_hazards
 from timely_llm_ros.core.skills.grammar import loop_reservation, max_statements, plan_grammar
 from timely_llm_ros.core.skills.interpreter import Interpreter, PlanError, PlanState
 from timely_llm_ros.core.skills.minispec import parse
@@ -66,19 +66,22 @@ def yaml_examples() -> list[tuple[str, str, str, str]]:
 # ----------------------------------------------------------------------------- what it admits
 def test_the_grammar_accepts_every_reference_plan_with_its_tasks_grounded_objects(accepts):
     """The evaluation set's reference plans and the skill YAMLs' worked examples, each under the grammar of its own
-    goal (the objects its scene lists plus its task's phrases, and the hazards its task names), with or without a
-    leading space; the embedded planner's training plans under grammars with free object slots."""
+    goal (the objects its scene lists plus its task's phrases, the hazards its task names and the sides its scene
+    places them on), with or without a leading space; the embedded planner's training plans under grammars with
+    free object slots."""
     def goal(robot, scene, task, plan):
         objects = grounded_objects(scene, task)
-        return robot, objects, task_hazards(task, objects), scene_objects(scene), plan
+        hazards = task_hazards(task, objects)
+        return robot, objects, hazards, scene_objects(scene), hazard_sides(scene, hazards), plan
     plans = [goal(t.robot_type, t.scene, t.task, t.plan) for t in load_eval_tasks(ROBOTS)]
     plans += [goal(robot, scene, task, plan) for robot, scene, task, plan in yaml_examples()]
-    assert len(plans) > 300 and all(objects for _, objects, _, _, _ in plans)
-    assert sum(bool(hazards) for _, _, hazards, _, _ in plans) > 20        # the avoid tasks' hazards are guarded
-    assert sum(len(listed) < len(objects) for _, objects, _, listed, _ in plans) > 300   # the task adds phrases
-    plans += [(e.robot_type, (), (), (), e.plan) for e in generate(600, seed=0) if e.robot_type in ROBOTS]
-    for robot, objects, hazards, listed, plan in plans:
-        grammar = plan_grammar(SKILLS[robot], objects=objects, hazards=hazards, scene=listed)
+    assert len(plans) > 300 and all(objects for _, objects, _, _, _, _ in plans)
+    assert sum(bool(hazards) for _, _, hazards, _, _, _ in plans) > 20        # the avoid tasks' hazards are guarded
+    assert sum(bool(sides) for *_, sides, _ in plans) > 20                      # ... and the sides they are on
+    assert sum(len(listed) < len(objects) for _, objects, _, listed, _, _ in plans) > 300   # the task adds phrases
+    plans += [(e.robot_type, (), (), (), (), e.plan) for e in generate(600, seed=0) if e.robot_type in ROBOTS]
+    for robot, objects, hazards, listed, sides, plan in plans:
+        grammar = plan_grammar(SKILLS[robot], objects=objects, hazards=hazards, scene=listed, hazard_sides=sides)
         for text in (plan.strip(), " " + plan.strip()):
             assert accepts(grammar, text), (robot, objects, text)
 
@@ -112,6 +115,28 @@ def test_a_skill_that_approaches_never_takes_what_the_task_says_to_keep_away_fro
     assert task_hazards("put the knife away", ("knife", "drawer")) == ()              # "away" alone is no hazard
     assert task_hazards("don't fly into the wasp", objects) == ("wasp",)
     assert task_hazards("don't approach the wasp", objects) == ("wasp",)
+
+
+def test_no_move_goes_to_the_side_where_the_scene_places_a_hazard(accepts):
+    """"Don't collide with the tree" with the tree on the left: the drone may move any way but left; the sides come
+    from the context's placed objects that the task names as hazards, and a move is refused only when its skill
+    declares that side (turns, scans and hovering stay)."""
+    scene, task = "tree on the left, 130 cm away; bench behind, 90 cm away", "don't collide with the tree"
+    objects = grounded_objects(scene, task)
+    hazards = task_hazards(task, objects)
+    sides = hazard_sides(scene, hazards)
+    assert "tree" in hazards and "bench" not in hazards and sides == ("left",)
+    guarded = plan_grammar(DRONE, objects=objects, hazards=hazards, hazard_sides=sides)
+    plain = plan_grammar(DRONE, objects=objects, hazards=hazards)
+    assert accepts(plain, "ml(80);mu(40);") and not accepts(guarded, "ml(80);mu(40);")
+    assert not accepts(guarded, "mr(50);ml(80);")
+    for fine in ("mr(80);mu(40);", "mb(60);", "tc(90);mf(50);", "d(2);md(30);", "_1=od('tree');?_1<100{mr(50);}"):
+        assert accepts(guarded, fine), fine
+    assert hazard_sides(scene, ()) == () and hazard_sides("room: hall; objects: tree", ("tree",)) == ()
+    above = hazard_sides("wasp above, 40 cm away; lamp on the right, 50 cm away", ("wasp", "lamp"))
+    assert above == ("above", "right")
+    cornered = plan_grammar(DRONE, objects=("wasp", "lamp"), hazards=("wasp", "lamp"), hazard_sides=above)
+    assert not accepts(cornered, "mu(30);") and not accepts(cornered, "mr(30);") and accepts(cornered, "md(30);ml(60);")
 
 
 def test_a_skill_marked_in_scene_takes_only_what_the_scene_lists(accepts):

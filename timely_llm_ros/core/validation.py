@@ -8,7 +8,7 @@ from typing import Mapping
 
 from timely_llm_ros.core.errors import ErrorCode, RequestError
 from timely_llm_ros.core.request import MAX_PLAN_CALLS, PlanRequest
-from timely_llm_ros.core.skills.context import grounded_objects, scene_objects, task_hazards
+from timely_llm_ros.core.skills.context import grounded_objects, hazard_sides, scene_objects, task_hazards
 from timely_llm_ros.core.tuf import TimeUtility
 
 _AGENT_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/")
@@ -111,12 +111,13 @@ def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Ma
             raise RequestError(ErrorCode.INVALID_TIME_REQUIREMENT, f"{name} must be a finite number >= 0 "
                                f"(0 = not given), got {v!r}")
     objects = grounded_objects(goal.context, task, tuple(goal.objects))
+    hazards = task_hazards(task, objects)
     return PlanRequest(req_id=req_id, agent_id=agent, robot_type=goal.robot_type, task=task, tuf=tuf,
                        arrival=arrival, context=goal.context.strip(), urgency=goal.urgency_class,
                        max_new_tokens=goal.max_new_tokens, task_type=goal.urgency_class or "custom",
                        time_budget_s=goal.time_budget, tpot_slo_ms=goal.tpot_slo_ms, ttft_slo_ms=goal.ttft_slo_ms,
                        constrained=grammar and not goal.unconstrained, max_calls=limits.max_plan_calls,
-                       objects=objects, hazards=task_hazards(task, objects),
+                       objects=objects, hazards=hazards, hazard_sides=hazard_sides(goal.context, hazards),
                        scene_objects=scene_objects(goal.context, tuple(goal.objects)) if objects else ())
 
 

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 
 PLACE_LABELS = ("room", "location", "area", "site", "zone", "place")
+# the sides of the robot a context places objects on (its own frame); a skill that moves the robot declares one
+DIRECTIONS = ("front", "behind", "left", "right", "above", "below")
 # direction words of an unlabelled section, as the robot sees them (its own frame)
 RELATIONS = {
     "in front": "front", "ahead": "front", "in front of you": "front",
@@ -199,3 +201,14 @@ def _sends_to(before: str) -> bool:
     the")."""
     cue = APPROACH_CUES.search(before)
     return cue is not None and not _NEGATED.search(before[: cue.start()])
+
+
+def hazard_sides(context: str, hazards: tuple[str, ...]) -> tuple[str, ...]:
+    """The sides of the robot (DIRECTIONS) on which the context places one of ``hazards`` (``task_hazards``'
+    names): "lamp on the right, 50 cm away" with the lamp a hazard gives ("right",). Grounded decoding leaves out
+    the skills that move the robot to these sides (a skill's ``moves``), so a plan told to keep clear of the lamp
+    cannot fly right, into it. () when no hazard is placed."""
+    if not hazards:
+        return ()
+    kept_away = {normalise_name(h) for h in hazards}
+    return tuple(dict.fromkeys(p.direction for p in parse_context(context).placements if p.name in kept_away))

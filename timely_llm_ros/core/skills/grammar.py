@@ -16,7 +16,9 @@ wander:
   one of the request's hazards (what its task says to keep away from: ``context.task_hazards``); that of a skill
   marked ``in_scene`` (an arm's goto, pick and take) takes only the objects its scene lists, never another phrase of
   the task (the task's phrases are there for what may be looked for: ``context.grounded_objects``); a skill whose
-  slot is left with no object is left out;
+  slot is left with no object is left out, and so is a skill that ``moves`` the robot to a side where the
+  request's context places one of its hazards (``context.hazard_sides``: "keep clear of the lamp" with the lamp on
+  the right admits no move right);
 - **statement forms** the skill set allows: a call ``sk(...);``, an assignment ``_1=query(...);`` (a query with a
   declared ``returns``), a return ``->value;`` (it ends its block, or the plan), a loop ``N{...}`` and a conditional
   ``?condition{...}``; simple statements end in ';', a block may be followed by one; blocks are never empty and nest
@@ -92,7 +94,8 @@ def max_statements(max_plan_tokens: int) -> int:
 class GrammarSpec:
     """What one request's grammar admits; equal specs give the same grammar text (the compile cache's key).
 
-    ``skills``: the allowed skill names, sorted (the robot's advertised skills within its skill set); ``objects``:
+    ``skills``: the allowed skill names, sorted (the robot's advertised skills within its skill set, less those
+    that move it toward a hazard); ``objects``:
     the names object slots take, in order (() leaves them free strings); ``hazards``: those of them a skill that
     approaches its object may not take; ``scene``: those of them the scene lists, the only ones an ``in_scene``
     skill takes (() when all are); ``max_plan_tokens`` sets the statement bound; ``max_calls`` bounds the calls
@@ -109,12 +112,15 @@ class GrammarSpec:
     @classmethod
     def of(cls, skill_set: SkillSet, skills: Iterable[str] | None = None, objects: Sequence[str] = (),
            max_plan_tokens: int | None = None, max_calls: int = DEFAULT_MAX_CALLS,
-           hazards: Sequence[str] = (), scene: Sequence[str] = ()) -> "GrammarSpec":
+           hazards: Sequence[str] = (), scene: Sequence[str] = (), hazard_sides: Sequence[str] = ()) -> "GrammarSpec":
         """The spec of a request to a robot of ``skill_set``: ``skills`` the robot advertises (None: all of the
-        skill set's; names outside the skill set are left out), ``objects`` the names its object slots take
+        skill set's; names outside the skill set are left out, and so are those that move the robot to one of
+        ``hazard_sides``, where its context places a hazard), ``objects`` the names its object slots take
         (deduplicated, in order), ``hazards`` those of them its task keeps the robot away from and ``scene`` those
         its scene lists (names not among ``objects`` are ignored; a scene holding every object is kept as ())."""
-        allowed = sorted(skill_set.skills if skills is None else set(skills) & set(skill_set.skills))
+        sides = set(hazard_sides)
+        allowed = sorted(s for s in (skill_set.skills if skills is None else set(skills) & set(skill_set.skills))
+                         if skill_set.skills[s].moves not in sides)
         names = tuple(dict.fromkeys(o for o in objects if o))
         kept_away, listed = set(hazards), set(scene)
         in_scene = tuple(o for o in names if o in listed)
@@ -132,13 +138,13 @@ class GrammarSpec:
 
 def plan_grammar(skill_set: SkillSet, max_plan_tokens: int | None = None, *, skills: Iterable[str] | None = None,
                  objects: Sequence[str] = (), max_calls: int = DEFAULT_MAX_CALLS,
-                 hazards: Sequence[str] = (), scene: Sequence[str] = ()) -> str | None:
+                 hazards: Sequence[str] = (), scene: Sequence[str] = (), hazard_sides: Sequence[str] = ()) -> str | None:
     """The Lark grammar (llguidance's dialect) of the skill set's plans under these bounds, or None for a prose
     skill set; ValueError when no plan could be written (no allowed action skill, a bound below 1)."""
     if skill_set.mode != "statements":
         return None
     return grammar_text(skill_set, GrammarSpec.of(skill_set, skills, objects, max_plan_tokens, max_calls, hazards,
-                                                  scene))
+                                                  scene, hazard_sides))
 
 
 def grammar_text(skill_set: SkillSet, spec: GrammarSpec) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from timely_llm_ros.core.skills.context import DIRECTIONS
+
 ARG_KINDS = ("int", "str", "object", "any")   # "object": a str naming an object in the scene (grounded decoding)
 SKILL_KINDS = ("action", "query")
 RETURN_KINDS = ("bool", "float", "str")
@@ -34,6 +36,9 @@ class SkillSpec:
                                       # never fills it with an object the task says to keep away from
     in_scene: bool = False            # its object must be one the scene lists (an arm picks only what lies on its
                                       # table): grounded decoding never fills it with another word of the task
+    moves: str | None = None          # the side it moves the robot to, in the robot's frame (one of DIRECTIONS: a
+                                      # drone's move_left "left"): grounded decoding leaves it out when the scene
+                                      # places one of the task's hazards on that side
 
     @property
     def is_action(self) -> bool:
@@ -55,7 +60,7 @@ class SkillSpec:
     @classmethod
     def from_config(cls, entry: Mapping[str, Any], where: str) -> "SkillSpec":
         """Build from one YAML entry {short, long, args, kind, returns, arg_names, description, approaches,
-        in_scene};
+        in_scene, moves};
         ValueError says what is wrong and where."""
         try:
             short = str(entry["short"])
@@ -67,6 +72,7 @@ class SkillSpec:
             description = str(entry.get("description", "") or "").strip()
             approaches = entry.get("approaches", False)
             in_scene = entry.get("in_scene", False)
+            moves = entry.get("moves")
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: a skill needs at least 'short' ({exc})") from None
         if not short.isidentifier() or short.startswith("_") or short in ("True", "False"):
@@ -92,4 +98,7 @@ class SkillSpec:
             if value and "object" not in args:
                 raise ValueError(f"{where}: skill {short!r} has {field}: true, but takes no object argument "
                                  f"(args {list(args)})")
-        return cls(short, long, args, kind, returns, arg_names, description, approaches, in_scene)
+        if moves is not None and (moves not in DIRECTIONS or kind != "action"):
+            raise ValueError(f"{where}: skill {short!r} moves must be one of {DIRECTIONS} (the side it moves the robot "
+                             f"to, in the robot's frame), on an action; got {moves!r} on a {kind}")
+        return cls(short, long, args, kind, returns, arg_names, description, approaches, in_scene, moves)
