@@ -103,6 +103,28 @@ def test_random_batches_with_suspensions_give_each_generation_its_output_alone(p
     assert [done[k] for k in keys] == alone
 
 
+def test_a_step_feeds_llama_cpp_its_sequences_in_order_and_new_ones_take_the_lowest_free_sequence(prompts):
+    """With a stream per sequence, llama.cpp puts only a run of consecutive, increasing sequence ids into one
+    micro-batch: whatever order the scheduler names the generations in, the step's tokens go in sequence order, and
+    sequences freed in any order are handed out lowest first, so that the running ones stay one run."""
+    e = engine(sequences=5)
+    ids = ["a", "b", "c", "d"]
+    for gid in ids:
+        e.add(gid, prompts[0][:24], 8)
+    e.step(ids)
+    for gid in ("a", "c"):                      # sequences 0 and 2 come free, 2 last
+        e.release(gid)
+    e.add("x", prompts[1][:24], 8)
+    e.step(["x"])
+    assert e._gens["x"].seq == 0
+    e.add("y", prompts[1][:24], 8)
+    e.step(["y"])
+    assert e._gens["y"].seq == 2
+    e.step(["y", "d", "x", "b"])                # named out of sequence order
+    assert list(e._batch.seq[:e._batch.n]) == [0, 1, 2, 3]
+    e.close()
+
+
 def test_resume_decodes_one_token_and_prefills_nothing(prompts):
     e = engine()
     e.add("g", prompts[0], 12)
