@@ -108,16 +108,25 @@ def prefill_tokens_left(gen: Generation) -> int:
     return gen.prefill_left if gen.prefill_left is not None else len(gen.prompt_ids)
 
 
+def prefill_work_s(pending_tokens: int, reload_s: float, cost: StepCost) -> float:
+    """A step's prefill work: its pending prompt tokens (and the fixed cost of a step that prefills any) plus the
+    KV reloads of its members."""
+    return pending_tokens * cost.prefill_token_s + (cost.prefill_step_s if pending_tokens else 0.0) + reload_s
+
+
 def batch_prefill_s(members: Sequence[Generation], cost: StepCost) -> float:
     """Prefill work (and KV reloads) a batch still has to do: the part of every member's WCET it shares."""
-    pending = sum(prefill_tokens_left(m) for m in members)
-    return pending * cost.prefill_token_s + (cost.prefill_step_s if pending else 0.0) + sum(m.reload_s for m in members)
+    return prefill_work_s(sum(prefill_tokens_left(m) for m in members), sum(m.reload_s for m in members), cost)
+
+
+def decode_steps(gen: Generation, max_segment_tokens: int) -> int:
+    """Decode steps gen has left in its current segment of (at most) max_segment_tokens."""
+    return max_segment_tokens if not gen.prefilled else gen.segment_tokens_left(max_segment_tokens)
 
 
 def wcet_in_s(gen: Generation, max_segment_tokens: int, prefill_s: float, size: int, cost: StepCost) -> float:
     """gen's WCET in a batch of `size` members whose shared prefill work is prefill_s (see step_wcet_s)."""
-    steps = max_segment_tokens if not gen.prefilled else gen.segment_tokens_left(max_segment_tokens)
-    return prefill_s + steps * cost.decode_s(size)
+    return prefill_s + decode_steps(gen, max_segment_tokens) * cost.decode_s(size)
 
 
 def step_wcet_s(gen: Generation, batch: Sequence[Generation], max_segment_tokens: int, cost: StepCost) -> float:

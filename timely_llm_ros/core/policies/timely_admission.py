@@ -9,8 +9,8 @@ already late member may be delayed by at most late_delay_s.
 """
 from __future__ import annotations
 
-from timely_llm_ros.core.admission import (REFUSED, StepCost, batch_prefill_s, kv_need_bytes, prefill_tokens_left, slack_s,
-                         step_wcet_s, verdict)
+from timely_llm_ros.core.admission import (REFUSED, StepCost, batch_prefill_s, decode_steps, kv_need_bytes,
+                                           prefill_tokens_left, prefill_work_s, slack_s, step_wcet_s, verdict)
 from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.base import Policy, SchedulingContext
 from timely_llm_ros.core.policies.timely_options import TimelyOptions
@@ -36,18 +36,15 @@ class BatchInBuild:
         return len(self.members)
 
     def add(self, gen: Generation) -> None:
-        tokens = self.rank.segment_tokens(gen)
         self.members.append(gen)
-        self.steps.append(tokens if not gen.prefilled else gen.segment_tokens_left(tokens))
+        self.steps.append(decode_steps(gen, self.rank.segment_tokens(gen)))
         self.pending_tokens += prefill_tokens_left(gen)
         self._reload_s += gen.reload_s
         self._now_utilities = None
 
     def prefill_s(self) -> float:
         """batch_prefill_s of the members."""
-        cost = self.cost
-        pending = self.pending_tokens
-        return pending * cost.prefill_token_s + (cost.prefill_step_s if pending else 0.0) + self._reload_s
+        return prefill_work_s(self.pending_tokens, self._reload_s, self.cost)
 
     def utilities_now(self) -> tuple[list[float], list[float]]:
         """Each member's WCET in the batch as it stands (wcet_in_s) and its predicted utility when ready then."""
@@ -110,7 +107,7 @@ class TimelyAdmission:
         pre_joined = pre + own * cost.prefill_token_s + gen.reload_s + (cost.prefill_step_s if first else 0.0)
         step_joined = cost.decode_s(size + 1)
         gen_tokens = rank.segment_tokens(gen)
-        gen_steps = gen_tokens if not gen.prefilled else gen.segment_tokens_left(gen_tokens)
+        gen_steps = decode_steps(gen, gen_tokens)
         with_gen = rank.ready_utility(gen, now + (pre_joined + gen_steps * step_joined))
         if with_gen <= 0.0 and gen.k == 0 and rank.drop != "never" and Policy.may_drop(gen):
             return False           # it would be served at a loss: leave it to the drop rule
@@ -124,7 +121,7 @@ class TimelyAdmission:
         if wait == 0.0:
             return True            # nobody loses anything
         # step_wcet_s of gen alone
-        alone = own * cost.prefill_token_s + (cost.prefill_step_s if own else 0.0) + gen.reload_s + gen_steps * cost.decode_s(1)
+        alone = prefill_work_s(own, gen.reload_s, cost) + gen_steps * cost.decode_s(1)
         return with_gen >= without + rank.ready_utility(gen, now + wait + alone)
 
     def fixed(self, batch: list[Generation], ranked: list[Generation], ctx: SchedulingContext) -> list[Generation]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from timely_llm_ros.core.admission import StepCost, batch_prefill_s, prefill_tokens_left
+from timely_llm_ros.core.admission import StepCost, batch_prefill_s, decode_steps, prefill_tokens_left, prefill_work_s
 from timely_llm_ros.core.request import Generation
 from timely_llm_ros.core.policies.timely_options import TimelyOptions
 from timely_llm_ros.core.policies.timely_priority import TimelyPriority
@@ -118,13 +118,9 @@ class CrowdPlanner:
         # decode steps, and the prefill work (batch_prefill_s) of the batch and the first k, summed in that order
         size_b = len(batch)
         own = [self.rank.segment_length(m) for m in batch]
-        steps_b = [t if not m.prefilled else m.segment_tokens_left(t) for m, t in zip(batch, own)]
+        steps_b = [decode_steps(m, t) for m, t in zip(batch, own)]
         pending, reload_s = sum(prefill_tokens_left(m) for m in batch), sum(m.reload_s for m in batch)
-
-        def prefill_s() -> float:
-            return pending * cost.prefill_token_s + (cost.prefill_step_s if pending else 0.0) + reload_s
-
-        pre_b, step_b = prefill_s(), cost.decode_s(size_b)
+        pre_b, step_b = prefill_work_s(pending, reload_s, cost), cost.decode_s(size_b)
         done = max((pre_b + s * step_b for s in steps_b), default=0.0)
         best_k, best, best_end = 0, (-1, -1.0), done     # with an empty batch the first wave starts now
         if batch:                                # else the crowd waits for the batch's current segments
@@ -136,7 +132,7 @@ class CrowdPlanner:
             pending += prefill_tokens_left(joining)
             reload_s += joining.reload_s
             longest = max(longest, tokens[k - 1])
-            pre, step = prefill_s(), cost.decode_s(size_b + k)
+            pre, step = prefill_work_s(pending, reload_s, cost), cost.decode_s(size_b + k)
             end = pre + longest * step           # the crowd's members have not prefilled: their steps are tokens
             got = [self.rank.ready_utility(g, now + end) for g in crowd[:k]]
             got += [self.rank.ready_utility(m, now + (pre + s * step)) for m, s in zip(batch, steps_b)]
