@@ -16,8 +16,13 @@ prompt ids (the drone and arm chat prompts of eight tasks, their system prompts 
 2. resume vs re-prefill at ~--context tokens of context: a generation suspended after 16 tokens, its next token on
    resume (its sequence kept its cells) against a fresh prefill of prompt + output (prefix cache off); medians,
    alternated.
-3. greedy outputs with and without suspension: each prompt run alone, and all of them in random batches where the
-   members left out of a step are suspended and rejoin later; how many outputs are identical.
+3. greedy outputs with and without suspension: each prompt run alone (the reference); then all of them interleaved
+   one generation a step, each suspended while the others step (suspension alone changes nothing: the same batch
+   size as the reference); then all of them in random batches where the members left out of a step are suspended and
+   rejoin later, and all of them batched every step with no suspension at all. How many outputs equal the
+   reference. Batched rows need not: llama.cpp's batched decode does not give a row the logits it gets alone, bit
+   for bit, and greedy decoding follows any flip of a near-tie; the bare API with the same prompts batched against
+   each alone (32 tokens each) shows how often that happens without this project's code.
 4. the grammar's share of a step at batch 8: every row under its robot type's grammar; the time the engine spends
    choosing tokens and advancing the grammars (TokenChoice.choose and grammar.advance, the unconstrained argmax of
    the same step subtracted) over the step's time, medians over decode steps.
@@ -196,7 +201,7 @@ def resume_part(args, e, prompts: list[list[int]], rows: list[dict]) -> None:
 
 
 # ----------------------------------------------------------------------------- 3. suspension is exact
-def identity_part(args, e, prompts: list[list[int]], rows: list[dict]) -> None:
+def identity_part(args, e, bare: Bare, prompts: list[list[int]], rows: list[dict]) -> None:
     alone = {}
     for i, p in enumerate(prompts):
         e.add(f"a{i}", p, 32)
@@ -204,25 +209,60 @@ def identity_part(args, e, prompts: list[list[int]], rows: list[dict]) -> None:
             pass
         alone[i] = e.output_ids(f"a{i}")
         e.release(f"a{i}")
-    rng = random.Random(11)
-    for i, p in enumerate(prompts):
-        e.add(f"b{i}", p, 32)
-    done, suspensions = {}, 0
-    while len(done) < len(prompts):
-        live = [i for i in range(len(prompts)) if i not in done]
-        chosen = [i for i in live if rng.random() < 0.5] or live[:1]
-        for i in live:
-            if i in chosen:
-                e.resume(f"b{i}")
-            elif e._gens[f"b{i}"].prefilled and not e._gens[f"b{i}"].suspended:
-                e.suspend(f"b{i}")
-                suspensions += 1
-        for gid in e.step([f"b{i}" for i in chosen]).finished:
-            done[int(gid[1:])] = e.output_ids(gid)
-            e.release(gid)
-    same = sum(done[i] == alone[i] for i in alone)
-    rows.append({"part": "suspension", "generations": len(alone), "identical": same, "suspensions": suspensions})
-    print(f"  {same} of {len(alone)} greedy outputs identical with and without {suspensions} suspensions", flush=True)
+
+    def scheduled(tag: str, choose) -> tuple[dict[int, list[int]], int]:
+        """Every prompt generated at once, choose(rng, live) stepping each step, the rest suspended."""
+        rng = random.Random(11)
+        for i, p in enumerate(prompts):
+            e.add(f"{tag}{i}", p, 32)
+        done, suspensions = {}, 0
+        while len(done) < len(prompts):
+            live = [i for i in range(len(prompts)) if i not in done]
+            chosen = choose(rng, live)
+            for i in live:
+                gen = e._gens[f"{tag}{i}"]
+                if i in chosen:
+                    e.resume(f"{tag}{i}")
+                elif gen.prefilled and not gen.suspended:
+                    e.suspend(f"{tag}{i}")
+                    suspensions += 1
+            for gid in e.step([f"{tag}{i}" for i in chosen]).finished:
+                done[int(gid[len(tag):])] = e.output_ids(gid)
+                e.release(gid)
+        return done, suspensions
+
+    n = len(prompts)
+    ways = {"one a step": scheduled("o", lambda rng, live: [rng.choice(live)]),
+            "random batches": scheduled("r", lambda rng, live: [i for i in live if rng.random() < 0.5] or live[:1]),
+            "all batched": scheduled("b", lambda rng, live: live)}
+    for way, (done, suspensions) in ways.items():
+        same = sum(done[i] == alone[i] for i in alone)
+        rows.append({"part": "suspension", "way": way, "generations": n, "identical": same,
+                     "suspensions": suspensions})
+    (one, s1), (rand, sr), (batched, _) = ways.values()
+    print(f"  one generation a step, the others suspended ({s1} suspensions): "
+          f"{sum(one[i] == alone[i] for i in alone)} of {n} identical to alone", flush=True)
+    print(f"  random batches ({sr} suspensions): {sum(rand[i] == alone[i] for i in alone)} of {n}; all batched "
+          f"every step, no suspension: {sum(batched[i] == alone[i] for i in alone)} of {n}", flush=True)
+
+    def bare_tokens(groups: list[list[int]]) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for group in groups:
+            bare.clear()
+            bare.prefill(group, [prompts[i] for i in group])
+            tokens = {i: [bare.next[i]] for i in group}
+            for _ in range(31):
+                bare.step(group)
+                for i in group:
+                    tokens[i].append(bare.next[i])
+            out.update(tokens)
+        bare.clear()
+        return out
+
+    by_itself, together = bare_tokens([[i] for i in range(n)]), bare_tokens([list(range(n))])
+    same = sum(by_itself[i] == together[i] for i in range(n))
+    rows.append({"part": "suspension", "way": "bare: batched vs alone", "generations": n, "identical": same})
+    print(f"  bare llama-cpp-python, all batched against each alone: {same} of {n} identical", flush=True)
 
 
 # ----------------------------------------------------------------------------- 4. grammar
@@ -409,12 +449,12 @@ def main(argv=None) -> int:
     rows: list[dict] = []
     print("1. decode, ms per step (medians of the repetitions' medians)")
     decode_part(args, bare, {"engine": engine, "transformers": hf}, prompts, rows)
-    bare.close()
     hf.close()
     print(f"2. resume vs re-prefill at ~{args.context} tokens")
     resume_part(args, plain, prompts, rows)
     print("3. greedy outputs with and without suspension")
-    identity_part(args, plain, prompts, rows)
+    identity_part(args, plain, bare, prompts, rows)
+    bare.close()
     print("4. the grammar's share of a decode step")
     grammar_part(args, plain, prompts, rows)
     plain.close()
