@@ -62,11 +62,12 @@ class CrowdPlanner:
         at = next((i for i, g in enumerate(rest) if prio[id(g)] < top), len(rest))
         return rest[:at] + list(crowd) + rest[at:]
 
-    def _score(self, utilities: Sequence[float]) -> tuple[int, float]:
+    def _score(self, utilities: list[float], total: float | None = None) -> tuple[int, float]:
         """What the crowd plan maximises: (members served with positive utility, summed utility) with
-        crowd_objective "served" (lexicographic), (0, summed utility) with "utility"."""
-        served = sum(1 for u in utilities if u > 0.0) if self.options.crowd_objective == "served" else 0
-        return served, sum(utilities)
+        crowd_objective "served" (lexicographic), (0, summed utility) with "utility". utilities are ready_utility's,
+        never below 0 (so the served are those not 0); total: their sum when the caller has it."""
+        total = sum(utilities) if total is None else total
+        return (len(utilities) - utilities.count(0.0) if self.options.crowd_objective == "served" else 0), total
 
     def _firsts_ready(self, crowd: Sequence[Generation]) -> Callable[[int, int, float], list[float]]:
         """ready_utility of crowd[i:i + k] if all are ready at one time: the function the wave search calls for
@@ -130,9 +131,10 @@ class CrowdPlanner:
                 for k in range(1, n - i + 1):
                     end = t + wave_s(i, k)
                     got = firsts_ready(i, k, now + end)
-                    if sum(got) <= 0.0:
+                    total = sum(got)
+                    if total <= 0.0:
                         break
-                    score = _add(self._score(got), value(i + k, end))
+                    score = _add(self._score(got, total), value(i + k, end))
                     if _better(score, top):
                         top, top_k = score, k
                 memo[key] = (top, top_k)
