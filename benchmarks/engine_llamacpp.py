@@ -321,7 +321,7 @@ def trace_part(args, e, rows: list[dict]) -> None:
     from timely_llm_ros.core.composition import PolicyChoice
 
     robot_types = load_robot_types()
-    stack = build_stack(StackOptions(model=model_spec("smollm2"), engine=EngineChoice("llamacpp"),
+    stack = build_stack(StackOptions(model=model_spec("smollm2-base"), engine=EngineChoice("llamacpp"),
                                      policy=PolicyChoice("timely", max_batch=8, network_delay_s=0.0)),
                         robot_types.skill_sets, robot_types.exec_models, engine=e)
     records = []
@@ -435,7 +435,7 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    spec = model_spec("smollm2")
+    spec = model_spec("smollm2-base")
     gguf = spec.gguf.locate()
     engine = make_engine("llamacpp", str(gguf), num_threads=args.threads, prefix_cache_mb=256)
     plain = make_engine("llamacpp", str(gguf), num_threads=args.threads)      # no prefix cache: resume, identity

@@ -295,7 +295,7 @@ def samples_part(args) -> None:
     tasks = [t for t in load_eval_tasks(ROBOTS) if t.split == "test"]
     chosen = rng.sample(tasks, args.samples)
     print(f"## samples: SmolLM2 (chat prompt, grounded grammar) on {len(chosen)} test tasks")
-    for p in evaluate(Configuration("smollm2-grounded", "smollm2", grammar=True), chosen, verbose=False):
+    for p in evaluate(Configuration("smollm2-grounded", "smollm2-base", grammar=True), chosen, verbose=False):
         for r in p.records:
             print(f"- [{r.task.id}] {r.task.task!r} | scene {r.task.scene!r}\n    plan: {r.plan}  ({r.error_code})")
     print()

@@ -78,13 +78,14 @@ class Configuration:
 # A model entry's defaults (grammar, grounding) apply unless the configuration sets ``grammar``.
 BUILT_IN = (
     Configuration("embedded", "embedded"),
-    Configuration("smollm2-grammar", "smollm2", grammar=True),
-    Configuration("smollm2-unconstrained", "smollm2", grammar=False),
+    Configuration("smollm2-grammar", "smollm2-base", grammar=True),
+    Configuration("smollm2-unconstrained", "smollm2-base", grammar=False),
+    Configuration("smollm2-adapted", "smollm2", adapter=None),    # the entry as shipped: with its adapter
     # prompt variants of smollm2-grammar (choose on the dev split): the worked examples inside the system text
     # instead of as chat turns; no worked examples; only each robot type's first one
-    Configuration("smollm2-grammar-examples-in-system", "smollm2", grammar=True, prompt={"prompt_examples": "system"}),
-    Configuration("smollm2-grammar-no-examples", "smollm2", grammar=True, prompt={"examples": ()}),
-    Configuration("smollm2-grammar-one-example", "smollm2", grammar=True, prompt={"examples": 1}),
+    Configuration("smollm2-grammar-examples-in-system", "smollm2-base", grammar=True, prompt={"prompt_examples": "system"}),
+    Configuration("smollm2-grammar-no-examples", "smollm2-base", grammar=True, prompt={"examples": ()}),
+    Configuration("smollm2-grammar-one-example", "smollm2-base", grammar=True, prompt={"examples": 1}),
 )
 
 
@@ -94,7 +95,8 @@ def configurations(models_file: Path | None = None) -> dict[str, Configuration]:
     path = models_file or config_dir() / "models.yaml"
     entries = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     for name, entry in entries.items():
-        if isinstance(entry, dict) and entry.get("adapter") and name not in out:
+        served = any(c.model == name and c.adapter is None for c in out.values())
+        if isinstance(entry, dict) and entry.get("adapter") and name not in out and not served:
             out[name] = Configuration(name, name, adapter=None)
     return out
 

@@ -156,7 +156,7 @@ SECTIONS: tuple[Section, ...] = (
         "rounds, greedy outputs compared; decode at batch 1, 8 and 16 and ~40 and ~500-token prompts, prefill, "
         "resume at ~70 and ~1,500 tokens, each engine's resident set.",
         "benchmarks/engine_speed.py",
-        ("vllm", "--model", "smollm2", "--repeats", "5", "--decode-steps", "32", "--batches", "1,8,16",
+        ("vllm", "--model", "smollm2-base", "--repeats", "5", "--decode-steps", "32", "--batches", "1,8,16",
          "--prompt-tokens", "40,500", "--short", "70", "--long", "1500", "--out", "{out}"),
         cost="regular", minutes=6),
     Section(
@@ -173,31 +173,31 @@ SECTIONS: tuple[Section, ...] = (
         "decode_profile", "Where a SmolLM2 decode step goes (per layer, per op)",
         "torch.profiler self CPU time per op over 6 steps of 16 generations of ~800 tokens, the transformers engine "
         "and vLLM alternated step by step.",
-        "benchmarks/engine_speed.py", ("profile", "--model", "smollm2", "--batch", "16", "--context", "800"),
+        "benchmarks/engine_speed.py", ("profile", "--model", "smollm2-base", "--batch", "16", "--context", "800"),
         cost="regular", minutes=3),
     Section(
         "engine_resume_smollm2", "Suspend/resume vs re-prefill at ~70 and ~1,500 tokens (SmolLM2)",
         "A generation suspended after 32 tokens comes back from device memory, from host memory, or by a fresh "
         "prefill of prompt + generated tokens; time to its next token, medians, interleaved.",
-        "benchmarks/engine_speed.py", ("resume", "--model", "smollm2", "--threads", "1", "--prompt", "38", "1468"),
+        "benchmarks/engine_speed.py", ("resume", "--model", "smollm2-base", "--threads", "1", "--prompt", "38", "1468"),
         cost="regular", minutes=2),
     Section(
         "prompt_cache", "Time to first segment with and without the cached system prompt (SmolLM2)",
         "Two engines on the same weights, one keeping the robot type's system-prompt KV, alternated over 6 new drone "
         "tasks; request arrival to its first executable segment, and whether both wrote the same segment.",
-        "benchmarks/prompts.py", ("cache", "--model", "smollm2", "--robot", "drone", "--reps", "6"), cost="regular",
+        "benchmarks/prompts.py", ("cache", "--model", "smollm2-base", "--robot", "drone", "--reps", "6"), cost="regular",
         minutes=2),
     Section(
         "prompt_cache_arm", "Time to first segment with and without the cached system prompt (SmolLM2, arm)",
         "As above for the arm's requests.",
-        "benchmarks/prompts.py", ("cache", "--model", "smollm2", "--robot", "arm", "--reps", "6"), cost="regular",
+        "benchmarks/prompts.py", ("cache", "--model", "smollm2-base", "--robot", "arm", "--reps", "6"), cost="regular",
         minutes=2),
     Section(
         "prompt_style", "Where a chat model's worked examples go (SmolLM2)",
         "13 tasks written for this check (none from config/fleet_tasks.yaml or the evaluation set), greedy, no "
         "grammar, with the skill sets' worked examples in the system text and as user/assistant turns: plans that "
         "parse, plans naming the task's key, prompt and output tokens.",
-        "benchmarks/prompts.py", ("style", "--model", "smollm2"), cost="regular", minutes=3),
+        "benchmarks/prompts.py", ("style", "--model", "smollm2-base"), cost="regular", minutes=3),
     Section(
         "ros_burst_smollm2", "The urgent burst through the ROS server on SmolLM2, beside the simulator",
         "Real processes over DDS on loopback (server with SmolLM2 under its grammar, one torch thread; one executor "
@@ -210,6 +210,20 @@ SECTIONS: tuple[Section, ...] = (
         ("--model", "smollm2", "--seeds", "1,2,3", "--policies", _BURST_POLICIES, "--out", "{out}"),
         cost="long", minutes=60, show=("summary.md",), discard=("*.server.log",),
         plots=("ros_vs_sim.png",), ros=True),
+    *(Section(
+        f"ros_burst_smollm2_{engine}",
+        f"The urgent burst at full scale through the ROS server on SmolLM2: the {engine} engine",
+        "The burst's workloads at full scale (counts x1, seeds 1-5, policy timely; the section on the other engine "
+        "replays the same ones), through real processes over DDS on loopback: the server on `smollm2` (SmolLM2 with its "
+        f"adapter, under its grammar) on the {engine} engine with one thread, one executor host for every robot, "
+        "the replay client. Both engines score the same urgency classes: the configured ones, the urgent class "
+        "scaled to SmolLM2's transformers profile (config/latency/smollm2-cpu.yaml), so that only the engine "
+        "differs. The ros rows are what this section measures; the simulator's rows are the same on both.",
+        "benchmarks/ros_burst.py",
+        ("--model", "smollm2", "--scale", "1", "--seeds", "1,2,3,4,5", "--policies", "timely",
+         "--server-param", f"engine:={engine}", "--out", "{out}"),
+        cost="long", minutes=20, show=("summary.md",), discard=("*.server.log",), ros=True)
+      for engine in ("llamacpp", "transformers")),
     Section(
         "feedback_value", "Does completion feedback matter? timely vs timely-open-loop on SmolLM2",
         "The ROS burst's workloads simulated on SmolLM2's profile, the robots' execution times x0.2 (as in the ROS "

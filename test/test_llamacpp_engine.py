@@ -31,7 +31,7 @@ def kv_bytes_per_token() -> int:
         model.close()
 
 
-SPEC = model_spec("smollm2")
+SPEC = model_spec("smollm2-base")
 TASKS = [("drone", "look for the cat", "room: living room; objects: sofa, lamp, plant"),
          ("arm", "stack the red block on the blue block", "table: green block, red block, blue block"),
          ("drone", "find a toy under the bed", "room: bedroom; objects: bed, chair, cup"),

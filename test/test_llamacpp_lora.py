@@ -31,7 +31,7 @@ from timely_llm_ros.paths import model_cache_dir  # noqa: E402
 from timely_llm_ros.stack import EngineChoice, load_engine  # noqa: E402
 
 SKILLS = load_skill_sets()
-SPEC = model_spec("smollm2")
+SPEC = model_spec("smollm2-base")      # the plain model: each test adds its own adapter
 TASKS = [("drone", "look for the cat", "room: living room; objects: sofa, lamp, plant"),
          ("arm", "stack the red block on the blue block", "table: green block, red block, blue block"),
          ("drone", "find a toy under the bed", "room: bedroom; objects: bed, chair, cup")]
@@ -227,6 +227,6 @@ def test_an_adapter_of_another_model_fails_before_loading_naming_both(cache, tmp
     GenerationConfig(bos_token_id=0, eos_token_id=1).save_pretrained(other)
     adapter = random_adapter(other, tmp_path / "tiny-lora", seed=4)
     entry = dataclasses.replace(SPEC, adapter=str(adapter))
-    with pytest.raises(AdapterMismatch, match=r"trained on tiny-base .* model entry 'smollm2' loads SmolLM2"):
+    with pytest.raises(AdapterMismatch, match=r"trained on tiny-base .* model entry 'smollm2-base' loads SmolLM2"):
         load_engine(entry, EngineChoice(num_threads=1), str(cache))
     assert not list(cache.glob("tiny-lora-*"))                        # nothing converted for it

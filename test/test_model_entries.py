@@ -54,6 +54,19 @@ def test_a_gguf_entry_runs_on_llamacpp_and_a_folder_on_transformers_unless_the_e
     assert engine_kind(specs["smollm2"], EngineChoice("vllm")) == "vllm"        # ENGINE= / engine:= wins
 
 
+def test_smollm2_ships_with_the_adapter_trained_on_it_for_the_drone_and_the_arm_and_smollm2_base_without():
+    """`make demo MODEL=smollm2` serves the committed adapter: it exists, it was trained on this very GGUF (its
+    embedding fingerprint), for the built-in robot types; smollm2-base is the same file without it."""
+    from timely_llm_ros.adapt.adapter import check_adapter
+
+    specs = load_model_specs()
+    smol, base = specs["smollm2"], specs["smollm2-base"]
+    assert smol.adapter_folder() is not None and base.adapter_folder() is None
+    assert smol.gguf.locate() == base.gguf.locate()
+    info = check_adapter(smol.adapter_folder(), weights_folder(smol, convert=False), "smollm2")
+    assert {"drone", "arm"} <= set(info.robot_types)
+
+
 @pytest.mark.parametrize("entry, fragment", [
     ({"path": "/m", "engine": "onnx"}, "engine must be one of transformers, vllm, llamacpp"),
     ({"path": "/m", "engine": "llamacpp"}, "engine llamacpp serves GGUF files"),

@@ -30,7 +30,7 @@ def greedy(engine, gen_id: str, prompt: list[int], n: int) -> list[int]:
 
 
 def test_vllm_and_the_transformers_engine_plan_identically_from_the_same_chat_prompt_ids():
-    spec = model_spec("smollm2")
+    spec = model_spec("smollm2-base")
     folder = str(weights_folder(spec, convert=False))
     skill_sets = load_skill_sets()
     engines = {"transformers": make_engine("transformers", folder, device="cpu", dtype="float32", num_threads=1),

@@ -108,8 +108,8 @@ def adapter_notes(spec: ModelSpec, skill_sets: Mapping[str, SkillSet], prompts: 
 
     info = AdapterInfo.read(folder)
     trained = [n for n in skill_sets if n in info.robot_types]
-    lines = [f"model {spec.name}: adapter {folder} (trained for {', '.join(info.robot_types)}) merged into the "
-             "weights"]
+    lines = [f"model {spec.name}: adapter {folder} (trained for {', '.join(info.robot_types)}) in use (merged into "
+             "the weights on transformers and vLLM, applied as a LoRA GGUF on llamacpp)"]
     others = [n for n in skill_sets if n not in info.robot_types]
     if others:
         lines.append(f"adapter: robot types it was not trained for: {', '.join(others)} (they get the adapted model "

@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="convert GGUF entries of config/models.yaml into HF folders in the model "
-                                          "cache (idempotent); prints each entry's folder")
+                                          "cache, and their adapters into LoRA GGUFs (idempotent); prints each "
+                                          "entry's folder")
     prep.add_argument("names", nargs="*", help="entries to prepare (default: every GGUF entry)")
     prep.add_argument("--cache-dir", default="", help=f"the model cache (default: ${MODEL_CACHE_ENV}, else "
                                                       "$XDG_CACHE_HOME/timely_llm_ros/models)")
@@ -160,8 +161,14 @@ def main(argv: list[str] | None = None) -> int:
         if name not in specs:
             print(f"[models] unknown model {name!r}; known: {', '.join(specs)}", file=sys.stderr)
             return 2
+        spec = specs[name]
         try:
-            print(f"[models] {name}: {weights_folder(specs[name], cache_dir=args.cache_dir or None)}")
+            print(f"[models] {name}: {weights_folder(spec, cache_dir=args.cache_dir or None)}")
+            if spec.gguf is not None and spec.adapter_folder() is not None:   # what the llamacpp engine applies
+                from timely_llm_ros.adapt.lora_gguf import lora_gguf
+
+                lora = lora_gguf(spec.adapter_folder(), spec.gguf.locate(), model_cache_dir(args.cache_dir or None))
+                print(f"[models] {name}: its adapter for llama.cpp: {lora}")
         except (FileNotFoundError, ModelPrepareError) as exc:
             print(f"[models] {name}: {exc}", file=sys.stderr)
             return 1
