@@ -4,7 +4,7 @@ over every split), instead of the pairwise utility test (which cannot see that t
 also loses when it waits) and the fixed per-step prefill cap."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 from timely_llm_ros.core.admission import StepCost, batch_prefill_s, decode_steps, prefill_tokens_left, prefill_work_s
 from timely_llm_ros.core.request import Generation
@@ -69,29 +69,6 @@ class CrowdPlanner:
         total = sum(utilities) if total is None else total
         return (len(utilities) - utilities.count(0.0) if self.options.crowd_objective == "served" else 0), total
 
-    def _firsts_ready(self, crowd: Sequence[Generation]) -> Callable[[int, int, float], list[float]]:
-        """ready_utility of crowd[i:i + k] if all are ready at one time: the function the wave search calls for
-        every split it weighs (hundreds a pick). The crowd's members are first segments, so TUF_0 applies
-        (ready_utility's own arithmetic, in its order); any member that is not falls back to ready_utility."""
-        rank, d = self.rank, self.rank.network_delay_s
-        terms = [(g.req.arrival, g.req.tuf.ert, g.req.tuf.alpha, g.req.tuf.beta, g.earliest_start)
-                 for g in crowd]
-        if any(g.segments and g.expected_exec_end is not None for g in crowd):
-            return lambda i, k, ready: [rank.ready_utility(g, ready) for g in crowd[i:i + k]]
-
-        def ready_utilities(i: int, k: int, ready: float) -> list[float]:
-            out = []
-            for arrival, ert, alpha, beta, start in terms[i:i + k]:
-                t = ready + d
-                if start is not None and start > t:
-                    t = start
-                u = alpha * (t - arrival - ert) + beta
-                if u > beta:
-                    u = beta
-                out.append(u if u > 0.0 else 0.0)
-            return out
-        return ready_utilities
-
     def first_wave(self, batch: Sequence[Generation], crowd: Sequence[Generation], now: float,
                     cost: StepCost) -> set[int]:
         """Option crowd_plan: ids of the crowd's members (rank order) this step should prefill, joining batch (the
@@ -120,7 +97,7 @@ class CrowdPlanner:
 
         memo: dict[tuple[int, float], tuple[tuple[int, float], int]] = {}
         nobody = (0, 0.0)
-        firsts_ready = self._firsts_ready(crowd)
+        ready = self.rank.ready_utility
 
         def value(i: int, t: float) -> tuple[int, float]:   # best score of crowd[i:] served in waves from now + t
             key = (i, round(t, 6))
@@ -130,7 +107,7 @@ class CrowdPlanner:
                 top, top_k = nobody, 0           # serve nobody from i on (they are dropped)
                 for k in range(1, n - i + 1):
                     end = t + wave_s(i, k)
-                    got = firsts_ready(i, k, now + end)
+                    got = [ready(g, now + end) for g in crowd[i:i + k]]
                     total = sum(got)
                     if total <= 0.0:
                         break
@@ -160,7 +137,7 @@ class CrowdPlanner:
             longest = max(longest, tokens[k - 1])
             pre, step = prefill_work_s(pending, reload_s, cost), cost.decode_s(size_b + k)
             end = pre + longest * step           # the crowd's members have not prefilled: their steps are tokens
-            got = firsts_ready(0, k, now + end)
+            got = [ready(g, now + end) for g in crowd[:k]]
             got += [self.rank.ready_utility(m, now + (pre + s * step)) for m, s in zip(batch, steps_b)]
             total = _add(self._score(got), value(k, end))
             if _better(total, best):
