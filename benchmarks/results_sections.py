@@ -218,10 +218,12 @@ SECTIONS: tuple[Section, ...] = (
         f"adapter, under its grammar) on the {engine} engine with one thread, one executor host for every robot, "
         "the replay client. Both engines score the same urgency classes: the configured ones, the urgent class "
         "scaled to SmolLM2's transformers profile (config/latency/smollm2-cpu.yaml), so that only the engine "
-        "differs. The ros rows are what this section measures; the simulator's rows are the same on both.",
+        "differs. The ros rows are what this section measures; the simulator's rows are the same on both. The "
+        "client waits up to 150 s for each result: the arms' long plans end long after their deadline in this "
+        "overload, and a goal without a result would count 0 instead of its negative utility.",
         "benchmarks/ros_burst.py",
         ("--model", "smollm2", "--scale", "1", "--seeds", "1,2,3,4,5", "--policies", "timely",
-         "--server-param", f"engine:={engine}", "--out", "{out}"),
+         "--server-param", f"engine:={engine}", "--result-timeout", "150", "--out", "{out}"),
         cost="long", minutes=20, show=("summary.md",), discard=("*.server.log",), ros=True)
       for engine in ("llamacpp", "transformers")),
     Section(

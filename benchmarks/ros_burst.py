@@ -443,12 +443,13 @@ def summary_md(rows: list[dict], policies: list[str], seeds: list[int]) -> str:
         cells += [span(get("ros", "normal")), span(get(sim, "normal")), span(get("ros", "urgent_served"))]
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
     lines.append("")
-    for src in sources:
-        tau = kendall_tau(means["ros"], means[src])
-        lines.append(f"- {src}: {order_text(means[src])} (Kendall tau vs ros {tau:+.2f})")
-    for src in sources[1:]:
-        taus = [kendall_tau(urgent_of(rows, "ros", seed), urgent_of(rows, src, seed)) for seed in seeds]
-        lines.append(f"- per-seed Kendall tau ros vs {src}: " + ", ".join(f"{t:+.2f}" for t in taus))
+    if len(policies) > 1:    # an order, and how well each source keeps it, needs two policies
+        for src in sources:
+            tau = kendall_tau(means["ros"], means[src])
+            lines.append(f"- {src}: {order_text(means[src])} (Kendall tau vs ros {tau:+.2f})")
+        for src in sources[1:]:
+            taus = [kendall_tau(urgent_of(rows, "ros", seed), urgent_of(rows, src, seed)) for seed in seeds]
+            lines.append(f"- per-seed Kendall tau ros vs {src}: " + ", ".join(f"{t:+.2f}" for t in taus))
     machine = [r for r in rows if r["source"] == "sim-as-run"]
     if machine:
         lines.append("- sim-as-run's machine per seed (the step trace of all its replays): "
