@@ -4,9 +4,10 @@
     PYTHONPATH=$PWD .venv/bin/python benchmarks/engine_llamacpp.py [--threads 2] [--batches 1,8,16] [--reps 5]
         [--steps 16] [--context 500] [--out out/engine_llamacpp]
 
-SmolLM2-135M-Instruct (the `smollm2` entry: its Q4_1 GGUF; the transformers engine runs the dequantised fp32
-folder made from the same file), --threads CPU threads for each (llama.cpp's threads, torch's threads), the same
-prompt ids (the drone and arm chat prompts of eight tasks, their system prompts included: 700-900 tokens), greedy.
+SmolLM2-135M-Instruct (the `smollm2-base` entry: its Q4_1 GGUF, no adapter; the transformers engine runs the
+dequantised fp32 folder made from the same file), --threads CPU threads for each (llama.cpp's threads, torch's
+threads), the same prompt ids (the drone and arm chat prompts of eight tasks, their system prompts included:
+700-900 tokens), greedy.
 
 1. decode: ms per step at each batch size B, every sequence decoding one token a step. ``bare``: the low-level API
    as a user would drive it (its own context with the engine's settings: a KV stream per sequence, one llama_decode

@@ -161,7 +161,8 @@ SECTIONS: tuple[Section, ...] = (
         cost="regular", minutes=6),
     Section(
         "engine_llamacpp", "The llamacpp engine beside bare llama-cpp-python and the transformers engine (SmolLM2)",
-        "The `smollm2` entry's Q4_1 GGUF on llama.cpp, two threads each, the same 700-900-token chat prompts, greedy: "
+        "The `smollm2-base` entry's Q4_1 GGUF (no adapter) on llama.cpp, two threads each, the same 700-900-token "
+        "chat prompts, greedy: "
         "decode ms per step at batch 1, 8 and 16 against the bare low-level API driven as a user would and against "
         "the transformers engine on the dequantised weights (alternated, medians of 5 repetitions); resume against "
         "re-prefill; greedy outputs with and without suspension; the grammar's and the scheduler's share of a step; "
