@@ -132,3 +132,33 @@ def test_a_task_with_a_goal_runs_in_the_scene_its_context_describes_and_the_tabl
         assert row["achieved"].startswith("yes" if verdict.achieved else "no"), (row, verdict)
     judged = sum(r["achieved"] == "yes" for r in rows[:2])
     assert f"{judged}/2 plans achieved their task in their robot's scene" in out, out[-3000:]
+
+
+def test_a_stop_while_a_scene_is_being_set_sends_no_goal_and_ends_the_run_at_once(tmp_path):
+    """CI once lost this race: Ctrl-C came while the workload waited (up to 10 s) for an arm's set_parameters
+    service to stage its scene; the goal went out after the stop, its response was never awaited, and the run
+    exited 1 with a "no result". Here the robot has no executor at all, so staging waits until the stop."""
+    tasks = {"drone": [{"task": "look for the cat", "context": "room: living room; objects: sofa, lamp",
+                        "urgency": "normal", "goal": {"photograph": "cat"}}]}
+    (tmp_path / "tasks.yaml").write_text(yaml.safe_dump(tasks))
+    nodes = []
+    try:
+        server = start_server()
+        nodes.append(server)
+        workload = NodeProcess("timely_llm_ros.ros.fleet.workload_node",
+                               ["-r", "__node:=fleet_workload", "-p", "agents:=['ghost_1:drone']",
+                                "-p", "requests_per_agent:=1", "-p", f"tasks_file:={tmp_path / 'tasks.yaml'}",
+                                "-p", f"results_csv:={tmp_path / 'results.csv'}"], "fleet of 1 agents")
+        nodes.append(workload)
+        time.sleep(1.5)          # staging is waiting for ghost_1/executor/set_parameters
+        stopped_at = time.monotonic()
+        workload.proc.send_signal(2)
+        assert workload.proc.wait(30) == 0, workload.output()
+        assert time.monotonic() - stopped_at < 5.0, workload.output()
+        out = workload.drained()
+    finally:
+        for n in reversed(nodes):
+            n.stop()
+    rows = list(csv.DictReader(open(tmp_path / "results.csv", encoding="utf-8")))
+    assert [(r["status"], r["message"]) for r in rows] == [("not sent", "stopped before the goal was sent")], out
+    assert "ghost_1" not in server.output(), server.output()[-3000:]    # /plan never had the goal

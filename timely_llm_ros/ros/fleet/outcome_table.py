@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from timely_llm_ros.core.errors import ErrorCode
 
+NOT_SENT = "not sent"   # the status of a task a stopped run never sent (not a lost goal: /plan never had it)
+
 
 @dataclass
 class OutcomeRow:

@@ -10,7 +10,9 @@ its plans are not judged ("?").
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 import yaml
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
@@ -63,9 +65,11 @@ class SceneStager:
         self._clients = {a: node.create_client(SetParameters, f"{a}/executor/set_parameters") for a in agents}
         self._unavailable: set[str] = set()
 
-    def stage(self, agent: str, robot_type: str, task: dict, wait) -> StagedTask | None:
+    def stage(self, agent: str, robot_type: str, task: dict, wait,
+              stopping: Callable[[], bool] = lambda: False) -> StagedTask | None:
         """Build the task's scene and set it on the agent's executor; None (with a warning) when the task has no
-        goal, its goal is malformed, or the robot takes no scene. ``wait(future, timeout)`` blocks on a future."""
+        goal, its goal is malformed, or the robot takes no scene, and None at once when ``stopping()`` turns true
+        while the executor's service is awaited. ``wait(future, timeout)`` blocks on a future."""
         if "goal" not in task or agent in self._unavailable:
             return None
         log = self._node.get_logger()
@@ -75,7 +79,12 @@ class SceneStager:
             log.warning(f"{agent}: task {task.get('task')!r}: goal not judged: {exc}")
             return None
         client = self._clients[agent]
-        if not client.wait_for_service(timeout_sec=SERVICE_WAIT_S):
+        end = time.monotonic() + SERVICE_WAIT_S
+        while not client.wait_for_service(timeout_sec=0.1):
+            if stopping():
+                return None
+            if time.monotonic() < end:
+                continue
             self._unavailable.add(agent)
             log.warning(f"{agent}: no {agent}/executor/set_parameters service: its scene cannot be set, so its plans "
                         "are not judged")

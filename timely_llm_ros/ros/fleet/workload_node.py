@@ -12,7 +12,7 @@ that first contact on its own clock, and an urgent one may be dropped for it. ro
 get the same order this way.
 Closed loop, a task with a goal condition (``goal:``): its robot's simulated scene is set to the one its context
 describes before the goal is sent, and the plan's result is judged in it (judge_goals; ros/fleet/scene_staging.py).
-Both modes print a table of every request at the end and exit 0 if every request got a result
+Both modes print a table of every request at the end and exit 0 if every goal sent got a result
 (whatever its error code) and, unless stopped, at least one plan was executed, 1 otherwise (a run that executed no
 plan says how its goals ended). On SIGINT/SIGTERM no new goal is sent; goals in flight get
 `shutdown_grace_s` to end (a server stopped at the same time answers them SERVER_SHUTDOWN), then the
@@ -43,7 +43,7 @@ from timely_llm_ros.evaluation.workload.bag import load_any
 from timely_llm_ros.evaluation.workload.generator import Workload
 from timely_llm_ros.paths import config_dir
 from timely_llm_ros.ros.action_client import ActionClient, deep_queues
-from timely_llm_ros.ros.fleet.outcome_table import OutcomeRow, code_name, format_table, no_plan_summary
+from timely_llm_ros.ros.fleet.outcome_table import NOT_SENT, OutcomeRow, code_name, format_table, no_plan_summary
 from timely_llm_ros.ros.fleet.scene_staging import NO_GOAL, NOT_JUDGED, SceneStager
 from timely_llm_ros.ros.spin import NodeStartError, spin_node
 from timely_llm_ros.ros.fleet.workload_replay import ReplayRun
@@ -328,10 +328,17 @@ class FleetWorkloadNode(Node):
         with self._rows_lock:
             self._sent_by_agent[agent.name] = self._sent_by_agent.get(agent.name, 0) + 1
             label = f"{agent.name}#{self._sent_by_agent[agent.name]}"
-        staged = self.stager.stage(agent.name, agent.robot_type, task, self._wait) if self.stager is not None else None
+        staged = (self.stager.stage(agent.name, agent.robot_type, task, self._wait, self.stopping)
+                  if self.stager is not None else None)
         row = OutcomeRow(agent=agent.name, robot_type=agent.robot_type, task=task["task"],
                          urgency=goal.urgency_class, sent_at=time.monotonic(),
                          achieved=NO_GOAL if "goal" not in task else NOT_JUDGED)
+        if self.stopping():     # stopped while its scene was being set: the goal never leaves this node
+            row.status, row.message = NOT_SENT, "stopped before the goal was sent"
+            with self._rows_lock:
+                self.rows.append(row)
+            log.info(f"{agent.name}: '{row.task}' not sent: stopped")
+            return
         if self.timeline is not None:
             self.timeline.record(agent.name, label, "sent", goal.urgency_class)
             if held:
