@@ -102,11 +102,22 @@ def test_an_engine_error_in_the_child_is_raised_here_and_the_child_keeps_serving
 
 
 def test_a_child_that_dies_is_an_engine_error_naming_its_exit_and_close_still_returns():
+    """What died with the child (its generations) cannot be released, suspended or resumed: those return, so a
+    scheduler can end the generation's request; a call that needs the engine says what happened and what to do."""
     engine = ProcessEngine("transformers", None, num_threads=1, random_config="tiny")
+    engine.add("a", [1, 2, 3], 4)
+    engine.step(["a"])
+    assert engine.memory().generations == 1
     engine._proc.kill()
     engine._proc.wait(10)
-    with pytest.raises(EngineError, match="exited with code -9"):
+    with pytest.raises(EngineError, match="exited with code -9 during step .*restart the server"):
         engine.step(["a"])
+    engine.suspend("a")
+    engine.resume("a")
+    engine.release("a")
+    assert engine.memory().generations == 0 and engine.memory().kv_device_bytes == 0
+    with pytest.raises(EngineError, match="exited with code -9 during step"):   # the first call that found it
+        engine.add("b", [1, 2, 3], 2)
     engine.close()
     with pytest.raises(EngineError, match="closed"):
         engine.add("b", [1, 2, 3], 2)

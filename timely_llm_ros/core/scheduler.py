@@ -648,8 +648,11 @@ class PlanScheduler:
         self._running.pop(gen.req_id, None)
         self._waiting.pop(gen.req_id, None)
         if track.engine_held:
-            self.engine.release(gen.req_id)
             track.engine_held = False
+            try:
+                self.engine.release(gen.req_id)
+            except Exception:   # the request ends all the same: its goal must be answered
+                log.exception(f"[{gen.req_id}] the engine could not release its generation")
 
     # ----------------------------------------------------------------- the end
     def _maybe_complete(self, track: Track, t: float) -> None:

@@ -18,6 +18,10 @@ is_offloaded, held_bytes, ...) go to the child by name and wait.
 
 The child ignores SIGINT and SIGTERM (the server decides when the engine stops: close()), and exits when its end
 of the socket closes, also when the server is killed.
+
+A child that dies (killed by the OOM killer, a crash in native code) takes every generation's state with it: from
+then on release, suspend and resume have nothing left to act on and return, the memory accounting holds nothing,
+and add, step and every call that waits raise an EngineError that names the child's exit and says what to do.
 """
 from __future__ import annotations
 
@@ -53,6 +57,8 @@ class ProcessEngine(Engine):
         self._conn = Connection(ours.detach())
         self._lock = threading.Lock()
         self._closed = False
+        self._death: EngineError | None = None   # set when the child is found gone; raised by every later call
+        self._prefill_left: dict[str, int | None] = {}
         try:
             hello = self._call("make", kind, model_path, options, timeout=START_TIMEOUT_S)
         except BaseException:
@@ -64,7 +70,6 @@ class ProcessEngine(Engine):
         # interrupt_check is a callable of this process: the child's engine cannot ask it, so no step ends early
         self.capabilities = dataclasses.replace(self.capabilities, interruptible=False, interrupt_granularity="step")
         self._memory: MemoryStats = hello["memory"]
-        self._prefill_left: dict[str, int | None] = {}
         self.pid = self._proc.pid
 
     # ----- the tokenizer runs here -----
@@ -156,17 +161,24 @@ class ProcessEngine(Engine):
             self._proc.wait(10.0)
 
     def _send(self, op: str, *args: Any) -> None:
-        """A call without an answer (see the module docstring)."""
+        """A call without an answer (see the module docstring). With the child gone, only add raises: what release,
+        suspend and resume would act on died with it."""
         with self._lock:
             self._check_open(op)
             try:
+                if self._death is not None:
+                    raise self._death
                 self._conn.send((op, args, False))
-            except (EOFError, OSError) as exc:
-                raise self._gone(op, exc) from None
+            except (EOFError, OSError, EngineError) as exc:
+                death = self._gone(op, exc)
+                if op == "add":
+                    raise death from None
 
     def _call(self, op: str, *args: Any, timeout: float | None = None) -> Any:
         with self._lock:
             self._check_open(op)
+            if self._death is not None:
+                raise self._death
             try:
                 self._conn.send((op, args, True))
                 if timeout is not None and not self._conn.poll(timeout):
@@ -190,9 +202,23 @@ class ProcessEngine(Engine):
             raise EngineError(f"engine process closed ({op} after close)")
 
     def _gone(self, op: str, exc: BaseException) -> EngineError:
-        code = self._proc.poll()
+        """The error of a call that found the child gone; the first one is kept (and logged) as the engine's death,
+        and its generations' state is dropped."""
+        if self._death is not None:
+            return self._death
+        try:
+            code = self._proc.wait(1.0)    # its end of the socket closed as it died: reap it for its exit code
+        except subprocess.TimeoutExpired:
+            code = None
         state = f"exited with code {code}" if code is not None else "stopped answering"
-        return EngineError(f"engine process (pid {self._proc.pid}) {state} during {op}: {exc or 'connection closed'}")
+        self._death = EngineError(f"engine process (pid {self._proc.pid}) {state} during {op} "
+                                  f"({str(exc) or type(exc).__name__}); its generations are lost: restart the server, or "
+                                  "take it through cleanup and configure, to start a new engine")
+        log.error(str(self._death))
+        self._prefill_left.clear()
+        if hasattr(self, "_memory"):     # not yet during the child's start
+            self._memory = dataclasses.replace(self._memory, kv_device_bytes=0.0, kv_host_bytes=0.0, generations=0)
+        return self._death
 
 
 # ----------------------------------------------------------------------------------------------- the child
