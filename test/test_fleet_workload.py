@@ -150,7 +150,7 @@ def test_a_stop_while_a_scene_is_being_set_sends_no_goal_and_ends_the_run_at_onc
                                 "-p", "requests_per_agent:=1", "-p", f"tasks_file:={tmp_path / 'tasks.yaml'}",
                                 "-p", f"results_csv:={tmp_path / 'results.csv'}"], "fleet of 1 agents")
         nodes.append(workload)
-        time.sleep(1.5)          # staging is waiting for ghost_1/executor/set_parameters
+        workload.wait_for("ghost_1: waiting up to 10 s for ghost_1/executor/set_parameters", 30)
         stopped_at = time.monotonic()
         workload.proc.send_signal(2)
         assert workload.proc.wait(30) == 0, workload.output()

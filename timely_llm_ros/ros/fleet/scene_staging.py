@@ -79,11 +79,17 @@ class SceneStager:
             log.warning(f"{agent}: task {task.get('task')!r}: goal not judged: {exc}")
             return None
         client = self._clients[agent]
-        end = time.monotonic() + SERVICE_WAIT_S
+        start = time.monotonic()
+        said = False
         while not client.wait_for_service(timeout_sec=0.1):
             if stopping():
                 return None
-            if time.monotonic() < end:
+            waited = time.monotonic() - start
+            if waited > 1.0 and not said:
+                log.info(f"{agent}: waiting up to {SERVICE_WAIT_S:g} s for {agent}/executor/set_parameters to set "
+                         "the scene of its task")
+                said = True
+            if waited < SERVICE_WAIT_S:
                 continue
             self._unavailable.add(agent)
             log.warning(f"{agent}: no {agent}/executor/set_parameters service: its scene cannot be set, so its plans "
