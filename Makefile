@@ -45,8 +45,11 @@ demo-image: demo
 	@mkdir -p docs/images && cp $(DEMO_OUT)/timeline.png docs/images/demo_timeline.png && \
 	  echo "docs/images/demo_timeline.png updated"
 
+# TEST_WORKERS pytest-xdist workers, one test file at a time each, every worker on a ROS domain of its own
+# (test/conftest.py); TEST_WORKERS=0 runs the suite in one process
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest test -q -p no:cacheprovider
+	$(PY) -m pytest test -q -p no:cacheprovider $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 # docs/results.md and its plots from the benchmark scripts (benchmarks/results.py; ROS sections use ROS_DOMAIN_ID).
 QUICK  ?=

@@ -10,6 +10,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 os.environ.setdefault("ROS_DOMAIN_ID", str(random.Random(os.getpid()).randint(1, 100)))
+if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
+    # pytest-xdist workers inherit the session's domain: each takes one of its own next to it, so two workers'
+    # servers (both /timely_server) never meet
+    _worker = int(os.environ["PYTEST_XDIST_WORKER"][2:])
+    os.environ["ROS_DOMAIN_ID"] = str((int(os.environ["ROS_DOMAIN_ID"]) + 1 + _worker) % 200 + 1)
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 os.environ.setdefault("ROS_LOG_DIR", str(Path(__file__).resolve().parent.parent / "build" / "ros_log"))
 
