@@ -82,6 +82,15 @@ def test_a_run_that_executes_no_plan_exits_1_and_says_how_its_goals_ended():
             n.stop()
 
 
+def _workload_of_tasks(tmp_path, agent: str, requests: int, ready: str) -> NodeProcess:
+    """fleet_workload for one agent ("name:type") sending the tasks of tmp_path/tasks.yaml, its table to
+    tmp_path/results.csv."""
+    return NodeProcess("timely_llm_ros.ros.fleet.workload_node",
+                       ["-r", "__node:=fleet_workload", "-p", f"agents:=['{agent}']",
+                        "-p", f"requests_per_agent:={requests}", "-p", f"tasks_file:={tmp_path / 'tasks.yaml'}",
+                        "-p", f"results_csv:={tmp_path / 'results.csv'}"], ready)
+
+
 def test_a_task_with_a_goal_runs_in_the_scene_its_context_describes_and_the_table_says_whether_it_achieved_it(
         tmp_path):
     """The workload sets the robot's simulated scene before each task with a goal and judges what the robot reports
@@ -106,10 +115,7 @@ def test_a_task_with_a_goal_runs_in_the_scene_its_context_describes_and_the_tabl
         nodes.append(start_server("expected_agents:=[drone_1]"))
         executor = start_executor("drone_1", "drone", 0.02)
         nodes.append(executor)
-        workload = NodeProcess("timely_llm_ros.ros.fleet.workload_node",
-                               ["-r", "__node:=fleet_workload", "-p", "agents:=['drone_1:drone']",
-                                "-p", "requests_per_agent:=3", "-p", f"tasks_file:={tmp_path / 'tasks.yaml'}",
-                                "-p", f"results_csv:={tmp_path / 'results.csv'}"], "no ready line")
+        workload = _workload_of_tasks(tmp_path, "drone_1:drone", 3, "no ready line")
         nodes.append(workload)
         assert workload.proc.wait(180) in (0, 1), workload.output()
         out = workload.drained()
@@ -145,10 +151,7 @@ def test_a_stop_while_a_scene_is_being_set_sends_no_goal_and_ends_the_run_at_onc
     try:
         server = start_server()
         nodes.append(server)
-        workload = NodeProcess("timely_llm_ros.ros.fleet.workload_node",
-                               ["-r", "__node:=fleet_workload", "-p", "agents:=['ghost_1:drone']",
-                                "-p", "requests_per_agent:=1", "-p", f"tasks_file:={tmp_path / 'tasks.yaml'}",
-                                "-p", f"results_csv:={tmp_path / 'results.csv'}"], "fleet of 1 agents")
+        workload = _workload_of_tasks(tmp_path, "ghost_1:drone", 1, "fleet of 1 agents")
         nodes.append(workload)
         workload.wait_for("ghost_1: waiting up to 10 s for ghost_1/executor/set_parameters", 30)
         stopped_at = time.monotonic()
