@@ -1,13 +1,17 @@
 """timely_bringup: the fleet YAML becomes the right processes, and their supervision behaves.
 
-Four supervision tests start *stand-in* node scripts written into tmp_path: a test double for the real server,
-executor and workload nodes, used only for faults the real nodes cannot produce on demand (a chosen exit code at a
-chosen moment, dying before ready, ignoring SIGINT). Running until stopped and a full fleet run use the real nodes.
-The YAML tests use the real config/demo_fleet.yaml and real rcl.
+The supervision tests run the real server, executor and workload nodes and provoke real faults in them: a workload
+whose goals cannot be executed (its exit code 1), an executor killed with SIGKILL, a server that exits or fails
+to configure before it is ready, an executor stopped with SIGSTOP so that SIGINT cannot end it (the nodes a test
+kills or stops talk over UDP only, see UDP_ON_LOOPBACK_PROFILE). Three readiness tests start *stand-in* node
+scripts written into tmp_path instead (a test double, see the `standins` fixture): a server that serves /plan but
+never logs a ready line, one that never becomes ready, and a silent node named timely_server. The YAML tests use
+the real config/demo_fleet.yaml and real rcl.
 """
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import py_compile
@@ -48,8 +52,8 @@ STANDIN = textwrap.dedent('''
     def on_sigint(*_):
         log("SIGINT")
         sys.exit(0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN if plan.get("ignore_sigint") else on_sigint)
-    log({"args": args, "discovery": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE")})
+    signal.signal(signal.SIGINT, on_sigint)
+    log({"args": args})
     if plan.get("serve_plan_silently"):  # a real Plan action server that never logs a ready line
         import rclpy
         from rclpy.action import ActionServer
@@ -87,18 +91,15 @@ STANDIN = textwrap.dedent('''
 def standins(tmp_path, monkeypatch):
     """Entry points running the stand-in script, and a reader for what the stand-ins logged.
 
-    Test double, and why: the stand-in stands in for the real server/executor/workload processes only where the
-    real ones cannot be made to do what a supervision test needs on demand (exit with a chosen code at a chosen
-    moment, die before printing ready, ignore SIGINT, serve /plan without a ready line). The real nodes are
-    tested on their own (test_ros_server, test_executor_api, test_shutdown), and the real fleet comes up through
-    this same bringup in test_real_fleet_comes_up_through_the_lifecycle_and_leaves_no_temp_folder.
+    Test double, and why: the stand-in stands in for the real server/executor/workload processes only in the
+    readiness tests, where the real server cannot be made to do what they need (serve /plan without a ready line,
+    never become ready, be a silent node of its name). The supervision tests use the real nodes.
     monkeypatch only sets environment variables for the child processes (the stand-in's script and log)."""
     script = tmp_path / "standin.py"
     script.write_text(STANDIN)
     log = tmp_path / "standin.log"
     log.touch()
     monkeypatch.setenv("STANDIN_LOG", str(log))
-    monkeypatch.delenv("ROS_AUTOMATIC_DISCOVERY_RANGE", raising=False)
     entry = {role: [sys.executable, str(script), role] for role in ("server", "executor", "workload")}
 
     def events() -> list[dict]:
@@ -218,69 +219,314 @@ def test_invalid_fleets_are_rejected_with_a_reason(executors, complaint):
         parse_fleet({"bringup": {}, "timely_server": {"ros__parameters": {}}})
 
 
-def test_workload_exit_code_propagates_and_others_are_stopped_with_sigint(tmp_path, standins, monkeypatch, capsys):
-    entry, events = standins
-    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"workload": {"exit_after": 0.3, "exit_code": 3}}))
-    code = bringup.main(["--params-file", str(_small_fleet(tmp_path))], entry_points=entry)
-    assert code == 3
-    log = events()
-    started = [e["who"] for e in log if isinstance(e["event"], dict)]
-    assert started == ["server", "/drone_1", "/arm_1", "workload"]  # server first, workload last
-    assert {e["who"] for e in log if e["event"] == "SIGINT"} == {"server", "/drone_1", "/arm_1"}
-    assert all(e["event"]["discovery"] == "LOCALHOST" for e in log if isinstance(e["event"], dict))
-    out = capsys.readouterr().out
-    assert "[arm_1/executor] stand-in /arm_1 ready" in out
-    assert "[fleet_workload] stand-in workload exiting with 3" in out
-    assert "fleet_workload finished with exit code 3" in out
-
-
-def test_early_executor_death_is_reported_and_stops_the_fleet(tmp_path, standins, monkeypatch, capsys):
-    entry, events = standins
-    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"/arm_1": {"exit_after": 0.2, "exit_code": 7},
-                                                   "workload": {"exit_after": 30}}))
-    code = bringup.main(["--params-file", str(_small_fleet(tmp_path))], entry_points=entry)
-    assert code == 7
-    assert "arm_1/executor exited early with code 7" in capsys.readouterr().out
-    assert {e["who"] for e in events() if e["event"] == "SIGINT"} >= {"server", "/drone_1"}
-
-
-def test_server_that_dies_before_ready_stops_bringup_before_executors(tmp_path, standins, monkeypatch, capsys):
-    entry, events = standins
-    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"server": {"ready": False, "exit_after": 0.1, "exit_code": 0}}))
-    code = bringup.main(["--params-file", str(_small_fleet(tmp_path))], entry_points=entry)
-    assert code == 1  # a clean exit before ready is still a failure
-    assert [e["who"] for e in events() if isinstance(e["event"], dict)] == ["server"]
-    assert "timely_server exited early with code 0" in capsys.readouterr().out
-
-
-def test_child_ignoring_sigint_is_terminated_after_the_grace_period(tmp_path, standins, monkeypatch, capsys):
-    entry, _ = standins
-    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"/drone_1": {"ignore_sigint": True},
-                                                   "workload": {"exit_after": 0.2, "exit_code": 0}}))
-    path = _small_fleet(tmp_path, stop_grace_s=0.3)
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    assert bringup.main(["--params-file", str(path)], entry_points=entry) == 0
-    assert "drone_1/executor still running: sending SIGTERM" in capsys.readouterr().out
-    # main() called in a process that goes on (this one) gives it its signal handlers back
-    assert {s: signal.getsignal(s) for s in handlers} == handlers
-
-
 class _Lines:
-    """The supervisor's output stream: keeps the lines and signals when one containing `mark` was written."""
+    """An output stream for the supervisor (or sys.stdout for bringup.main): keeps what was written and when;
+    `seen` is set once a chunk containing `mark` was written, and wait_for() waits for a pattern."""
 
-    def __init__(self, mark: str) -> None:
+    encoding = "utf-8"
+
+    def __init__(self, mark: str = "") -> None:
         self.text, self.mark, self.seen = "", mark, threading.Event()
-        self._lock = threading.Lock()
+        self.chunks: list[tuple[float, str]] = []     # (time.monotonic(), chunk) of every write
+        self._changed = threading.Condition()
 
     def write(self, chunk: str) -> int:
-        with self._lock:
+        with self._changed:
             self.text += chunk
-        if self.mark in chunk:
+            self.chunks.append((time.monotonic(), chunk))
+            self._changed.notify_all()
+        if self.mark and self.mark in chunk:
             self.seen.set()
         return len(chunk)
 
     def flush(self) -> None:
         pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match | None:
+        """The first match of `pattern` in what was written, waiting up to `timeout` seconds; None if none came."""
+        with self._changed:
+            self._changed.wait_for(lambda: re.search(pattern, self.text), timeout)
+            return re.search(pattern, self.text)
+
+    def written_at(self, fragment: str) -> float:
+        """When the first chunk containing `fragment` was written (time.monotonic())."""
+        return next(t for t, chunk in self.chunks if fragment in chunk)
+
+
+def _started(text: str) -> dict[str, int]:
+    """The processes the bringup says it started, by name, with their pids, in start order."""
+    return {name: int(pid) for name, pid in re.findall(r"\[bringup\] started (\S+) \(pid (\d+)\)", text)}
+
+
+def _real_fleet(tmp_path: Path, node_params: dict, executors: list[str], workload: bool,
+                stop_grace_s: float = 15.0) -> Path:
+    """A fleet description for the real nodes: a server on one torch thread (plus `node_params`), one executor
+    per name in `executors` (robot type: the name without its number)."""
+    params = {"/**/timely_server": {"ros__parameters": {"num_threads": 1, "max_batch": 2}}}
+    for section, values in node_params.items():
+        params.setdefault(section, {"ros__parameters": {}})["ros__parameters"].update(values)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump({"bringup": {
+        "params_file": "params.yaml", "server": True, "workload": workload, "stop_grace_s": stop_grace_s,
+        "server_ready_timeout_s": 120.0,
+        "executors": [{"agent": name, "robot_type": name.rsplit("_", 1)[0]} for name in executors]}}))
+    return path
+
+
+# Nodes that a test kills (SIGKILL) or stops (SIGSTOP) talk over UDP only. Fast DDS's shared-memory transport
+# guards each participant's port with a named semaphore in /dev/shm: a process killed, or stopped for good, while it
+# holds one leaves it locked, and every later node on that ROS domain that takes the port hangs in rcl_node_init
+# (seen here: an executor stopped with SIGSTOP and then killed left /dev/shm/sem.fastdds_port26665_mutex locked,
+# and every later server on domain 77 hung before its first log line). A test must not break later runs.
+# ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST makes rmw_fastrtps add the shared-memory transport whatever Fast DDS is
+# told, so these nodes get what LOCALHOST sets up, minus shared memory, from a Fast DDS profile instead: UDP only,
+# no multicast, discovery through the initial peer 127.0.0.1 (SYSTEM_DEFAULT: rmw_fastrtps leaves it as it is).
+UDP_ON_LOOPBACK_PROFILE = """<?xml version="1.0" encoding="UTF-8"?>
+<dds xmlns="http://www.eprosima.com">
+  <profiles>
+    <transport_descriptors>
+      <transport_descriptor>
+        <transport_id>udp_only</transport_id>
+        <type>UDPv4</type>
+        <maxInitialPeersRange>32</maxInitialPeersRange>
+      </transport_descriptor>
+    </transport_descriptors>
+    <participant profile_name="udp_on_loopback" is_default_profile="true">
+      <rtps>
+        <userTransports><transport_id>udp_only</transport_id></userTransports>
+        <useBuiltinTransports>false</useBuiltinTransports>
+        <builtin>
+          <metatrafficUnicastLocatorList><locator/></metatrafficUnicastLocatorList>
+          <initialPeersList><locator><udpv4><address>127.0.0.1</address></udpv4></locator></initialPeersList>
+        </builtin>
+      </rtps>
+    </participant>
+  </profiles>
+</dds>
+"""
+
+
+def _udp_only(tmp_path: Path) -> dict[str, str]:
+    """The environment for nodes that a test kills or stops (see UDP_ON_LOOPBACK_PROFILE)."""
+    profile = tmp_path / "udp_on_loopback.xml"
+    profile.write_text(UDP_ON_LOOPBACK_PROFILE)
+    return {"ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT", "FASTDDS_DEFAULT_PROFILES_FILE": str(profile)}
+
+
+def _environment(pid: int) -> dict[str, str]:
+    """A running process's environment ({} once it is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+def _maps_shared_memory(pid: int) -> bool:
+    """The process has Fast DDS shared-memory segments mapped (the UDP-only profile did not take)."""
+    return "/dev/shm/fastdds" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def _kill_leftovers(pids) -> None:
+    """After a failed test: nothing the bringup started stays behind (a stopped one is ended too)."""
+    for pid in pids:
+        if not _gone(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_workload_exit_code_propagates_and_others_are_stopped_with_sigint(tmp_path, monkeypatch):
+    """The real fleet_workload drives a robot the fleet has no executor for: the server ends its goal
+    EXECUTOR_UNAVAILABLE (after executor_discovery_timeout_s), no plan was executed, and the workload exits 1. The
+    bringup ends with that code, and SIGINT alone ends the server and the executor (no SIGTERM needed). Every node
+    was started with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST although the caller's environment had none."""
+    fleet = _real_fleet(tmp_path, {
+        "/**/timely_server": {"executor_discovery_timeout_s": 0.5},
+        "/**/fleet_workload": {"agents": ["arm_1:arm"], "requests_per_agent": 1, "stagger_s": 0.0,
+                               "judge_goals": False, "executors_wait_s": 0.0},
+    }, executors=["drone_1"], workload=True)
+    monkeypatch.delenv("ROS_AUTOMATIC_DISCOVERY_RANGE", raising=False)
+    out = _Lines()
+    monkeypatch.setattr(sys, "stdout", out)     # bringup.main writes its lines and the nodes' output there
+    discovery: dict[str, str | None] = {}
+
+    def read_each_nodes_environment() -> None:
+        for name in ("timely_server", "drone_1/executor", "fleet_workload"):
+            started = out.wait_for(rf"\[bringup\] started {re.escape(name)} \(pid (\d+)\)", 180)
+            if started is None:
+                return
+            discovery[name] = _environment(int(started.group(1))).get("ROS_AUTOMATIC_DISCOVERY_RANGE")
+
+    threading.Thread(target=read_each_nodes_environment, daemon=True).start()
+    try:
+        code = bringup.main(["--fleet", str(fleet)])
+        text = out.text
+        started = _started(text)
+        assert code == 1, text[-3000:]
+        assert list(started) == ["timely_server", "drone_1/executor", "fleet_workload"], text[-3000:]
+        # the code is the workload's own: its goal ended EXECUTOR_UNAVAILABLE and it says no plan was executed
+        assert "[bringup] fleet_workload finished with exit code 1" in text, text[-3000:]
+        assert re.search(r"\[fleet_workload\] .*no plan was executed: 1 goal: 1 EXECUTOR_UNAVAILABLE", text), \
+            text[-3000:]
+        assert "exited early" not in text, text[-3000:]
+        # the others were stopped: SIGINT was enough, and every process is gone once main() returned
+        assert "still running: sending" not in text and "Traceback" not in text, text[-3000:]
+        assert [name for name, pid in started.items() if not _gone(pid)] == []
+        assert discovery == dict.fromkeys(started, "LOCALHOST")
+    finally:
+        _kill_leftovers(_started(out.text).values())
+
+
+def test_early_executor_death_is_reported_and_stops_the_fleet(tmp_path):
+    """A real executor killed outright (SIGKILL, as the OOM killer does) while the fleet runs: the bringup reports
+    it with its code (-9), returns that code, and stops the server and the other executor, which exit 0 on SIGINT."""
+    fleet = load_fleet(_real_fleet(tmp_path, {}, ["drone_1", "arm_1"], workload=False))
+    out = _Lines("fleet up")
+    env = {**os.environ, **_udp_only(tmp_path)}     # the nodes; this process's probes keep shared memory
+    supervisor = bringup.Supervisor(build_children(fleet, write_node_params(fleet, tmp_path), with_workload=False),
+                                    stop_grace_s=15.0, out=out, env=env)
+    children: dict[str, subprocess.Popen] = {}
+    killed = threading.Event()
+
+    def kill_an_executor_once_up() -> None:
+        if not out.seen.wait(180):
+            supervisor.request_stop()
+            return
+        children.update({c.spec.name: c.proc for c in supervisor.running})
+        if _maps_shared_memory(children["arm_1/executor"].pid):     # see UDP_ON_LOOPBACK_PROFILE: do not kill it
+            supervisor.request_stop()
+            return
+        os.kill(children["arm_1/executor"].pid, signal.SIGKILL)
+        killed.set()
+
+    killer = threading.Thread(target=kill_an_executor_once_up, daemon=True)
+    killer.start()
+    try:
+        code = supervisor.run()
+        killer.join(5)
+        assert out.seen.is_set(), out.text[-3000:]
+        assert killed.is_set(), "not killed: the executor uses Fast DDS shared memory (see UDP_ON_LOOPBACK_PROFILE)"
+        assert code == -9, out.text[-3000:]
+        assert "[bringup] arm_1/executor exited early with code -9: stopping the fleet" in out.text, out.text[-3000:]
+        assert {name: proc.returncode for name, proc in children.items()} == {
+            "timely_server": 0, "drone_1/executor": 0, "arm_1/executor": -9}, out.text[-3000:]
+        assert "still running: sending" not in out.text and "Traceback" not in out.text, out.text[-3000:]
+    finally:
+        _kill_leftovers(_started(out.text).values())
+
+
+@pytest.mark.parametrize("fault", ["bad_parameter", "stopped_from_outside"])
+def test_server_that_dies_before_ready_stops_bringup_before_executors(tmp_path, monkeypatch, fault):
+    """The real server ends before it is ready: a params file mistake it refuses at start-up (an integer where a
+    double is expected: exit 1), or a SIGTERM from outside while it waits to be configured (a clean exit 0, still a
+    failure of the bringup; when the bringup's configure call reaches the server first, the server exits 0 only
+    once that configure is done, some seconds later, and is never activated). The bringup reports the exit,
+    returns 1 and starts no executor and no workload."""
+    node_params = {"/**/timely_server": {"executor_discovery_timeout_s": 5}} if fault == "bad_parameter" else {}
+    fleet = _real_fleet(tmp_path, node_params, ["drone_1"], workload=True)
+    out = _Lines()
+    monkeypatch.setattr(sys, "stdout", out)     # bringup.main writes its lines and the nodes' output there
+    sent: list[int] = []
+
+    def stop_the_server_while_it_waits() -> None:
+        waiting = out.wait_for(r"\[timely_server\] .*autostart is false: waiting", 60)
+        if waiting is not None and not _gone(_started(out.text)["timely_server"]):
+            os.kill(_started(out.text)["timely_server"], signal.SIGTERM)
+            sent.append(signal.SIGTERM)
+
+    if fault == "stopped_from_outside":
+        threading.Thread(target=stop_the_server_while_it_waits, daemon=True).start()
+    try:
+        code = bringup.main(["--fleet", str(fleet)])
+        text = out.text
+        expected_exit = 1 if fault == "bad_parameter" else 0
+        assert fault == "bad_parameter" or sent, text[-3000:]
+        assert code == 1, text[-3000:]
+        assert f"[bringup] timely_server exited early with code {expected_exit}: stopping the fleet" in text, text
+        if fault == "bad_parameter":
+            assert "[timely_server] error: parameter executor_discovery_timeout_s is a DOUBLE" in text, text
+        assert list(_started(text)) == ["timely_server"], text     # nothing was started after it
+        assert "[bringup] timely_server is ready" not in text and "fleet up" not in text, text
+    finally:
+        _kill_leftovers(_started(out.text).values())
+
+
+def test_server_whose_configure_fails_stops_bringup_before_executors(tmp_path, capsys):
+    """The real server cannot configure (its step_trace_csv lies under a regular file): it stays up, unconfigured,
+    and the bringup's configure call fails. The bringup says so, returns 1, starts nothing else, and SIGINT ends
+    the server."""
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    fleet = _real_fleet(tmp_path, {"/**/timely_server": {"step_trace_csv": str(blocker / "steps.csv")}},
+                        ["drone_1"], workload=True)
+    code = bringup.main(["--fleet", str(fleet)])
+    out = capsys.readouterr().out
+    started = _started(out)
+    try:
+        assert code == 1, out[-3000:]
+        assert "[bringup] lifecycle transition 'configure' of /timely_server failed (see its log): stopping" in out, out
+        assert f"configure failed: step_trace_csv '{blocker / 'steps.csv'}'" in out, out   # the server's reason
+        assert list(started) == ["timely_server"], out
+        # the server was still up (it did not exit early): the bringup stopped it, and SIGINT was enough
+        assert "exited early" not in out and "still running: sending" not in out, out
+        assert _gone(started["timely_server"])
+    finally:
+        _kill_leftovers(started.values())
+
+
+def test_child_ignoring_sigint_is_terminated_after_the_grace_period(tmp_path, monkeypatch):
+    """A real executor that cannot act on SIGINT: stopped with SIGSTOP once ready (as a process that hangs or was
+    suspended), it is still there when the real workload's end (exit 0, nothing to send) stops the fleet. The
+    bringup sends it SIGTERM once stop_grace_s has passed, which cannot end it either, then SIGKILL 2 s later,
+    which does; main() returns the workload's 0 and gives the process its signal handlers back."""
+    grace = 2.0
+    fleet = _real_fleet(tmp_path, {"/**/fleet_workload": {"agents": ["drone_1:drone"], "requests_per_agent": 0,
+                                                          "executors_wait_s": 0.0}},
+                        ["drone_1"], workload=True, stop_grace_s=grace)
+    for name, value in _udp_only(tmp_path).items():     # the nodes (they inherit it) and this process's probes
+        monkeypatch.setenv(name, value)
+    out = _Lines()
+    monkeypatch.setattr(sys, "stdout", out)     # bringup.main writes its lines and the nodes' output there
+    stopped: list[int] = []
+
+    def stop_the_executor_once_ready() -> None:
+        if out.wait_for(r"\[drone_1/executor\] .*executor ready", 120) is not None:
+            pid = _started(out.text)["drone_1/executor"]
+            if not _maps_shared_memory(pid):    # see UDP_ON_LOOPBACK_PROFILE: stopped, then killed, it could
+                # leave a lock behind that hangs later runs
+                os.killpg(pid, signal.SIGSTOP)
+                stopped.append(pid)
+
+    threading.Thread(target=stop_the_executor_once_ready, daemon=True).start()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = bringup.main(["--fleet", str(fleet)])
+        text = out.text
+        assert stopped, ("executor not stopped (not ready, or it uses Fast DDS shared memory: see "
+                         "UDP_ON_LOOPBACK_PROFILE)\n" + text[-3000:])
+        assert code == 0, text[-3000:]
+        assert "[bringup] fleet_workload finished with exit code 0" in text, text[-3000:]
+        # (the server may be sent SIGTERM too if SIGINT has not ended it within the short grace: not checked here)
+        escalation = re.findall(r"\[bringup\] drone_1/executor still running: sending (\w+)", text)
+        assert escalation == ["SIGTERM", "SIGKILL"], text[-3000:]
+        stop_at = out.written_at("[bringup] fleet_workload finished")      # SIGINT went out right after this line
+        term_at = out.written_at("drone_1/executor still running: sending SIGTERM")
+        kill_at = out.written_at("drone_1/executor still running: sending SIGKILL")
+        assert grace - 0.1 <= term_at - stop_at < grace + 2.0, (term_at - stop_at, text[-3000:])
+        assert 2.0 - 0.1 <= kill_at - term_at < 4.0, (kill_at - term_at, text[-3000:])
+        assert _gone(stopped[0]), text[-3000:]
+        # main() called in a process that goes on (this one) gives it its signal handlers back
+        assert {s: signal.getsignal(s) for s in handlers} == handlers
+    finally:
+        for pid in stopped:
+            if not _gone(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGCONT)
+        _kill_leftovers(_started(out.text).values())
 
 
 def test_no_workload_runs_until_stopped(tmp_path):

@@ -166,13 +166,13 @@ class ProcessEngine(Engine):
         with self._lock:
             self._check_open(op)
             try:
-                if self._death is not None:
-                    raise self._death
-                self._conn.send((op, args, False))
-            except (EOFError, OSError, EngineError) as exc:
-                death = self._gone(op, exc)
-                if op == "add":
-                    raise death from None
+                if self._death is None:
+                    self._conn.send((op, args, False))
+                    return
+            except (EOFError, OSError) as exc:
+                self._gone(op, exc)
+            if op == "add":
+                raise self._death
 
     def _call(self, op: str, *args: Any, timeout: float | None = None) -> Any:
         with self._lock:
@@ -212,8 +212,8 @@ class ProcessEngine(Engine):
             code = None
         state = f"exited with code {code}" if code is not None else "stopped answering"
         self._death = EngineError(f"engine process (pid {self._proc.pid}) {state} during {op} "
-                                  f"({str(exc) or type(exc).__name__}); its generations are lost: restart the server, or "
-                                  "take it through cleanup and configure, to start a new engine")
+                                  f"({str(exc) or type(exc).__name__}); its generations are lost: restart the "
+                                  "server, or take it through cleanup and configure, to start a new engine")
         log.error(str(self._death))
         self._prefill_left.clear()
         if hasattr(self, "_memory"):     # not yet during the child's start
