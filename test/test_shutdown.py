@@ -119,3 +119,28 @@ def test_ctrl_c_pressed_again_and_again_until_the_node_is_gone_still_ends_it_cle
         assert "Traceback" not in node.output() and "KeyboardInterrupt" not in node.output(), node.output()[-3000:]
     finally:
         node.stop()
+
+
+def test_sigterm_while_the_model_loads_for_a_configure_call_ends_the_server_0_without_a_traceback():
+    """A lifecycle configure asked from outside is loading the model when SIGTERM comes: the configure callback
+    outlives the spin's wait, and answering it into the destroyed node used to print a traceback."""
+    from lifecycle_msgs.msg import Transition
+    from lifecycle_msgs.srv import ChangeState
+
+    server = start_server("autostart:=false", ready="autostart is false")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node("configure_caller", context=context)
+    try:
+        client = node.create_client(ChangeState, "/timely_server/change_state")
+        assert client.wait_for_service(timeout_sec=30)
+        client.call_async(ChangeState.Request(transition=Transition(id=Transition.TRANSITION_CONFIGURE)))
+        server.wait_for("configuring:", 30)
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(60) == 0, server.output()[-3000:]
+        out = server.output()
+        assert "Traceback" not in out and "a callback raised" not in out, out[-3000:]
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+        server.stop()

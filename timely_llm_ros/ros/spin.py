@@ -25,10 +25,11 @@ import traceback
 from typing import Callable
 
 import rclpy
-from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException, ParameterException
+from rclpy.exceptions import (InvalidHandle, InvalidParameterTypeException, InvalidParameterValueException,
+                              ParameterException)
 from rclpy.signals import SignalHandlerOptions
 from rclpy._rclpy_pybind11 import RCLError   # what rclpy.init raises when rcl rejects the command line
-from rclpy.executors import Executor, MultiThreadedExecutor
+from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor
 
 from timely_llm_ros.ros.process_signals import SignalLatch, enable_thread_dump, stop_with_parent
 
@@ -137,6 +138,10 @@ class Spinner:
         while not self._halt.is_set() and self._context.ok():
             try:
                 self._executor.spin_once(timeout_sec=0.05)
+            except (ExternalShutdownException, InvalidHandle):
+                if self._halt.is_set():   # a callback that outlived stop()'s wait (a configure loading a model at
+                    break                 # Ctrl-C) answered into a node already destroyed: the spin is over
+                print("[spin] a callback raised:\n" + traceback.format_exc(), file=sys.stderr, flush=True)
             except Exception:  # a failing callback is reported; it must not stop the node from spinning
                 print("[spin] a callback raised:\n" + traceback.format_exc(), file=sys.stderr, flush=True)
 
