@@ -99,8 +99,12 @@ class PlanServerNode(LifecycleNode):
         try:
             runtime = configure(self)
         except ConfigureError as exc:
-            self.configure_error = f"configure failed: {exc}"
-            self.get_logger().error(self.configure_error)
+            if self.stopping():   # the process is going down under the model load: that, not the load, failed
+                self.configure_error = f"configure stopped: the process is shutting down ({exc})"
+                self.get_logger().warning(self.configure_error)
+            else:
+                self.configure_error = f"configure failed: {exc}"
+                self.get_logger().error(self.configure_error)
             return TransitionCallbackReturn.FAILURE
         self.runtime = runtime
         for part in (self.intake, self.events, self.state):
