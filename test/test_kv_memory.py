@@ -28,10 +28,11 @@ def _tensor_bytes() -> int:
         if isinstance(obj, torch.Tensor):
             try:
                 storage = obj.untyped_storage()
-            except RuntimeError:
+                pointer = storage.data_ptr()
+            except RuntimeError:   # a tensor without memory of its own (a FakeTensor an earlier compile left)
                 continue
-            if storage.data_ptr() not in seen:
-                seen.add(storage.data_ptr())
+            if pointer not in seen:
+                seen.add(pointer)
                 total += storage.nbytes()
     return total
 

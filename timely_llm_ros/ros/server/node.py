@@ -106,6 +106,14 @@ class PlanServerNode(LifecycleNode):
                 self.configure_error = f"configure failed: {exc}"
                 self.get_logger().error(self.configure_error)
             return TransitionCallbackReturn.FAILURE
+        if self.stopping():   # the process was stopped while the model loaded: free it, do not start serving
+            try:
+                runtime.close(self.destroy_timer, self.get_logger().info)
+            except Exception:      # the node may be half destroyed by now: what is left goes with the process
+                pass
+            self.get_logger().warning("configure stopped: the process is shutting down (the model was loaded "
+                                      "and is freed again)")
+            return TransitionCallbackReturn.FAILURE
         self.runtime = runtime
         for part in (self.intake, self.events, self.state):
             part.attach(runtime)
