@@ -45,9 +45,10 @@ demo-image: demo
 	@mkdir -p docs/images && cp $(DEMO_OUT)/timeline.png docs/images/demo_timeline.png && \
 	  echo "docs/images/demo_timeline.png updated"
 
-# TEST_WORKERS pytest-xdist workers, one test file at a time each, every worker on a ROS domain of its own
-# (test/conftest.py); TEST_WORKERS=0 runs the suite in one process
-TEST_WORKERS ?= 2
+# TEST_WORKERS=N: N pytest-xdist workers, one test file at a time each, every worker on a ROS domain of its own
+# (test/conftest.py), about 20 min at 2 here; a test there shares its process with another set of files than in
+# one process (test_kv_memory's RSS bound failed once so). The default, 0, runs the suite in one process.
+TEST_WORKERS ?= 0
 test: setup
 	$(PY) -m pytest test -q -p no:cacheprovider $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
