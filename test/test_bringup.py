@@ -3,10 +3,11 @@
 The supervision tests run the real server, executor and workload nodes and provoke real faults in them: a workload
 whose goals cannot be executed (its exit code 1), an executor killed with SIGKILL, a server that exits or fails
 to configure before it is ready, an executor stopped with SIGSTOP so that SIGINT cannot end it (the nodes a test
-kills or stops talk over UDP only, see UDP_ON_LOOPBACK_PROFILE). Three readiness tests start *stand-in* node
-scripts written into tmp_path instead (a test double, see the `standins` fixture): a server that serves /plan but
-never logs a ready line, one that never becomes ready, and a silent node named timely_server. The YAML tests use
-the real config/demo_fleet.yaml and real rcl.
+kills or stops talk over UDP only, see UDP_ON_LOOPBACK_PROFILE); the readiness tests run the real server
+against a ready timeout it cannot meet and beside another node of its name. One test starts a *stand-in* server
+script written into tmp_path instead (a test double, see the `standins` fixture): a server that serves /plan but
+never logs a ready line, which the real server always logs. The YAML tests use the real config/demo_fleet.yaml
+and real rcl.
 """
 from __future__ import annotations
 
@@ -66,15 +67,6 @@ STANDIN = textwrap.dedent('''
         except BaseException:
             log("SIGINT")
         sys.exit(0)
-    if plan.get("node"):  # a plain node of that name, silent: what another fleet's server looks like on the graph
-        import rclpy
-        rclpy.init(args=sys.argv)
-        node = rclpy.create_node(plan["node"])
-        try:
-            rclpy.spin(node)
-        except BaseException:
-            log("SIGINT")
-        sys.exit(0)
     if plan.get("ready", True):
         print(f"stand-in {who} ready", flush=True)
     if "exit_after" in plan:
@@ -91,9 +83,9 @@ STANDIN = textwrap.dedent('''
 def standins(tmp_path, monkeypatch):
     """Entry points running the stand-in script, and a reader for what the stand-ins logged.
 
-    Test double, and why: the stand-in stands in for the real server/executor/workload processes only in the
-    readiness tests, where the real server cannot be made to do what they need (serve /plan without a ready line,
-    never become ready, be a silent node of its name). The supervision tests use the real nodes.
+    Test double, and why: the stand-in stands in for the real server in one test only, where the real server
+    cannot do what it needs: serve /plan without ever logging its ready line (the bringup must then find it ready
+    by its action). Every other test uses the real nodes.
     monkeypatch only sets environment variables for the child processes (the stand-in's script and log)."""
     script = tmp_path / "standin.py"
     script.write_text(STANDIN)
@@ -262,7 +254,7 @@ def _started(text: str) -> dict[str, int]:
 
 
 def _real_fleet(tmp_path: Path, node_params: dict, executors: list[str], workload: bool,
-                stop_grace_s: float = 15.0) -> Path:
+                stop_grace_s: float = 15.0, ready_timeout_s: float = 120.0) -> Path:
     """A fleet description for the real nodes: a server on one torch thread (plus `node_params`), one executor
     per name in `executors` (robot type: the name without its number)."""
     params = {"/**/timely_server": {"ros__parameters": {"num_threads": 1, "max_batch": 2}}}
@@ -272,7 +264,7 @@ def _real_fleet(tmp_path: Path, node_params: dict, executors: list[str], workloa
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump({"bringup": {
         "params_file": "params.yaml", "server": True, "workload": workload, "stop_grace_s": stop_grace_s,
-        "server_ready_timeout_s": 120.0,
+        "server_ready_timeout_s": ready_timeout_s,
         "executors": [{"agent": name, "robot_type": name.rsplit("_", 1)[0]} for name in executors]}}))
     return path
 
@@ -598,34 +590,43 @@ def test_server_without_ready_line_is_ready_once_its_plan_action_is_discoverable
     assert [e["who"] for e in events() if isinstance(e["event"], dict)] == ["server", "workload"]
 
 
-def test_server_never_ready_times_out(tmp_path, standins, monkeypatch, capsys):
-    entry, events = standins
-    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"server": {"ready": False}}))
-    path = _small_fleet(tmp_path, server_ready_timeout_s=1.0)
-    assert bringup.main(["--params-file", str(path)], entry_points=entry) == 1
-    assert "timely_server not ready after 1 s" in capsys.readouterr().out
-    assert {e["who"] for e in events()} == {"server"}
+def test_server_never_ready_times_out(tmp_path, capsys):
+    """The real server, which needs seconds to load its model, against a ready timeout of 1 s."""
+    path = _real_fleet(tmp_path, {}, ["drone_1"], workload=True, ready_timeout_s=1.0)
+    code = bringup.main(["--fleet", str(path)])
+    out = capsys.readouterr().out
+    started = _started(out)
+    try:
+        assert code == 1, out[-3000:]
+        assert "timely_server not ready after 1 s" in out, out[-3000:]
+        assert list(started) == ["timely_server"], out[-3000:]     # nothing else was started
+        assert _gone(started["timely_server"])
+    finally:
+        _kill_leftovers(started.values())
 
 
-def test_a_fleet_whose_server_name_is_taken_on_the_domain_stops_and_says_so(tmp_path, standins, monkeypatch, capsys):
+def test_a_fleet_whose_server_name_is_taken_on_the_domain_stops_and_says_so(tmp_path, capsys):
     """Another fleet's timely_server on the same ROS domain (here a node of this process) would take this fleet's
     lifecycle calls and goals too: the bringup sees two nodes of the name, stops, and names the way out."""
-    entry, events = standins
-    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"server": {"node": "timely_server"}}))
     context = rclpy.Context()
     rclpy.init(context=context)
     other = rclpy.create_node("timely_server", context=context)
     try:
-        path = _small_fleet(tmp_path, server_ready_timeout_s=30.0)
+        path = _real_fleet(tmp_path, {}, ["drone_1"], workload=True, ready_timeout_s=30.0)
         t0 = time.monotonic()
-        assert bringup.main(["--params-file", str(path)], entry_points=entry) == 1
+        code = bringup.main(["--fleet", str(path)])
         assert time.monotonic() - t0 < 30.0
     finally:
         other.destroy_node()
         rclpy.shutdown(context=context)
     out = capsys.readouterr().out
-    assert "two nodes named /timely_server are on ROS domain" in out and "ROS_DOMAIN_ID=" in out, out
-    assert {e["who"] for e in events()} == {"server"}     # nothing else was started
+    started = _started(out)
+    try:
+        assert code == 1, out[-3000:]
+        assert "two nodes named /timely_server are on ROS domain" in out and "ROS_DOMAIN_ID=" in out, out[-3000:]
+        assert list(started) == ["timely_server"], out[-3000:]     # nothing else was started
+    finally:
+        _kill_leftovers(started.values())
 
 
 @pytest.mark.parametrize("node_name, namespace, expected", [
