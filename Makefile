@@ -46,9 +46,9 @@ demo-image: demo
 	  echo "docs/images/demo_timeline.png updated"
 
 # TEST_WORKERS=N: N pytest-xdist workers, one test file at a time each, every worker on a ROS domain of its own
-# (test/conftest.py), about 20 min at 2 here; a test there shares its process with another set of files than in
-# one process (test_kv_memory's RSS bound failed once so). The default, 0, runs the suite in one process.
-TEST_WORKERS ?= 0
+# (test/conftest.py): about 18 min at 2 here. Tests that measure memory do it in a fresh process of their own, so
+# which files share a worker does not change them. TEST_WORKERS=0 runs the suite in one process (about 31 min).
+TEST_WORKERS ?= 2
 test: setup
 	$(PY) -m pytest test -q -p no:cacheprovider $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 

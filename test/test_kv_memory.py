@@ -2,11 +2,17 @@
 
 Runs the real embedded planner with the collector switched off: any reference cycle that holds a tensor
 (as the slot store and its cache layers once did) keeps that tensor alive for the rest of the test.
+
+Each measurement runs in a fresh process of its own (multiprocessing, spawn): resident memory and the tensors
+reachable through the collector then belong to this test alone, whichever test files shared the pytest process
+before it (one process, or a pytest-xdist worker), and the parent asserts on what the child measured.
 """
 from __future__ import annotations
 
 import gc
+import multiprocessing
 import resource
+from typing import Callable
 
 import pytest
 import torch
@@ -83,31 +89,45 @@ def _round(engine, r: int) -> None:
         _cancel(engine, gen_id, live)
 
 
-def test_kv_returns_to_baseline_after_rounds_with_the_cycle_collector_off():
+def _in_fresh_process(measure: Callable[[], dict]) -> dict:
+    """What `measure` (a module-level function) returns, run in a new interpreter (spawn, not fork)."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(measure)
+
+
+def _measure_rounds() -> dict:
+    """Tensor bytes and RSS after a warm-up round and after four more; the KV the engine holds after each."""
+    torch.set_num_threads(1)
     engine = make_engine("transformers", None, device="cpu", dtype="float32", kv_budget_mb=0.05, num_threads=1)
     gc.collect()
     gc.disable()
     try:
         _round(engine, 0)                 # warm-up: allocator pools, lazily built model buffers
         base_tensors, base_rss = _tensor_bytes(), _rss_bytes()
-        peak_tensors = 0
+        held = []
         for r in range(1, 5):
             _round(engine, r)
-            peak_tensors = max(peak_tensors, _tensor_bytes())
-            assert engine.held_bytes() == {"device": 0, "host": 0}, f"round {r}: KV still held by the engine"
+            held.append(engine.held_bytes())
         after_tensors, after_rss = _tensor_bytes(), _rss_bytes()
     finally:
         gc.enable()
-    # the store alone grows to several MiB per round; one leaked round would exceed this tolerance
     store_bytes = engine.kv_shape.bytes_per_token * 8 * 64
-    assert after_tensors - base_tensors < store_bytes / 4, (base_tensors, after_tensors)
-    assert after_rss - base_rss < 32 * 2**20, (base_rss, after_rss)
     engine.close()
+    return {"base_tensors": base_tensors, "after_tensors": after_tensors, "base_rss": base_rss,
+            "after_rss": after_rss, "held": held, "store_bytes": store_bytes}
 
 
-def test_lazy_zeros_costs_address_space_until_written_and_gives_memory_back_when_freed():
-    """A 2 GiB lazy_zeros tensor (the CPU slot store's reservation) reads as zeros and adds almost nothing to
-    resident memory; writing 64 MiB of it adds about that much; freeing it returns the memory (collector off)."""
+def test_kv_returns_to_baseline_after_rounds_with_the_cycle_collector_off():
+    m = _in_fresh_process(_measure_rounds)
+    for r, held in enumerate(m["held"], start=1):
+        assert held == {"device": 0, "host": 0}, f"round {r}: KV still held by the engine: {held}"
+    # the store alone grows to several MiB per round; one leaked round would exceed this tolerance
+    assert m["after_tensors"] - m["base_tensors"] < m["store_bytes"] / 4, m
+    assert m["after_rss"] - m["base_rss"] < 32 * 2**20, m
+
+
+def _measure_lazy_zeros() -> dict:
+    """RSS growth (MiB) over a 2 GiB lazy_zeros tensor: made, 64 MiB of it written, freed (collector off)."""
     from timely_llm_ros.engine.transformers.kv_cache import lazy_zeros
 
     def rss() -> float:
@@ -115,13 +135,23 @@ def test_lazy_zeros_costs_address_space_until_written_and_gives_memory_back_when
 
     base = rss()
     t = lazy_zeros((512, 2**20), torch.float32)                       # 2 GiB of address space
-    assert t.shape == (512, 2**20) and float(t[::64, ::4096].abs().sum()) == 0.0
-    assert rss() - base < 64
+    m = {"shape": tuple(t.shape), "sampled_sum": float(t[::64, ::4096].abs().sum()), "made": rss() - base}
     t[:16].fill_(1.0)                                                  # 64 MiB written
-    assert 56 < rss() - base < 128 and float(t[15, -1]) == 1.0 and float(t[16, 0]) == 0.0
+    m.update(written=rss() - base, last_written=float(t[15, -1]), first_unwritten=float(t[16, 0]))
     gc.disable()
     try:
         del t
-        assert rss() - base < 16
+        m["freed"] = rss() - base
     finally:
         gc.enable()
+    return m
+
+
+def test_lazy_zeros_costs_address_space_until_written_and_gives_memory_back_when_freed():
+    """A 2 GiB lazy_zeros tensor (the CPU slot store's reservation) reads as zeros and adds almost nothing to
+    resident memory; writing 64 MiB of it adds about that much; freeing it returns the memory (collector off)."""
+    m = _in_fresh_process(_measure_lazy_zeros)
+    assert m["shape"] == (512, 2**20) and m["sampled_sum"] == 0.0, m
+    assert m["made"] < 64, m
+    assert 56 < m["written"] < 128 and m["last_written"] == 1.0 and m["first_unwritten"] == 0.0, m
+    assert m["freed"] < 16, m
