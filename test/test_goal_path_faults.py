@@ -141,6 +141,15 @@ def test_an_engine_that_dies_mid_plan_answers_that_goal_and_every_later_one_and_
         assert _freed(node) == {"goals": 0, "requests": 0, "plans": 0, "robots": 0, "engine_generations": 0}
         # its segment was withdrawn, or had ended: nothing runs, or waits to run, for the dead plan
         assert poll_until(lambda: _idle(robot), 10, 0.05), robot._status_snapshot()
+        # an operator sees it on /diagnostics: ERROR, naming the exit and what to do
+        from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+        diags: list = []
+        client.node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
+        assert poll_until(lambda: diags and diags[-1].status[0].level == DiagnosticStatus.ERROR, 20, 0.05), \
+            [d.status[0].message for d in diags[-3:]]
+        message = diags[-1].status[0].message
+        assert message.startswith(f"engine process (pid {engine.pid}) exited with code -9") \
+            and "restart the server" in message, message
         for _ in range(2):              # the node keeps answering, each goal with the reason and what to do
             status, result = client.send(**GOAL).result(60)
             assert (result.error_code, status) == (R.GENERATION_FAILED, GoalStatus.STATUS_ABORTED)

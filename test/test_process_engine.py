@@ -123,6 +123,23 @@ def test_a_child_that_dies_is_an_engine_error_naming_its_exit_and_close_still_re
         engine.add("b", [1, 2, 3], 2)
 
 
+def test_a_child_that_dies_between_calls_is_reported_by_failure_without_a_call():
+    """The server's /diagnostics asks failure() every state period: an engine whose child died while nothing was
+    asked of it says so then (exit code and what to do), and the next call raises the same."""
+    engine = ProcessEngine("transformers", None, num_threads=1, random_config="tiny")
+    try:
+        assert engine.failure() is None
+        engine._proc.kill()
+        engine._proc.wait(10)
+        failure = engine.failure()
+        assert failure is not None and "exited with code -9 during a wait for work" in failure, failure
+        assert "restart the server" in failure
+        with pytest.raises(EngineError, match="exited with code -9 during a wait for work"):
+            engine.add("a", [1, 2, 3], 2)
+    finally:
+        engine.close()
+
+
 def test_a_bad_engine_kind_fails_at_construction_with_the_factorys_reason_and_leaves_no_process():
     before = _children()
     with pytest.raises(RuntimeError, match="unknown engine kind 'nope'"):

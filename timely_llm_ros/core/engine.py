@@ -212,6 +212,11 @@ class Engine(ABC):
         """One line for the configure log: the model this engine runs and how ("" when it has nothing to say)."""
         return ""
 
+    def failure(self) -> str | None:
+        """Why this engine can take no more work (it runs in a process that has died, so every later call fails),
+        or None while it can. Cheap: the server asks it every state period for /diagnostics."""
+        return None
+
     def close(self) -> None:
         """Free the model (lifecycle cleanup)."""
 
@@ -250,6 +255,9 @@ class EngineWrapper(Engine):
 
     def describe(self) -> str:
         return self.wrapped.describe()
+
+    def failure(self) -> str | None:
+        return self.wrapped.failure()
 
     def prefill_left(self, gen_id: str) -> int | None:
         return self.wrapped.prefill_left(gen_id)

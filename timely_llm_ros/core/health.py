@@ -3,7 +3,8 @@
 Requests that ended in the last ``window_s`` seconds are counted per urgency class (a goal with its own TUF counts
 as "custom"): done, dropped, failed (cancelled ones are the client's choice and are not counted). Levels:
 
-- ERROR: the engine is not loaded (unconfigured, or configure failed), or an expected robot's executor is missing;
+- ERROR: the engine is not loaded (unconfigured, or configure failed) or has failed (its process died), or an
+  expected robot's executor is missing;
 - WARN: over the window, at least ``min_requests`` ended and more than ``warn_drop_rate`` of them were dropped or
   more than ``warn_failure_rate`` failed; or a class is starving;
 - OK otherwise.

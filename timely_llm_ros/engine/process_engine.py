@@ -197,6 +197,17 @@ class ProcessEngine(Engine):
         return value
 
 
+    def failure(self) -> str | None:
+        """The child's death, found by a call or now (a child that died between calls is reaped here, unless a
+        call holds the pipe: that call finds it)."""
+        if self._death is None and not self._closed and self._proc.poll() is not None \
+                and self._lock.acquire(blocking=False):
+            try:
+                self._gone("a wait for work", EOFError("the process ended"))
+            finally:
+                self._lock.release()
+        return None if self._death is None else str(self._death)
+
     def _check_open(self, op: str) -> None:
         if self._closed:
             raise EngineError(f"engine process closed ({op} after close)")

@@ -113,6 +113,9 @@ class RoutedEngine(EngineWrapper):
         return MemoryStats(a.kv_device_bytes, a.kv_host_bytes + b.kv_device_bytes + b.kv_host_bytes,
                            a.kv_budget_bytes, a.kv_bytes_per_token, a.generations + b.generations)
 
+    def failure(self) -> str | None:
+        return self.primary.failure() or self.secondary.failure()
+
     def close(self) -> None:
         self.primary.close()
         self.secondary.close()

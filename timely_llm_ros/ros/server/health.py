@@ -1,7 +1,7 @@
 """The server's health on /diagnostics (levels from core/health.py) and its log of starving urgency classes.
 
-One DiagnosticStatus, "timely_server: scheduler": ERROR while no engine is loaded or an expected robot's executor
-is missing, WARN on a drop or failure rate over the window, a starving class, a long backlog or an urgency class the
+One DiagnosticStatus, "timely_server: scheduler": ERROR while no engine is loaded, the loaded one's process has died,
+or an expected robot's executor is missing, WARN on a drop or failure rate over the window, a starving class, a long backlog or an urgency class the
 loaded engine cannot meet (the hardware fit at configure), OK otherwise; its
 key-values are what an operator reads: robots alive, busy and missing, per-class counts over the window, the
 scheduler's counters, memory.
@@ -59,13 +59,16 @@ class ServerHealth:
         """A goal ended (any thread)."""
         self.window.add(time.monotonic(), urgency_class, state)
 
-    def publish(self, state: SchedulerState, max_batch: int, robots: dict[str, list[str]], extra: dict) -> None:
-        """The configured server's status (scheduler thread, every state period); logs starvation episodes."""
+    def publish(self, state: SchedulerState, max_batch: int, robots: dict[str, list[str]], extra: dict,
+                engine_failure: str | None = None) -> None:
+        """The configured server's status (scheduler thread, every state period); logs starvation episodes.
+        ``engine_failure``: why the loaded engine can take no more work (Engine.failure), an ERROR."""
         now = time.monotonic()
         self._log_starvation(now)
         counts = self.window.counts(now)
         backlog = state.queued + state.suspended
-        health = assess(True, robots["missing"], counts, self.window.starving(counts), self.window.limits)
+        health = assess(engine_failure is None, robots["missing"], counts, self.window.starving(counts),
+                        self.window.limits, not_loaded_why=engine_failure or "")
         standing, fitted = self._standing
         warnings = standing + ([f"{backlog} generations waiting (max_batch {max_batch})"]
                                if backlog > 4 * max_batch else [])

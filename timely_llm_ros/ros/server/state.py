@@ -54,7 +54,8 @@ class ServerState:
         state = scheduler_state_msg(node, scheduler, node.intake.snapshot_counts(), ready, pending)
         self._pub.publish(state)
         robots = robots_health(node.params.expected_agents, runtime.directory, runtime.dispatcher)
-        node.health.publish(state, scheduler.policy.max_batch, robots, self.memory(runtime))
+        node.health.publish(state, scheduler.policy.max_batch, robots, self.memory(runtime),
+                            engine_failure=runtime.stack.engine.failure())
 
     def _trim_when_quiet(self, runtime: ServerRuntime, now: float) -> None:
         """A burst of goals is over (memory_trim_idle_s): the heap's free pages back to the system."""
