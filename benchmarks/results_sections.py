@@ -77,6 +77,16 @@ SECTIONS: tuple[Section, ...] = (
         "benchmarks/policy_choices.py",
         ("late", "--seeds", "1-5", "--duration-s", "120", "--drone-rate", "2.5", "--arm-rate", "0.2"), cost="fast", minutes=1),
     Section(
+        "branch_estimates", "Branch-aware execution-time estimates against worst-case ones",
+        "The drone reference plans with a conditional, 120 tasks at 3 a second (each to its own robot), timely at "
+        "max batch 8 on the SmolLM2 CPU latency profile; each segment is run by its meaning on a scene of its task "
+        "(the objects the task lists in view, each other object its plan names in the room with probability 0.3), "
+        "its calls timed from the drone's execution-time profile. The scheduler's E for a plan's next segment counts "
+        "every conditional body (worst case) or each body by the share of robots so far on which its condition held "
+        "(branch-aware, core/plan_time.py). Idle: mean time a robot waits between two segments of one plan; utility: "
+        "Eq. 3 per request. Mean [min, max] over seeds 1-5, same arrivals, scenes and robot times on both sides.",
+        "benchmarks/policy_choices.py", ("branches", "--seeds", "1-5"), cost="fast", minutes=1),
+    Section(
         "scheduling_overhead", "Scheduling overhead: one priority update and pick",
         "Wall time of `policy.select` with N queued generations (fresh and suspended, both classes). Targets: "
         "<= 0.1 ms with 8 queued, <= 2 ms with 1,000.",
@@ -249,6 +259,12 @@ SECTIONS: tuple[Section, ...] = (
         "The server (as `make stress` starts it) and one client sending 200 goals at the same moment, 3 repetitions: "
         "when each goal was accepted, when the client had its answer, when the last result came.",
         "benchmarks/overhead.py", ("goal-intake", "--goals", "200", "--reps", "3"), cost="regular", minutes=2, ros=True),
+    Section(
+        "preempt_latency", "An urgent plan on a robot that runs another one (plan_rule urgent_preempts)",
+        "Each shipped executor in its own process; a segment hovering 60 s runs, and 10-50 ms into it a segment sent "
+        "with `preempts` arrives: how long after it was sent the executor received it, the preempted segment ended "
+        "and the urgent one started (the executor's own timestamps), p50 / p99 / max over 100 trials.",
+        "benchmarks/overhead.py", ("preempt", "--trials", "100"), cost="regular", minutes=1, ros=True),
     Section(
         "stress", "Reliability: the stress suite, reduced soak",
         "tools/stress/run.py (docs/stress.md) with a 60 s soak instead of `make stress`'s 600 s: fuzzed goals, faulty "
