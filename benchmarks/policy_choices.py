@@ -399,8 +399,7 @@ def branches_main(argv: list[str] | None = None) -> int:
     p.add_argument("--present", type=float, default=0.3, help="chance an object the plan looks for is in the room")
     p.add_argument("--max-batch", type=int, default=8)
     opts = p.parse_args(argv)
-    lo, _, hi = opts.seeds.partition("-")
-    seeds = list(range(int(lo), int(hi or lo) + 1))
+    seeds = parse_seeds(opts.seeds)
     rows = {}
     for name, aware in (("worst case", False), ("branch-aware", True)):
         results = [branches_run(seed, aware, opts) for seed in seeds]
