@@ -46,7 +46,7 @@ SCHEDULING_DOC = """Scheduling overhead: wall time of one priority update + pick
 
     python benchmarks/overhead.py scheduling [--queued 1,2,4,6,8,1000] [--policies timely,edf,fcfs]
 
-Targets: <= 0.1 ms with 8 queued, <= 2 ms with 1,000 (the paper's Table 5: 0.58 ms for 1, 2.03 ms for 8).
+Targets: <= 0.1 ms with 8 queued, <= 1 ms with 1,000 (the paper's Table 5: 0.58 ms for 1, 2.03 ms for 8).
 Queued generations mix fresh and suspended ones of both urgency classes, so every priority branch runs.
 """
 
