@@ -1,7 +1,9 @@
 """The llamacpp engine: a GGUF model run by llama.cpp (llama-cpp-python's low-level API), one sequence per generation.
 
 Every generation placed in the KV pool owns a llama.cpp sequence id and that sequence's stream of cells (native.py:
-a stream per sequence keeps its greedy tokens independent of the rest of the pool). A step is ONE ``llama_decode``
+a stream per sequence keeps its attention to its own cells, whatever the rest of the pool holds; which generations
+share a step still changes the last bits of its matrix products, as in bare llama-cpp-python, so a greedy near-tie
+can go either way between a batched run and a run alone). A step is ONE ``llama_decode``
 over exactly the generations it is given: a decode token for each prefilled one, the prompt tokens (or, with
 step_token_budget, a chunk of them) of each new one; llama.cpp splits it into micro-batches itself. With a stream
 per sequence it puts into one micro-batch only a run of consecutive, increasing sequence ids (llama_batch_allocr's
