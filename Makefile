@@ -46,8 +46,8 @@ demo-image: demo
 	  echo "docs/images/demo_timeline.png updated"
 
 # TEST_WORKERS=N: N pytest-xdist workers, one test file at a time each, every worker on a ROS domain of its own
-# (test/conftest.py): about 18 min at 2 here. Tests that measure memory do it in a fresh process of their own, so
-# which files share a worker does not change them. TEST_WORKERS=0 runs the suite in one process (about 31 min).
+# (test/conftest.py): 9-18 min at 2 on 2 cores, by CPU. Tests that measure memory do it in a fresh process of their own, so
+# which files share a worker does not change them. TEST_WORKERS=0 runs the suite in one process (about twice as long).
 TEST_WORKERS ?= 2
 test: setup
 	$(PY) -m pytest test -q -p no:cacheprovider $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
