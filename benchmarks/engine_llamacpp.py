@@ -36,6 +36,12 @@ threads), the same prompt ids (the drone and arm chat prompts of eight tasks, th
    moment it turned true (the poll interval added); and the cost of asking (decode at batch 1 and 8 with a check
    that never fires against none: the decode then runs on a helper thread while the stepping thread polls).
 
+8. GGUF types (--types-only, a run of its own: after the other parts the same engines measured 1.7x slower): the
+   same file requantized (llama_model_quantize, into a temporary folder removed at the end) to each of --types; the
+   engine's decode ms per step at each batch on each file, alternated, medians over --reps; and how many of the eight
+   prompts' greedy outputs (24 tokens, each alone) equal the original file's. Not a target: what a team gains or
+   loses by choosing another type for its own model.
+
 Targets: decode >= 0.9x bare at every batch, >= 4x transformers at batch 1 and >= 1.5x at batch 8; resume <= 5% of a
 re-prefill; grammar <= 5% of a step at batch 8; non-forward <= 5% of the forward at batch 8; pick <= 0.1 ms (8) and
 <= 1 ms (1,000).
@@ -170,6 +176,73 @@ def decode_part(args, bare: Bare, engines: dict, prompts: list[list[int]], rows:
         print(f"  batch {batch:2d}: bare {ms['bare']:6.1f} ms  engine {ms['engine']:6.1f} ms  transformers "
               f"{ms['transformers']:6.1f} ms  | engine speed = {row['engine_vs_bare']:.2f}x bare, "
               f"{row['engine_vs_transformers']:.2f}x transformers", flush=True)
+
+
+# ----------------------------------------------------------------------------- 8. GGUF types
+QUANT_TYPES = {"q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M"}
+
+
+def requantized(gguf: Path, kind: str, folder: Path) -> Path:
+    """``gguf`` requantized to ``kind`` (a QUANT_TYPES key) in ``folder``."""
+    import llama_cpp
+
+    out = folder / f"{gguf.stem}.{kind}.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, QUANT_TYPES[kind])
+    params.allow_requantize = True
+    if llama_cpp.llama_model_quantize(str(gguf).encode(), str(out).encode(), ctypes.byref(params)) != 0:
+        raise RuntimeError(f"llama_model_quantize to {kind} failed")
+    return out
+
+
+def types_part(args, gguf: Path, prompts: list[list[int]], rows: list[dict]) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="gguf_types_") as tmp:
+        files = {"q4_1 (as shipped)": gguf, **{k: requantized(gguf, k, Path(tmp)) for k in args.types}}
+        engines = {k: make_engine("llamacpp", str(f), num_threads=args.threads) for k, f in files.items()}
+        try:
+            outputs = {}
+            for name, e in engines.items():
+                runs = []
+                for i, ids in enumerate(prompts):
+                    e.add(f"t{i}", ids, 24)
+                    while f"t{i}" not in e.step([f"t{i}"]).finished:
+                        pass
+                    runs.append(e.output_ids(f"t{i}"))
+                    e.release(f"t{i}")
+                outputs[name] = runs
+            reference = outputs["q4_1 (as shipped)"]
+            for batch in args.batches:
+                per: dict[str, list[float]] = {k: [] for k in engines}
+                for rep in range(args.reps):
+                    names = list(engines)
+                    for name in names[rep % len(names):] + names[:rep % len(names)]:
+                        e = engines[name]
+                        ids = [f"b{rep}_{i}" for i in range(batch)]
+                        for i, gid in enumerate(ids):
+                            p = prompts[i % len(prompts)]
+                            e.add(gid, p, args.steps + 4, forced_ids=[p[-1]] * (args.steps + 4))
+                        e.step(ids)
+                        e.step(ids)
+                        per[name].append(median([e.step(ids).elapsed_s for _ in range(args.steps)]))
+                        for gid in ids:
+                            e.release(gid)
+                cells = []
+                for name in engines:
+                    ms = median(per[name]) * 1e3
+                    same = sum(a == b for a, b in zip(outputs[name], reference))
+                    rows.append({"part": "types", "type": name, "batch": batch, "engine_ms": ms,
+                                 "same_greedy_outputs": same, "file_mib": files[name].stat().st_size / 2**20})
+                    cells.append(f"{name} {ms:5.1f} ms")
+                print(f"  batch {batch:2d}: " + ", ".join(cells), flush=True)
+            for name in engines:
+                same = sum(a == b for a, b in zip(outputs[name], reference))
+                print(f"  {name}: {files[name].stat().st_size / 2**20:.0f} MiB, greedy outputs equal to the shipped "
+                      f"file's: {same} of {len(prompts)}")
+        finally:
+            for e in engines.values():
+                e.close()
 
 
 # ----------------------------------------------------------------------------- 2. resume
@@ -431,13 +504,21 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--context", type=int, default=500)
     p.add_argument("--out", default="out/engine_llamacpp")
+    p.add_argument("--types", default="q8_0,q4_0", help=f"part 8's types, of {','.join(QUANT_TYPES)}")
+    p.add_argument("--types-only", action="store_true", help="run part 8 alone (in a process of its own)")
     args = p.parse_args(argv)
     args.batches = [int(b) for b in args.batches.split(",")]
+    args.types = [t for t in args.types.split(",") if t]
+    unknown = set(args.types) - set(QUANT_TYPES)
+    if unknown:
+        p.error(f"--types: unknown {', '.join(sorted(unknown))}; known: {', '.join(QUANT_TYPES)}")
     import torch
 
     torch.set_num_threads(args.threads)
     spec = model_spec("smollm2-base")
     gguf = spec.gguf.locate()
+    if args.types_only:
+        return types_main(args, spec, gguf)
     engine = make_engine("llamacpp", str(gguf), num_threads=args.threads, prefix_cache_mb=256)
     plain = make_engine("llamacpp", str(gguf), num_threads=args.threads)      # no prefix cache: resume, identity
     hf = make_engine("transformers", str(weights_folder(spec)), device="cpu", dtype="float32")
@@ -470,6 +551,25 @@ def main(argv=None) -> int:
     fields = sorted({k for r in rows for k in r}, key=lambda k: (k != "part", k))
     write_csv(out / "engine_llamacpp.csv", rows, fields)
     engine.close()
+    return 0
+
+
+def types_main(args, spec, gguf: Path) -> int:
+    """Part 8 alone: the same prompts, nothing else loaded in this process."""
+    e = make_engine("llamacpp", str(gguf), num_threads=args.threads)
+    skills = load_skill_sets()
+    setup = model_setup(spec, e, skills)
+    prompts = [setup.prompts(skills[robot], task, scene) for robot, task, scene in TASKS]
+    e.close()
+    print(f"SmolLM2-135M-Instruct Q4_1 ({gguf.name}), {args.threads} threads; prompts of "
+          f"{min(map(len, prompts))}-{max(map(len, prompts))} tokens")
+    print(f"8. GGUF types: the engine on the shipped file and on it requantized to {', '.join(args.types)}, "
+          f"ms per decode step (medians of {args.reps} alternated repetitions)")
+    rows: list[dict] = []
+    types_part(args, gguf, prompts, rows)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "gguf_types.csv", rows, sorted({k for r in rows for k in r}, key=lambda k: (k != "part", k)))
     return 0
 
 

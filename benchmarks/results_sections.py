@@ -179,7 +179,17 @@ SECTIONS: tuple[Section, ...] = (
         "the policy's pick; interrupts. Targets: decode >= 0.9x bare, >= 4x transformers at batch 1 and >= 1.5x at "
         "batch 8; resume <= 5% of a re-prefill; grammar and non-forward <= 5% of a step at batch 8.",
         "benchmarks/engine_llamacpp.py", ("--threads", "2", "--batches", "1,8,16", "--reps", "5", "--out", "{out}"),
-        cost="regular", minutes=20),
+        cost="regular", minutes=10),
+    Section(
+        "gguf_types", "Which GGUF type: SmolLM2's Q4_1 file requantized to Q8_0 and Q4_0 (llamacpp engine)",
+        "The shipped Q4_1 file and the same file requantized with llama_model_quantize, on the llamacpp engine with two "
+        "threads, each file's engine alive in one process of its own: decode ms per step at batch 1, 8 and 16 "
+        "(alternated, medians of 5 repetitions), and how many of eight plans' greedy outputs stay those of the shipped "
+        "file. Requantizing 4-bit weights to another type changes the model; this shows the speed a type buys on this "
+        "CPU, not which type plans better.",
+        "benchmarks/engine_llamacpp.py", ("--types-only", "--threads", "2", "--batches", "1,8,16", "--reps", "5",
+                                          "--out", "{out}"),
+        cost="regular", minutes=3),
     Section(
         "decode_profile", "Where a SmolLM2 decode step goes (per layer, per op)",
         "torch.profiler self CPU time per op over 6 steps of 16 generations of ~800 tokens, the transformers engine "
