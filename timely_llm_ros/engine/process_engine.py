@@ -196,7 +196,6 @@ class ProcessEngine(Engine):
                                                                             else f"{kind}: {message}")
         return value
 
-
     def failure(self) -> str | None:
         """The child's death, found by a call or now (a child that died between calls is reaped here, unless a
         call holds the pipe: that call finds it)."""

@@ -1,8 +1,8 @@
 """The server's health on /diagnostics (levels from core/health.py) and its log of starving urgency classes.
 
 One DiagnosticStatus, "timely_server: scheduler": ERROR while no engine is loaded, the loaded one's process has died,
-or an expected robot's executor is missing, WARN on a drop or failure rate over the window, a starving class, a long backlog or an urgency class the
-loaded engine cannot meet (the hardware fit at configure), OK otherwise; its
+or an expected robot's executor is missing; WARN on a drop or failure rate over the window, a starving class, a long
+backlog or an urgency class the loaded engine cannot meet (the hardware fit at configure); OK otherwise. Its
 key-values are what an operator reads: robots alive, busy and missing, per-class counts over the window, the
 scheduler's counters, memory.
 """
