@@ -3,24 +3,21 @@
 The supervision tests run the real server, executor and workload nodes and provoke real faults in them: a workload
 whose goals cannot be executed (its exit code 1), an executor killed with SIGKILL, a server that exits or fails
 to configure before it is ready, an executor stopped with SIGSTOP so that SIGINT cannot end it (the nodes a test
-kills or stops talk over UDP only, see UDP_ON_LOOPBACK_PROFILE); the readiness tests run the real server
-against a ready timeout it cannot meet and beside another node of its name. One test starts a *stand-in* server
-script written into tmp_path instead (a test double, see the `standins` fixture): a server that serves /plan but
-never logs a ready line, which the real server always logs. The YAML tests use the real config/demo_fleet.yaml
+kills or stops talk over UDP only, see UDP_ON_LOOPBACK_PROFILE); the readiness tests run the real nodes
+with their ready lines below the log level, against a ready timeout the server cannot meet and beside another
+node of its name. No test double: every node is the real one. The YAML tests use the real config/demo_fleet.yaml
 and real rcl.
 """
 from __future__ import annotations
 
 import ast
 import contextlib
-import json
 import os
 import py_compile
 import re
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -33,85 +30,12 @@ from rclpy.node import Node
 from timely_llm_ros.ros import process_signals
 
 from timely_llm_ros.ros.fleet import bringup
-from timely_llm_ros.ros.fleet.children import build_children
+from timely_llm_ros.ros.fleet.children import READY_PATTERN, build_children
 from timely_llm_ros.ros.fleet.description import apply_overrides, load_fleet, parse_fleet, write_node_params
 from waiting import wait_until
 
 DEMO = Path(__file__).resolve().parent.parent / "config" / "fleet" / "demo.yaml"
 DEMO_PARAMS = DEMO.parent.parent / "demo_fleet.yaml"
-
-STANDIN = textwrap.dedent('''
-    """Stand-in node: behaves as STANDIN_PLAN says for its role or namespace, logs to STANDIN_LOG."""
-    import json, os, signal, sys, time
-    role, args = sys.argv[1], sys.argv[2:]
-    ns = next((a.split(":=", 1)[1] for a in args if a.startswith("__ns:=")), "")
-    who = ns or role
-    plan = json.loads(os.environ.get("STANDIN_PLAN", "{}")).get(who, {})
-    def log(event):
-        with open(os.environ["STANDIN_LOG"], "a") as f:
-            f.write(json.dumps({"who": who, "event": event}) + "\\n")
-    def on_sigint(*_):
-        log("SIGINT")
-        sys.exit(0)
-    signal.signal(signal.SIGINT, on_sigint)
-    log({"args": args})
-    if plan.get("serve_plan_silently"):  # a real Plan action server that never logs a ready line
-        import rclpy
-        from rclpy.action import ActionServer
-        from timely_llm_ros.action import Plan
-        rclpy.init(args=sys.argv)
-        node = rclpy.create_node("standin")
-        server = ActionServer(node, Plan, "plan", execute_callback=lambda goal: Plan.Result())
-        try:
-            rclpy.spin(node)
-        except BaseException:
-            log("SIGINT")
-        sys.exit(0)
-    if plan.get("ready", True):
-        print(f"stand-in {who} ready", flush=True)
-    if "exit_after" in plan:
-        time.sleep(plan["exit_after"])
-        print(f"stand-in {who} exiting with {plan.get('exit_code', 0)}", flush=True)
-        log("exit")
-        sys.exit(plan.get("exit_code", 0))
-    while True:
-        time.sleep(0.05)
-''')
-
-
-@pytest.fixture
-def standins(tmp_path, monkeypatch):
-    """Entry points running the stand-in script, and a reader for what the stand-ins logged.
-
-    Test double, and why: the stand-in stands in for the real server in one test only, where the real server
-    cannot do what it needs: serve /plan without ever logging its ready line (the bringup must then find it ready
-    by its action). Every other test uses the real nodes.
-    monkeypatch only sets environment variables for the child processes (the stand-in's script and log)."""
-    script = tmp_path / "standin.py"
-    script.write_text(STANDIN)
-    log = tmp_path / "standin.log"
-    log.touch()
-    monkeypatch.setenv("STANDIN_LOG", str(log))
-    entry = {role: [sys.executable, str(script), role] for role in ("server", "executor", "workload")}
-
-    def events() -> list[dict]:
-        return [json.loads(line) for line in log.read_text().splitlines()]
-
-    return entry, events
-
-
-def _small_fleet(tmp_path: Path, **bringup_settings) -> Path:
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"/**/timely_server": {"ros__parameters": {"policy": "fcfs"}}}))
-    data = {
-        "bringup": {"params_file": "params.yaml", "server": True, "workload": True, "stop_grace_s": 2.0,
-                    "server_ready_timeout_s": 10.0,
-                    "executors": [{"agent": "drone_1", "robot_type": "drone"},
-                                  {"agent": "arm_1", "robot_type": "arm"}], **bringup_settings},
-    }
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
 
 def _value_after(argv: list[str], flag: str, prefix: str = "") -> list[str]:
     return [b for a, b in zip(argv, argv[1:]) if a == flag and b.startswith(prefix)]
@@ -331,7 +255,23 @@ def _kill_leftovers(pids) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_workload_exit_code_propagates_and_others_are_stopped_with_sigint(tmp_path, monkeypatch):
+def _environment_for_this_test(request, **values: str | None) -> None:
+    """Set (None: unset) these variables of os.environ until the test ends: the real nodes the bringup starts, and
+    this process's graph probes, inherit them."""
+    saved = {name: os.environ.get(name) for name in values}
+
+    def put(items) -> None:
+        for name, value in items:
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    request.addfinalizer(lambda: put(saved.items()))
+    put(values.items())
+
+
+def test_workload_exit_code_propagates_and_others_are_stopped_with_sigint(tmp_path, request):
     """The real fleet_workload drives a robot the fleet has no executor for: the server ends its goal
     EXECUTOR_UNAVAILABLE (after executor_discovery_timeout_s), no plan was executed, and the workload exits 1. The
     bringup ends with that code, and SIGINT alone ends the server and the executor (no SIGTERM needed). Every node
@@ -341,9 +281,8 @@ def test_workload_exit_code_propagates_and_others_are_stopped_with_sigint(tmp_pa
         "/**/fleet_workload": {"agents": ["arm_1:arm"], "requests_per_agent": 1, "stagger_s": 0.0,
                                "judge_goals": False, "executors_wait_s": 0.0},
     }, executors=["drone_1"], workload=True)
-    monkeypatch.delenv("ROS_AUTOMATIC_DISCOVERY_RANGE", raising=False)
+    _environment_for_this_test(request, ROS_AUTOMATIC_DISCOVERY_RANGE=None)
     out = _Lines()
-    monkeypatch.setattr(sys, "stdout", out)     # bringup.main writes its lines and the nodes' output there
     discovery: dict[str, str | None] = {}
 
     def read_each_nodes_environment() -> None:
@@ -355,7 +294,8 @@ def test_workload_exit_code_propagates_and_others_are_stopped_with_sigint(tmp_pa
 
     threading.Thread(target=read_each_nodes_environment, daemon=True).start()
     try:
-        code = bringup.main(["--fleet", str(fleet)])
+        with contextlib.redirect_stdout(out):     # bringup.main writes its lines and the nodes' output there
+            code = bringup.main(["--fleet", str(fleet)])
         text = out.text
         started = _started(text)
         assert code == 1, text[-3000:]
@@ -412,7 +352,7 @@ def test_early_executor_death_is_reported_and_stops_the_fleet(tmp_path):
 
 
 @pytest.mark.parametrize("fault", ["bad_parameter", "stopped_from_outside"])
-def test_server_that_dies_before_ready_stops_bringup_before_executors(tmp_path, monkeypatch, fault):
+def test_server_that_dies_before_ready_stops_bringup_before_executors(tmp_path, fault):
     """The real server ends before it is ready: a params file mistake it refuses at start-up (an integer where a
     double is expected: exit 1), or a SIGTERM from outside while it waits to be configured (a clean exit 0, still a
     failure of the bringup; when the bringup's configure call reaches the server first, the server exits 0 only
@@ -421,7 +361,6 @@ def test_server_that_dies_before_ready_stops_bringup_before_executors(tmp_path, 
     node_params = {"/**/timely_server": {"executor_discovery_timeout_s": 5}} if fault == "bad_parameter" else {}
     fleet = _real_fleet(tmp_path, node_params, ["drone_1"], workload=True)
     out = _Lines()
-    monkeypatch.setattr(sys, "stdout", out)     # bringup.main writes its lines and the nodes' output there
     sent: list[int] = []
 
     def stop_the_server_while_it_waits() -> None:
@@ -433,7 +372,8 @@ def test_server_that_dies_before_ready_stops_bringup_before_executors(tmp_path, 
     if fault == "stopped_from_outside":
         threading.Thread(target=stop_the_server_while_it_waits, daemon=True).start()
     try:
-        code = bringup.main(["--fleet", str(fleet)])
+        with contextlib.redirect_stdout(out):     # bringup.main writes its lines and the nodes' output there
+            code = bringup.main(["--fleet", str(fleet)])
         text = out.text
         expected_exit = 1 if fault == "bad_parameter" else 0
         assert fault == "bad_parameter" or sent, text[-3000:]
@@ -474,7 +414,7 @@ def test_server_whose_configure_fails_stops_bringup_before_executors(tmp_path, c
         _kill_leftovers(started.values())
 
 
-def test_child_ignoring_sigint_is_terminated_after_the_grace_period(tmp_path, monkeypatch):
+def test_child_ignoring_sigint_is_terminated_after_the_grace_period(tmp_path, request):
     """A real executor that cannot act on SIGINT: stopped with SIGSTOP once ready (as a process that hangs or was
     suspended), it is still there when the real workload's end (exit 0, nothing to send) stops the fleet. The
     bringup sends it SIGTERM once stop_grace_s has passed, which cannot end it either, then SIGKILL 2 s later,
@@ -483,10 +423,8 @@ def test_child_ignoring_sigint_is_terminated_after_the_grace_period(tmp_path, mo
     fleet = _real_fleet(tmp_path, {"/**/fleet_workload": {"agents": ["drone_1:drone"], "requests_per_agent": 0,
                                                           "executors_wait_s": 0.0}},
                         ["drone_1"], workload=True, stop_grace_s=grace)
-    for name, value in _udp_only(tmp_path).items():     # the nodes (they inherit it) and this process's probes
-        monkeypatch.setenv(name, value)
+    _environment_for_this_test(request, **_udp_only(tmp_path))     # the nodes and this process's probes
     out = _Lines()
-    monkeypatch.setattr(sys, "stdout", out)     # bringup.main writes its lines and the nodes' output there
     stopped: list[int] = []
 
     def stop_the_executor_once_ready() -> None:
@@ -500,7 +438,8 @@ def test_child_ignoring_sigint_is_terminated_after_the_grace_period(tmp_path, mo
     threading.Thread(target=stop_the_executor_once_ready, daemon=True).start()
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        code = bringup.main(["--fleet", str(fleet)])
+        with contextlib.redirect_stdout(out):     # bringup.main writes its lines and the nodes' output there
+            code = bringup.main(["--fleet", str(fleet)])
         text = out.text
         assert stopped, ("executor not stopped (not ready, or it uses Fast DDS shared memory: see "
                          "UDP_ON_LOOPBACK_PROFILE)\n" + text[-3000:])
@@ -577,17 +516,24 @@ def test_launch_files_compile_and_declare_the_standard_arguments(name):
     assert used <= scripts
 
 
-def test_server_without_ready_line_is_ready_once_its_plan_action_is_discoverable(tmp_path, standins, monkeypatch,
-                                                                                  capsys):
-    entry, events = standins
-    monkeypatch.setenv("STANDIN_PLAN", json.dumps({"server": {"serve_plan_silently": True},
-                                                   "workload": {"exit_after": 0.1, "exit_code": 0}}))
-    path = _small_fleet(tmp_path, executors=[], server_ready_timeout_s=20.0)
-    assert bringup.main(["--params-file", str(path)], entry_points=entry) == 0
+def test_nodes_logging_below_info_are_ready_by_lifecycle_and_by_their_action(tmp_path, capsys):
+    """`--log-level warn`: neither the server nor the executor prints its ready line (both log it at INFO). The
+    bringup finds the server ready once it has configured and activated it, and the executor once its
+    ExecuteSegment server is on the graph; the real workload (nothing to send) then ends the fleet with 0."""
+    path = _real_fleet(tmp_path, {"/**/fleet_workload": {"agents": ["drone_1:drone"], "requests_per_agent": 0,
+                                                         "executors_wait_s": 0.0}},
+                       ["drone_1"], workload=True)
+    code = bringup.main(["--fleet", str(path), "--log-level", "warn"])
     out = capsys.readouterr().out
-    assert "[bringup] timely_server is ready" in out
-    assert not any(line.startswith("[timely_server]") and "ready" in line.lower() for line in out.splitlines())
-    assert [e["who"] for e in events() if isinstance(e["event"], dict)] == ["server", "workload"]
+    started = _started(out)
+    try:
+        assert code == 0, out[-3000:]
+        assert "[bringup] timely_server is ready (configured and activated)" in out, out[-3000:]
+        assert "[bringup] drone_1/executor is ready" in out, out[-3000:]
+        node_lines = [line for line in out.splitlines() if line.startswith(("[timely_server]", "[drone_1/executor]"))]
+        assert not [line for line in node_lines if READY_PATTERN.search(line)], node_lines
+    finally:
+        _kill_leftovers(started.values())
 
 
 def test_server_never_ready_times_out(tmp_path, capsys):

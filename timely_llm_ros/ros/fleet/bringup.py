@@ -202,8 +202,7 @@ def _default_params_file() -> Path:
     return config_dir() / "fleet" / "demo.yaml"
 
 
-def main(argv: Sequence[str] | None = None,
-         entry_points: dict[str, list[str]] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point ``timely_bringup``; returns the process exit code."""
     args = make_parser().parse_args(argv)
     path = Path(args.params_file) if args.params_file else _default_params_file()
@@ -217,7 +216,7 @@ def main(argv: Sequence[str] | None = None,
     merged = config.params_file is None or config.modified
     with merged_params_file(config) if merged else contextlib.nullcontext((config.params_file, ())) as given:
         node_params, fds = given
-        children = build_children(config, node_params, args.log_level, not args.no_workload, entry_points, fds)
+        children = build_children(config, node_params, args.log_level, not args.no_workload, pass_fds=fds)
         if not children:
             print("[bringup] nothing to start (server, executors and workload all off)", file=sys.stderr)
             return 2

@@ -40,16 +40,14 @@ def build_children(
     params_file: str | Path,
     log_level: str = "info",
     with_workload: bool = True,
-    entry_points: dict[str, list[str]] | None = None,
     pass_fds: tuple[int, ...] = (),
 ) -> list[ChildSpec]:
     """The processes to start, in start order (server, executors, workload).
 
-    ``entry_points`` maps a role to the argv that runs its node (default ``<python> -m <module>``);
+    Each role runs its node as ``<python> -m <module>`` (NODE_MODULES);
     ``pass_fds``: descriptors every child inherits (those ``params_file`` needs, see merged_params_file).
     """
     entry = {role: [sys.executable, "-m", module] for role, module in NODE_MODULES.items()}
-    entry.update(entry_points or {})
     tail = ["--params-file", str(params_file), "--log-level", log_level]
     children: list[ChildSpec] = []
     if config.server:
@@ -84,7 +82,6 @@ class RunningChild:
                  driven: bool = False) -> None:
         self.spec = spec
         self.ready = threading.Event()
-        self.line_ready = threading.Event()   # the child printed a ready line
         self.driven = driven                  # a lifecycle driver decides readiness, not the ready line
         self.failure: str | None = None       # why a lifecycle transition failed
         self.activated = False                # configured and activated by the bringup
@@ -98,10 +95,8 @@ class RunningChild:
     def _pump(self, out: TextIO, out_lock: threading.Lock) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            if READY_PATTERN.search(line):
-                self.line_ready.set()
-                if not self.driven:
-                    self.ready.set()
+            if READY_PATTERN.search(line) and not self.driven:
+                self.ready.set()
             with out_lock:
                 out.write(f"[{self.spec.name}] {line.rstrip(chr(10))}\n")
                 out.flush()

@@ -10,8 +10,6 @@ import time
 
 from timely_llm_ros.ros.fleet.children import RunningChild
 
-UNMANAGED_AFTER_S = 2.0   # a server ready this long without lifecycle services is taken as unmanaged
-
 
 class GraphProbe:
     """Finds action servers on the ROS graph; inert without rclpy."""
@@ -62,14 +60,12 @@ class GraphProbe:
 def drive_lifecycle(child: RunningChild, halt: threading.Event) -> None:
     """Configure and activate a managed child through its lifecycle services (own rclpy context).
 
-    Sets child.ready once active, or child.failure with the reason. A child without lifecycle services that logged
-    a ready line or whose action server is discoverable (an unmanaged build) counts as ready after
-    UNMANAGED_AFTER_S."""
+    Sets child.ready once active, or child.failure with the reason; a child whose lifecycle services never appear
+    stays not ready (the supervisor's ready timeout ends it)."""
     try:
         import rclpy
         from lifecycle_msgs.msg import Transition
         from lifecycle_msgs.srv import ChangeState
-        from rclpy.action import get_action_server_names_and_types_by_node
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.signals import SignalHandlerOptions
     except ImportError:
@@ -88,20 +84,9 @@ def drive_lifecycle(child: RunningChild, halt: threading.Event) -> None:
         return halt.is_set() or child.proc.poll() is not None or time.monotonic() > deadline
 
     try:
-        unmanaged_since = None
         while not client.service_is_ready():
             if gone():
                 return
-            try:
-                servers = get_action_server_names_and_types_by_node(node, spec.node_name, spec.namespace)
-            except Exception:   # not discovered yet
-                servers = []
-            serving = bool(spec.action_type) and any(spec.action_type in types for _n, types in servers)
-            if child.line_ready.is_set() or serving:
-                unmanaged_since = unmanaged_since or time.monotonic()
-                if time.monotonic() - unmanaged_since > UNMANAGED_AFTER_S:
-                    child.ready.set()
-                    return
             time.sleep(0.1)
         for label, transition in (("configure", Transition.TRANSITION_CONFIGURE),
                                   ("activate", Transition.TRANSITION_ACTIVATE)):
