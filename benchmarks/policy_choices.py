@@ -47,7 +47,7 @@ from timely_llm_ros.evaluation.metrics import request_utility  # noqa: E402
 from timely_llm_ros.evaluation.scene import Scene  # noqa: E402
 from timely_llm_ros.evaluation.scene_skills import act  # noqa: E402
 from timely_llm_ros.evaluation.sim import load_latency_model  # noqa: E402
-from timely_llm_ros.evaluation.sim.simulator import _ENDED_AS, _EXEC_END, Simulator, _Run  # noqa: E402
+from timely_llm_ros.evaluation.sim.simulator import _ENDED_AS, Simulator  # noqa: E402
 from timely_llm_ros.evaluation.workload.generator import WorkloadTask, lookup_trace  # noqa: E402
 from timely_llm_ros.paths import config_dir  # noqa: E402
 
@@ -321,14 +321,8 @@ class InterpretingSimulator(Simulator):
         self._states: dict[str, PlanState] = {}
         self._ran: dict[tuple[str, int], SegmentRun] = {}
 
-    def _start_next(self, t: float, agent: str) -> None:
-        robot = self._robots[agent]
-        if agent in self._runs:
-            return
-        seg = robot.next()
-        if seg is None:
-            return
-        req_id = robot.running.plan
+    def _run_segment(self, t: float, req_id: str, seg) -> tuple[float, list[float], Ended]:
+        """The segment interpreted on its request's scene; only the calls the interpreter made take time."""
         scene = self._scenes[req_id]
         state = self._states.setdefault(req_id, PlanState())
         run = SegmentRun()
@@ -341,13 +335,8 @@ class InterpretingSimulator(Simulator):
         self._ran[(req_id, seg.index)] = run
         model = self.exec_models[DRONE.exec_profile]
         rng = random.Random(f"{self.seed}:{req_id}:{seg.index}")
-        parts = [model.sample_time([call], rng) for call in run.executed]
-        length = sum(parts) * self.time_scale
-        ended = Ended.STOPPED if failed else Ended.RETURNED if run.returned else Ended.DONE
-        token = next(self._seq)
-        self._runs[agent] = _Run(req_id, seg.index, t + length, [t + length], ended, token)
-        self._handle(self.scheduler.on_execution_started(req_id, seg.index, t))
-        self._push(t + length, _EXEC_END, (agent, token))
+        length = sum(model.sample_time([call], rng) for call in run.executed) * self.time_scale
+        return t + length, [t + length], Ended.STOPPED if failed else Ended.RETURNED if run.returned else Ended.DONE
 
     def _report_end(self, t: float, req_id: str, index: int, ended: Ended, message: str) -> None:
         run = self._ran.pop((req_id, index), SegmentRun())

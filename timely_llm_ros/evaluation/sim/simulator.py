@@ -318,19 +318,24 @@ class Simulator:
         if seg is None:
             return
         req_id = robot.running.plan
+        end, boundaries, ended = self._run_segment(t, req_id, seg)
+        token = next(self._seq)
+        self._runs[agent] = _Run(req_id, seg.index, end, boundaries, ended, token)
+        self._handle(self.scheduler.on_execution_started(req_id, seg.index, t))
+        self._push(end, _EXEC_END, (agent, token))
+
+    def _run_segment(self, t: float, req_id: str, seg) -> tuple[float, list[float], Ended]:
+        """The robot's run of ``seg`` of request ``req_id``, started at t: when it ends, when each of its skills
+        ends (where a stop takes effect), and how it ends. Each skill's time is sampled from the robot type's
+        execution-time profile, scaled by time_scale and the execution noise, which may fail it part way."""
         model = self.exec_models[self.skill_sets[self._robot_type[req_id]].exec_profile]
         rng = random.Random(f"{self.seed}:{req_id}:{seg.index}")
         parts = [model.sample_time([call], rng) for call in seg.skills]
         factor, fails_at = self.exec_noise.draw(random.Random(f"{self.seed}:{req_id}:{seg.index}:noise"))
-        start = t
         length = sum(parts) * self.time_scale * factor
-        boundaries = [start + b * self.time_scale * factor for b in itertools.accumulate(parts)]
-        end = start + (length if fails_at is None else length * fails_at)
-        token = next(self._seq)
-        self._runs[agent] = _Run(req_id, seg.index, end, boundaries, Ended.DONE if fails_at is None else Ended.STOPPED,
-                                 token)
-        self._handle(self.scheduler.on_execution_started(req_id, seg.index, start))
-        self._push(end, _EXEC_END, (agent, token))
+        boundaries = [t + b * self.time_scale * factor for b in itertools.accumulate(parts)]
+        end = t + (length if fails_at is None else length * fails_at)
+        return end, boundaries, Ended.DONE if fails_at is None else Ended.STOPPED
 
     def _run_ended(self, t: float, agent: str, token: int) -> None:
         run = self._runs.get(agent)
