@@ -139,6 +139,20 @@ class Bare:
 
 
 # ----------------------------------------------------------------------------- 1. decode
+def decode_step_s(e, prompts: list[list[int]], steps: int, tag: str) -> float:
+    """Median seconds of an engine's decode step over ``steps`` steps, one generation per prompt (each forced to
+    repeat its prompt's last token, so that none ends), after the prefills and one settling step."""
+    ids = [f"{tag}_{i}" for i in range(len(prompts))]
+    for gid, p in zip(ids, prompts):
+        e.add(gid, p, steps + 4, forced_ids=[prompts[0][-1]] * (steps + 4))
+    e.step(ids)
+    e.step(ids)
+    times = [e.step(ids).elapsed_s for _ in range(steps)]
+    for gid in ids:
+        e.release(gid)
+    return median(times)
+
+
 def decode_part(args, bare: Bare, engines: dict, prompts: list[list[int]], rows: list[dict]) -> None:
     for batch in args.batches:
         ps = [prompts[i % len(prompts)] for i in range(batch)]
@@ -157,17 +171,9 @@ def decode_part(args, bare: Bare, engines: dict, prompts: list[list[int]], rows:
                         bare.step(seqs)
                         times.append(time.perf_counter() - t0)
                     bare.clear()
+                    per[name].append(median(times))
                 else:
-                    e = engines[name]
-                    ids = [f"d{rep}_{i}" for i in range(batch)]
-                    for gid, p in zip(ids, ps):
-                        e.add(gid, p, args.steps + 4, forced_ids=[ps[0][-1]] * (args.steps + 4))
-                    e.step(ids)
-                    e.step(ids)
-                    times = [e.step(ids).elapsed_s for _ in range(args.steps)]
-                    for gid in ids:
-                        e.release(gid)
-                per[name].append(median(times))
+                    per[name].append(decode_step_s(engines[name], ps, args.steps, f"d{rep}"))
         ms = {k: median(v) * 1e3 for k, v in per.items()}
         row = {"part": "decode", "batch": batch, "bare_ms": ms["bare"], "engine_ms": ms["engine"],
                "transformers_ms": ms["transformers"], "engine_vs_bare": ms["bare"] / ms["engine"],
@@ -218,16 +224,8 @@ def types_part(args, gguf: Path, prompts: list[list[int]], rows: list[dict]) -> 
                 for rep in range(args.reps):
                     names = list(engines)
                     for name in names[rep % len(names):] + names[:rep % len(names)]:
-                        e = engines[name]
-                        ids = [f"b{rep}_{i}" for i in range(batch)]
-                        for i, gid in enumerate(ids):
-                            p = prompts[i % len(prompts)]
-                            e.add(gid, p, args.steps + 4, forced_ids=[p[-1]] * (args.steps + 4))
-                        e.step(ids)
-                        e.step(ids)
-                        per[name].append(median([e.step(ids).elapsed_s for _ in range(args.steps)]))
-                        for gid in ids:
-                            e.release(gid)
+                        ps = [prompts[i % len(prompts)] for i in range(batch)]
+                        per[name].append(decode_step_s(engines[name], ps, args.steps, f"b{rep}"))
                 cells = []
                 for name in engines:
                     ms = median(per[name]) * 1e3
