@@ -71,6 +71,9 @@ def test_smollm2_plans_the_rover_and_the_plans_conditional_follows_the_room_the_
     client = rovers
     statuses: list[ExecutorStatus] = []
     assert client.node.create_subscription(ExecutorStatus, "/rover_1/executor_status", statuses.append, status_qos())
+    # matched before the goals go out: a subscription discovered late gets only the last status (idle), and the
+    # rover's busy ones are gone by then
+    wait_until(lambda: statuses, 20, "no executor_status from rover_1 reached the test's subscription")
     results = {}
     for agent in ROOMS:
         status, result = client.send(agent_id=agent, **TASK).result(180)
