@@ -80,6 +80,23 @@ def test_training_continues_from_an_adapter_and_a_checkpoint_is_a_loadable_adapt
     assert not torch.allclose(first, second, atol=1e-5)
 
 
+def test_a_bf16_forward_gives_the_fp32_loss_to_bf16_precision_and_an_unknown_precision_fails(tiny):
+    spec, _, _, _, root = tiny
+    first_loss = {}
+    for precision in ("fp32", "bf16"):
+        torch.set_num_threads(1)
+        config = TrainConfig(("arm",), root / f"precision-{precision}", examples=16, batch_size=8, max_steps=1,
+                             warmup_steps=0, check_examples=0, save_every_min=0, precision=precision)
+        info = train_adapter(spec, config)
+        assert info.training["precision"] == precision
+        first_loss[precision] = info.training["final_loss"]          # one step: the first batch's loss
+    assert first_loss["bf16"] != first_loss["fp32"]                   # the forward did run in another type
+    assert first_loss["bf16"] == pytest.approx(first_loss["fp32"], rel=0.02)
+    with pytest.raises(ValueError, match="--precision"):
+        train_adapter(spec, TrainConfig(("arm",), root / "precision-fp8", examples=16, max_steps=1,
+                                        check_examples=0, precision="fp8"))
+
+
 def test_the_adapter_is_trained_on_exactly_the_prompts_the_server_renders(tiny):
     spec, base, _, _, _ = tiny
     skill_sets = load_skill_sets()
