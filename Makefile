@@ -10,8 +10,9 @@ export PYTHONUNBUFFERED := 1
 .PHONY: setup demo test test-fast bench model adapt clean help
 
 help:
-	@echo "make demo   set up .venv, build the interfaces, run the demo fleet (2 arms + 3 drones), draw build/demo/timeline.png"
-	@echo "           make demo ENGINE=vllm runs the same fleet on the vLLM engine; MODEL=smollm2 on SmolLM2-135M"
+	@echo "make demo   set up .venv, build the interfaces, run the demo fleet (2 arms + 3 drones) on SmolLM2-135M with its"
+	@echo "           adapter (llama.cpp), draw build/demo/timeline.png; MODEL=embedded on the tiny embedded planner,"
+	@echo "           ENGINE=transformers|vllm on another engine"
 	@echo "make test   set up if needed, run the whole test suite"
 	@echo "make bench regenerate docs/results.md (QUICK=1: the fast sections only; RERUN=name,...|all:"
 	@echo "           also the long ones, read from docs/results/ otherwise; RENDER=1: rewrite it from stored runs)"
@@ -30,13 +31,14 @@ setup:
 	@$(PY) -m timely_llm_ros.engine.models prepare
 	@$(PY) -c "import timely_llm_ros.action, timely_llm_ros.core.scheduler; print('[setup] timely_llm_ros ready')"
 
-# The demo run writes the server's step trace and the workload's events into DEMO_OUT, and draws them as one picture
-# (tools/demo_timeline.py). `make demo-image` copies that picture to docs/images/ for the README.
+# The demo runs MODEL (default smollm2: SmolLM2-135M with its adapter, the entry with the best goal success on the
+# evaluation's heldout split; docs/results.md "Plan quality"). The run writes the server's step trace and the
+# workload's events into DEMO_OUT, and draws them as one picture (tools/demo_timeline.py). `make demo-image` copies that picture to docs/images/ for the README.
 DEMO_OUT ?= build/demo
 demo: setup
 	@rm -f $(DEMO_OUT)/steps.csv $(DEMO_OUT)/events.csv $(DEMO_OUT)/timeline.png
 	$(VENV)/bin/timely_bringup --fleet config/fleet/demo.yaml $(if $(ENGINE),--set timely_server.engine=$(ENGINE)) \
-	  $(if $(MODEL),--set timely_server.model=$(MODEL)) --set timely_server.step_trace_csv=$(abspath $(DEMO_OUT))/steps.csv \
+	  --set timely_server.model=$(or $(MODEL),smollm2) --set timely_server.step_trace_csv=$(abspath $(DEMO_OUT))/steps.csv \
 	  --set fleet_workload.events_csv=$(abspath $(DEMO_OUT))/events.csv
 	$(PY) -m tools.demo_timeline $(DEMO_OUT)
 

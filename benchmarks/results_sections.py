@@ -141,7 +141,7 @@ SECTIONS: tuple[Section, ...] = (
         "configuration.",
         "benchmarks/plan_quality.py",
         ("--split", "headline", "--configs", "embedded,smollm2-grammar,smollm2-adapted", "--out", "{out}"),
-        cost="long", minutes=90, show=("tables.md",), plots=("plan_quality.png",)),
+        cost="long", minutes=20, show=("tables.md",), plots=("plan_quality.png",)),
     Section(
         "plan_quality_prompts", "Prompt choices for SmolLM2 (dev split only)",
         "smollm2-grammar against one change each, on the dev tasks (the test and heldout tasks are not used to "
