@@ -33,7 +33,8 @@ setup:
 
 # The demo runs MODEL (default smollm2: SmolLM2-135M with its adapter, the entry with the best goal success on the
 # evaluation's heldout split; docs/results.md "Plan quality"). The run writes the server's step trace and the
-# workload's events into DEMO_OUT, and draws them as one picture (tools/demo_timeline.py). `make demo-image` copies that picture to docs/images/ for the README.
+# workload's events into DEMO_OUT, and draws them as one picture (tools/demo_timeline.py). `make demo-image`
+# copies that picture to docs/images/ for the README.
 DEMO_OUT ?= build/demo
 demo: setup
 	@rm -f $(DEMO_OUT)/steps.csv $(DEMO_OUT)/events.csv $(DEMO_OUT)/timeline.png
