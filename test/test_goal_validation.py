@@ -88,3 +88,4 @@ def test_a_goal_that_says_to_keep_away_from_a_listed_object_carries_it_as_a_haza
                                       urgency_class="normal", context="table: mango; places: basket"),
                            "r2", 0.0, {"arm": object()}, CLASSES)
     assert listed.scene_objects == ("mango", "basket") and "fruit" in listed.objects
+    assert listed.fixed_places == ("basket",)              # what the arm may put things into but never pick up

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from timely_llm_ros.core.models import model_spec
 from timely_llm_ros.core.skills import load_skill_sets
-from timely_llm_ros.core.skills.context import grounded_objects, hazard_sides, scene_objects, task_hazards
+from timely_llm_ros.core.skills.context import (fixed_places, grounded_objects, hazard_sides, scene_objects,
+                                                task_hazards)
 from timely_llm_ros.core.skills.grammar import loop_reservation, max_statements, plan_grammar
 from timely_llm_ros.core.skills.interpreter import Interpreter, PlanError, PlanState
 from timely_llm_ros.core.skills.minispec import parse
@@ -72,16 +73,18 @@ def test_the_grammar_accepts_every_reference_plan_with_its_tasks_grounded_object
     def goal(robot, scene, task, plan):
         objects = grounded_objects(scene, task)
         hazards = task_hazards(task, objects)
-        return robot, objects, hazards, scene_objects(scene), hazard_sides(scene, hazards), plan
+        return robot, objects, hazards, scene_objects(scene), hazard_sides(scene, hazards), fixed_places(scene), plan
     plans = [goal(t.robot_type, t.scene, t.task, t.plan) for t in load_eval_tasks(ROBOTS)]
     plans += [goal(robot, scene, task, plan) for robot, scene, task, plan in yaml_examples()]
-    assert len(plans) > 300 and all(objects for _, objects, _, _, _, _ in plans)
-    assert sum(bool(hazards) for _, _, hazards, _, _, _ in plans) > 20        # the avoid tasks' hazards are guarded
-    assert sum(bool(sides) for *_, sides, _ in plans) > 20                      # ... and the sides they are on
-    assert sum(len(listed) < len(objects) for _, objects, _, listed, _, _ in plans) > 300   # the task adds phrases
-    plans += [(e.robot_type, (), (), (), (), e.plan) for e in generate(600, seed=0) if e.robot_type in ROBOTS]
-    for robot, objects, hazards, listed, sides, plan in plans:
-        grammar = plan_grammar(SKILLS[robot], objects=objects, hazards=hazards, scene=listed, hazard_sides=sides)
+    assert len(plans) > 300 and all(objects for _, objects, *_ in plans)
+    assert sum(bool(hazards) for _, _, hazards, *_ in plans) > 20        # the avoid tasks' hazards are guarded
+    assert sum(bool(sides) for *_, sides, _, _ in plans) > 20             # ... and the sides they are on
+    assert sum(len(listed) < len(objects) for _, objects, _, listed, *_ in plans) > 300   # the task adds phrases
+    assert sum(bool(fixed) for *_, fixed, _ in plans) > 100               # the arm's places are never picked
+    plans += [(e.robot_type, (), (), (), (), (), e.plan) for e in generate(600, seed=0) if e.robot_type in ROBOTS]
+    for robot, objects, hazards, listed, sides, fixed, plan in plans:
+        grammar = plan_grammar(SKILLS[robot], objects=objects, hazards=hazards, scene=listed, hazard_sides=sides,
+                               fixed=fixed)
         for text in (plan.strip(), " " + plan.strip()):
             assert accepts(grammar, text), (robot, objects, text)
 
@@ -152,6 +155,22 @@ def test_a_skill_marked_in_scene_takes_only_what_the_scene_lists(accepts):
     assert plan_grammar(ARM, objects=listed, scene=listed) == plan_grammar(ARM, objects=listed)   # nothing to narrow
     assert plan_grammar(DRONE, objects=objects, scene=listed) == plan_grammar(DRONE, objects=objects)  # none in_scene
 
+
+def test_a_movable_skill_never_takes_a_fixed_place(accepts):
+    """The arm's pick and take are movable: "places: scrap bucket, tool chest" lists places things go into, so no
+    plan may pick one up (the robot would fail: it cannot lift a bin); going to one and scanning for one stay open,
+    and so does picking anything the table lists. A context with no fixed places narrows nothing."""
+    scene, task = "bench: offcut, chisel; places: scrap bucket, tool chest", "put the bench to rights"
+    objects, listed, fixed = grounded_objects(scene, task), scene_objects(scene), fixed_places(scene)
+    assert fixed == ("scrap bucket", "tool chest")
+    grammar = plan_grammar(ARM, objects=objects, scene=listed, fixed=fixed)
+    assert accepts(grammar, "sc('scrap bucket');gt('offcut');pi('offcut');gt('scrap bucket');dr();tk('chisel');"
+                            "gt('tool chest');dr();")
+    for lifted in ("gt('scrap bucket');pi('scrap bucket');", "tk('tool chest');dr();"):
+        assert not accepts(grammar, lifted) and accepts(plan_grammar(ARM, objects=objects, scene=listed), lifted)
+    assert fixed_places("table: red cube, blue bowl") == ()
+    assert fixed_places("table: cup; places: cup, tray") == ("tray",)     # listed as an item too: not fixed
+    assert plan_grammar(DRONE, objects=objects, fixed=fixed) == plan_grammar(DRONE, objects=objects)  # none movable
 
 def test_the_grammar_calls_only_the_skills_the_robot_advertises(accepts):
     advertised = ("mf", "tc", "iv", "tp")

@@ -73,6 +73,8 @@ def test_a_new_robot_is_just_a_new_yaml_file(tmp_path: Path):
     ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [int], approaches: true}]\n", "takes no object"),
     ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [object], approaches: 'yes'}]\n", "true or false"),
     ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [str], in_scene: true}]\n", "in_scene: true, but"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [int], movable: true}]\n", "movable: true, but"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [object], movable: 1}]\n", "movable must be true or"),
     ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [int], moves: sideways}]\n", "moves must be one of"),
     ("name: x\nmax_segment_tokens: 5\nskills: [{short: a}, {short: q, kind: query, moves: left}]\n", "on a query"),
 ])

@@ -52,6 +52,7 @@ class PlanRequest:
     hazards: tuple[str, ...] = ()   # those of them its task keeps the robot away from (never an approached object)
     scene_objects: tuple[str, ...] = ()   # those of them its scene lists (() = all): in_scene skills take only these
     hazard_sides: tuple[str, ...] = ()    # the sides its context places a hazard on: no skill moving there is admitted
+    fixed_places: tuple[str, ...] = ()    # the fixed places its context lists (a bin): movable skills never take these
     max_calls: int = MAX_PLAN_CALLS   # skill calls the plan may make with its loops unrolled
     task_type: str = ""        # label for metrics (e.g. LRTrace trace id)
     # paper policies (0 = not given; each policy documents its default)

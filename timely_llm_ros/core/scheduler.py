@@ -576,19 +576,19 @@ class PlanScheduler:
             return None
         try:
             return self._grammar_text(req.robot_type, req.skills, req.objects, req.max_calls, req.hazards,
-                                      req.scene_objects, req.hazard_sides)
+                                      req.scene_objects, req.hazard_sides, req.fixed_places)
         except ValueError as exc:
             raise RequestError(ErrorCode.INVALID_TASK, f"no {req.robot_type} plan can be written for this goal: {exc}")
 
     def _grammar_text(self, robot_type: str, skills: tuple[str, ...], objects: tuple[str, ...], max_calls: int,
                       hazards: tuple[str, ...] = (), scene: tuple[str, ...] = (),
-                      hazard_sides: tuple[str, ...] = ()) -> str:
+                      hazard_sides: tuple[str, ...] = (), fixed: tuple[str, ...] = ()) -> str:
         """The grammar text of a plan for a robot of a statements skill set (skills: those it advertises, () = all),
         made once per distinct spec while it is among the GRAMMAR_TEXTS most recent."""
         skill_set = self.skill_sets[robot_type]
         spec = GrammarSpec.of(skill_set, skills or None, objects,
                               self.config.max_plan_tokens or skill_set.max_plan_tokens, max_calls, hazards, scene,
-                              hazard_sides)
+                              hazard_sides, fixed)
         text = self._grammars.get(spec)
         if text is None:
             text = self._grammars[spec] = grammar_text(skill_set, spec)

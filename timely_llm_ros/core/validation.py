@@ -8,7 +8,8 @@ from typing import Mapping
 
 from timely_llm_ros.core.errors import ErrorCode, RequestError
 from timely_llm_ros.core.request import MAX_PLAN_CALLS, PlanRequest
-from timely_llm_ros.core.skills.context import grounded_objects, hazard_sides, scene_objects, task_hazards
+from timely_llm_ros.core.skills.context import (fixed_places, grounded_objects, hazard_sides, scene_objects,
+                                                task_hazards)
 from timely_llm_ros.core.tuf import TimeUtility
 
 _AGENT_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_/")
@@ -118,7 +119,8 @@ def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Ma
                        time_budget_s=goal.time_budget, tpot_slo_ms=goal.tpot_slo_ms, ttft_slo_ms=goal.ttft_slo_ms,
                        constrained=grammar and not goal.unconstrained, max_calls=limits.max_plan_calls,
                        objects=objects, hazards=hazards, hazard_sides=hazard_sides(goal.context, hazards),
-                       scene_objects=scene_objects(goal.context, tuple(goal.objects)) if objects else ())
+                       scene_objects=scene_objects(goal.context, tuple(goal.objects)) if objects else (),
+                       fixed_places=fixed_places(goal.context) if objects else ())
 
 
 def _time_requirement(goal: GoalFields, classes: Mapping[str, TimeUtility]) -> TimeUtility:

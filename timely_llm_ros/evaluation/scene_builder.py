@@ -18,14 +18,14 @@ A furniture piece a condition names but the context does not list is added out o
 
 The arm (gripper above the table's origin): the listed objects lie on the table in a row, ``ARM_ITEM_SPACING_M``
 apart; the objects of a group whose label names places (``places: drawer, tray``, ``baskets: ...``: see
-``FIXTURE_LABELS``) are fixtures in a second row: things go into them and the gripper cannot lift them. An object a
+``context.FIXED_PLACE_LABELS``, what grounded decoding reads too) are fixtures in a second row: things go into them and the gripper cannot lift them. An object a
 condition names that the context does not list is added to the table (a fixture when it is where something goes).
 """
 from __future__ import annotations
 
 import math
 
-from timely_llm_ros.core.skills.context import parse_context
+from timely_llm_ros.core.skills.context import SceneContext, parse_context
 from timely_llm_ros.evaluation.goals import GoalCondition, Placed, Target, Variant
 from timely_llm_ros.evaluation.scene import Pose, Scene, SceneObject
 
@@ -42,8 +42,6 @@ UNDER_VIEW_M = 0.6       # what lies under furniture is seen from this height or
 BEHIND_GAP_M = 0.8       # how far past the furniture's centre an object behind it lies
 DRONE_HEIGHT_M = 1.0
 ARM_ITEM_SPACING_M = 0.12
-FIXTURE_LABELS = frozenset({"places", "baskets", "bins", "containers", "boxes", "trays", "drawers", "shelves",
-                            "destinations"})
 _DIRECTIONS = {"front": (1.0, 0.0, 0.0), "behind": (-1.0, 0.0, 0.0), "left": (0.0, 1.0, 0.0),
                "right": (0.0, -1.0, 0.0), "above": (0.0, 0.0, 1.0), "below": (0.0, 0.0, -1.0)}
 
@@ -52,7 +50,7 @@ def context_scene(robot_type: str, context: str, name: str = "") -> Scene:
     """The scene a context describes, before any condition adds to it."""
     read = parse_context(context)
     if robot_type == "arm":
-        return _arm_scene(read.groups, name)
+        return _arm_scene(read, name)
     placed = {p.name for p in read.placements}
     listed = [o for o in read.objects if o not in placed]
     start_z = DRONE_HEIGHT_M
@@ -72,10 +70,10 @@ def context_scene(robot_type: str, context: str, name: str = "") -> Scene:
     return Scene(objects, Pose(0.0, 0.0, start_z, 0.0), name=name or "context", known=set(objects))
 
 
-def _arm_scene(groups: tuple[tuple[str, tuple[str, ...]], ...], name: str) -> Scene:
+def _arm_scene(read: SceneContext, name: str) -> Scene:
     objects: dict[str, SceneObject] = {}
-    items = [o for label, group in groups if label not in FIXTURE_LABELS for o in group]
-    fixtures = [o for label, group in groups if label in FIXTURE_LABELS for o in group if o not in items]
+    fixtures = read.fixed_places
+    items = [o for _, group in read.groups for o in group if o not in fixtures]
     for i, obj in enumerate(dict.fromkeys(items)):
         objects[obj] = SceneObject(obj, round(0.1 + ARM_ITEM_SPACING_M * i, 3), 0.3, 0.0, 0.05)
     for j, obj in enumerate(dict.fromkeys(fixtures)):

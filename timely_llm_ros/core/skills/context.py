@@ -6,7 +6,9 @@ from the same reading.
 The context convention (docs/robots.md), sections separated by ';':
 
 - ``label: a, b, c`` lists objects a, b and c (``table: red cube, blue bowl``, ``places: drawer, tray``); the
-  labels in ``PLACE_LABELS`` name where the robot is instead (``room: kitchen``): their value is no object;
+  labels in ``PLACE_LABELS`` name where the robot is instead (``room: kitchen``): their value is no object; the
+  labels in ``FIXED_PLACE_LABELS`` (``places``, ``bins``, ...) list fixed places things go into, which a robot
+  never lifts (``fixed_places``);
 - a section without a label describes one object and where it is: ``lamp on the right, 50 cm away`` is the object
   ``lamp`` to the robot's right at 50 cm (``RELATIONS`` lists the directions read);
 - anything else (free text) lists nothing.
@@ -20,6 +22,9 @@ import re
 from dataclasses import dataclass
 
 PLACE_LABELS = ("room", "location", "area", "site", "zone", "place")
+# labels whose objects are fixed places things go into (a bin, a basket, a drawer): put into, never lifted
+FIXED_PLACE_LABELS = frozenset({"places", "baskets", "bins", "containers", "boxes", "trays", "drawers", "shelves",
+                                "destinations", "spots"})
 # the sides of the robot a context places objects on (its own frame); a skill that moves the robot declares one
 DIRECTIONS = ("front", "behind", "left", "right", "above", "below")
 # direction words of an unlabelled section, as the robot sees them (its own frame)
@@ -86,6 +91,14 @@ class SceneContext:
     placements: tuple[Placement, ...] = ()
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()   # (label, its objects) for each labelled section
 
+    @property
+    def fixed_places(self) -> tuple[str, ...]:
+        """The objects listed only under a FIXED_PLACE_LABELS label (in order): places things go into. A name the
+        context also lists as an item elsewhere is not one."""
+        items = {o for label, group in self.groups if label not in FIXED_PLACE_LABELS for o in group}
+        return tuple(dict.fromkeys(o for label, group in self.groups if label in FIXED_PLACE_LABELS
+                                   for o in group if o not in items))
+
 
 def normalise_name(text: str) -> str:
     """An object name as plans write it: lower case, single spaces, no surrounding punctuation or article."""
@@ -141,6 +154,11 @@ def _placement(section: str) -> Placement | None:
 def context_objects(context: str) -> tuple[str, ...]:
     """The objects a context lists (labelled sections' items and placed objects), in order, each once."""
     return parse_context(context).objects
+
+
+def fixed_places(context: str) -> tuple[str, ...]:
+    """The fixed places a context lists (``places: drawer, tray`` gives drawer and tray): SceneContext.fixed_places."""
+    return parse_context(context).fixed_places
 
 
 def task_phrases(task: str, max_words: int = 3) -> tuple[str, ...]:

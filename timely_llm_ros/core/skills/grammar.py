@@ -15,7 +15,9 @@ wander:
 - **hazards and the scene**: the object slot of a skill that ``approaches`` its object (a drone's goto) never takes
   one of the request's hazards (what its task says to keep away from: ``context.task_hazards``); that of a skill
   marked ``in_scene`` (an arm's goto, pick and take) takes only the objects its scene lists, never another phrase of
-  the task (the task's phrases are there for what may be looked for: ``context.grounded_objects``); a skill whose
+  the task (the task's phrases are there for what may be looked for: ``context.grounded_objects``); that of a skill
+  marked ``movable`` (an arm's pick and take) never takes a fixed place its context lists (``places: drawer``:
+  ``context.fixed_places``), which the robot puts things into but cannot lift; a skill whose
   slot is left with no object is left out, and so is a skill that ``moves`` the robot to a side where the
   request's context places one of its hazards (``context.hazard_sides``: "keep clear of the lamp" with the lamp on
   the right admits no move right);
@@ -98,8 +100,9 @@ class GrammarSpec:
     that move it toward a hazard); ``objects``:
     the names object slots take, in order (() leaves them free strings); ``hazards``: those of them a skill that
     approaches its object may not take; ``scene``: those of them the scene lists, the only ones an ``in_scene``
-    skill takes (() when all are); ``max_plan_tokens`` sets the statement bound; ``max_calls`` bounds the calls
-    with loops unrolled."""
+    skill takes (() when all are); ``fixed``: those of them the context lists as fixed places (a bin, a drawer),
+    which a ``movable`` skill never takes; ``max_plan_tokens`` sets the statement bound; ``max_calls`` bounds the
+    calls with loops unrolled."""
 
     robot_type: str
     skills: tuple[str, ...]
@@ -108,43 +111,48 @@ class GrammarSpec:
     max_calls: int = DEFAULT_MAX_CALLS
     hazards: tuple[str, ...] = ()
     scene: tuple[str, ...] = ()
+    fixed: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, skill_set: SkillSet, skills: Iterable[str] | None = None, objects: Sequence[str] = (),
            max_plan_tokens: int | None = None, max_calls: int = DEFAULT_MAX_CALLS,
-           hazards: Sequence[str] = (), scene: Sequence[str] = (), hazard_sides: Sequence[str] = ()) -> "GrammarSpec":
+           hazards: Sequence[str] = (), scene: Sequence[str] = (), hazard_sides: Sequence[str] = (),
+           fixed: Sequence[str] = ()) -> "GrammarSpec":
         """The spec of a request to a robot of ``skill_set``: ``skills`` the robot advertises (None: all of the
         skill set's; names outside the skill set are left out, and so are those that move the robot to one of
         ``hazard_sides``, where its context places a hazard), ``objects`` the names its object slots take
-        (deduplicated, in order), ``hazards`` those of them its task keeps the robot away from and ``scene`` those
-        its scene lists (names not among ``objects`` are ignored; a scene holding every object is kept as ())."""
+        (deduplicated, in order), ``hazards`` those of them its task keeps the robot away from, ``scene`` those
+        its scene lists and ``fixed`` its fixed places (names not among ``objects`` are ignored; a scene holding
+        every object is kept as ())."""
         sides = set(hazard_sides)
         allowed = sorted(s for s in (skill_set.skills if skills is None else set(skills) & set(skill_set.skills))
                          if skill_set.skills[s].moves not in sides)
         names = tuple(dict.fromkeys(o for o in objects if o))
-        kept_away, listed = set(hazards), set(scene)
+        kept_away, listed, places = set(hazards), set(scene), set(fixed)
         in_scene = tuple(o for o in names if o in listed)
         return cls(skill_set.name, tuple(allowed), names,
                    skill_set.max_plan_tokens if max_plan_tokens is None else int(max_plan_tokens), int(max_calls),
-                   tuple(h for h in names if h in kept_away), in_scene if len(in_scene) < len(names) else ())
+                   tuple(h for h in names if h in kept_away), in_scene if len(in_scene) < len(names) else (),
+                   tuple(o for o in names if o in places))
 
     def slot(self, skill: SkillSpec) -> tuple[str, ...]:
         """The objects ``skill``'s object slots take under this spec (all of ``objects`` but the hazards of a skill
-        that approaches and the unlisted names of an in_scene one)."""
+        that approaches, the unlisted names of an in_scene one and the fixed places of a movable one)."""
         listed = set(self.scene or self.objects)
         return tuple(o for o in self.objects if not (skill.approaches and o in self.hazards)
-                     and not (skill.in_scene and o not in listed))
+                     and not (skill.in_scene and o not in listed) and not (skill.movable and o in self.fixed))
 
 
 def plan_grammar(skill_set: SkillSet, max_plan_tokens: int | None = None, *, skills: Iterable[str] | None = None,
                  objects: Sequence[str] = (), max_calls: int = DEFAULT_MAX_CALLS,
-                 hazards: Sequence[str] = (), scene: Sequence[str] = (), hazard_sides: Sequence[str] = ()) -> str | None:
+                 hazards: Sequence[str] = (), scene: Sequence[str] = (), hazard_sides: Sequence[str] = (),
+                 fixed: Sequence[str] = ()) -> str | None:
     """The Lark grammar (llguidance's dialect) of the skill set's plans under these bounds, or None for a prose
     skill set; ValueError when no plan could be written (no allowed action skill, a bound below 1)."""
     if skill_set.mode != "statements":
         return None
     return grammar_text(skill_set, GrammarSpec.of(skill_set, skills, objects, max_plan_tokens, max_calls, hazards,
-                                                  scene, hazard_sides))
+                                                  scene, hazard_sides, fixed))
 
 
 def grammar_text(skill_set: SkillSet, spec: GrammarSpec) -> str:

@@ -36,6 +36,8 @@ class SkillSpec:
                                       # never fills it with an object the task says to keep away from
     in_scene: bool = False            # its object must be one the scene lists (an arm picks only what lies on its
                                       # table): grounded decoding never fills it with another word of the task
+    movable: bool = False             # its object must be a thing the robot can lift (an arm's pick): grounded
+                                      # decoding never fills it with a fixed place the context lists (a bin)
     moves: str | None = None          # the side it moves the robot to, in the robot's frame (one of DIRECTIONS: a
                                       # drone's move_left "left"): grounded decoding leaves it out when the scene
                                       # places one of the task's hazards on that side
@@ -60,7 +62,7 @@ class SkillSpec:
     @classmethod
     def from_config(cls, entry: Mapping[str, Any], where: str) -> "SkillSpec":
         """Build from one YAML entry {short, long, args, kind, returns, arg_names, description, approaches,
-        in_scene, moves};
+        in_scene, movable, moves};
         ValueError says what is wrong and where."""
         try:
             short = str(entry["short"])
@@ -72,6 +74,7 @@ class SkillSpec:
             description = str(entry.get("description", "") or "").strip()
             approaches = entry.get("approaches", False)
             in_scene = entry.get("in_scene", False)
+            movable = entry.get("movable", False)
             moves = entry.get("moves")
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: a skill needs at least 'short' ({exc})") from None
@@ -92,7 +95,7 @@ class SkillSpec:
                              f"one per argument in args {list(args)}")
         if "\n" in description:
             raise ValueError(f"{where}: skill {short!r} description must be one line")
-        for field, value in (("approaches", approaches), ("in_scene", in_scene)):
+        for field, value in (("approaches", approaches), ("in_scene", in_scene), ("movable", movable)):
             if not isinstance(value, bool):
                 raise ValueError(f"{where}: skill {short!r} {field} must be true or false, got {value!r}")
             if value and "object" not in args:
@@ -101,4 +104,4 @@ class SkillSpec:
         if moves is not None and (moves not in DIRECTIONS or kind != "action"):
             raise ValueError(f"{where}: skill {short!r} moves must be one of {DIRECTIONS} (the side it moves the robot "
                              f"to, in the robot's frame), on an action; got {moves!r} on a {kind}")
-        return cls(short, long, args, kind, returns, arg_names, description, approaches, in_scene, moves)
+        return cls(short, long, args, kind, returns, arg_names, description, approaches, in_scene, movable, moves)
