@@ -143,14 +143,16 @@ def test_no_move_goes_to_the_side_where_the_scene_places_a_hazard(accepts):
 
 
 def test_a_skill_marked_in_scene_takes_only_what_the_scene_lists(accepts):
-    """The arm's goto, pick and take are in_scene: "sort the fruit into the basket" gives the phrase 'fruit', which
-    a scan may look for but the gripper may not go to or pick; the listed objects stay open to them."""
+    """The arm's scan, goto, pick and take are in_scene (its table is what the context lists): "sort the fruit into
+    the basket" gives the phrase 'fruit', which the arm may neither scan for nor go to nor pick; the listed objects
+    stay open to them."""
     scene, task = "table: mango, kale; baskets: fruit basket", "sort the fruit into the fruit basket"
     objects, listed = grounded_objects(scene, task), scene_objects(scene)
     assert "fruit" in objects and "fruit" not in listed
     grammar = plan_grammar(ARM, objects=objects, scene=listed)
-    assert accepts(grammar, "sc('fruit');gt('mango');pi('mango');gt('fruit basket');dr();")
-    for outside in ("gt('fruit');dr();", "gt('mango');pi('fruit');dr();", "tk('fruit');dr();"):
+    assert accepts(grammar, "sc('mango');gt('mango');pi('mango');gt('fruit basket');dr();")
+    for outside in ("sc('fruit');gt('mango');", "gt('fruit');dr();", "gt('mango');pi('fruit');dr();",
+                    "tk('fruit');dr();"):
         assert not accepts(grammar, outside) and accepts(plan_grammar(ARM, objects=objects), outside), outside
     assert plan_grammar(ARM, objects=listed, scene=listed) == plan_grammar(ARM, objects=listed)   # nothing to narrow
     assert plan_grammar(DRONE, objects=objects, scene=listed) == plan_grammar(DRONE, objects=objects)  # none in_scene
