@@ -219,6 +219,7 @@ def types_part(args, gguf: Path, prompts: list[list[int]], rows: list[dict]) -> 
                     e.release(f"t{i}")
                 outputs[name] = runs
             reference = outputs["q4_1 (as shipped)"]
+            same = {name: sum(a == b for a, b in zip(runs, reference)) for name, runs in outputs.items()}
             for batch in args.batches:
                 per: dict[str, list[float]] = {k: [] for k in engines}
                 for rep in range(args.reps):
@@ -229,15 +230,13 @@ def types_part(args, gguf: Path, prompts: list[list[int]], rows: list[dict]) -> 
                 cells = []
                 for name in engines:
                     ms = median(per[name]) * 1e3
-                    same = sum(a == b for a, b in zip(outputs[name], reference))
                     rows.append({"part": "types", "type": name, "batch": batch, "engine_ms": ms,
-                                 "same_greedy_outputs": same, "file_mib": files[name].stat().st_size / 2**20})
+                                 "same_greedy_outputs": same[name], "file_mib": files[name].stat().st_size / 2**20})
                     cells.append(f"{name} {ms:5.1f} ms")
                 print(f"  batch {batch:2d}: " + ", ".join(cells), flush=True)
             for name in engines:
-                same = sum(a == b for a, b in zip(outputs[name], reference))
                 print(f"  {name}: {files[name].stat().st_size / 2**20:.0f} MiB, greedy outputs equal to the shipped "
-                      f"file's: {same} of {len(prompts)}")
+                      f"file's: {same[name]} of {len(prompts)}")
         finally:
             for e in engines.values():
                 e.close()

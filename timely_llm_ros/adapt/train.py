@@ -240,8 +240,8 @@ def train_adapter(spec: ModelSpec, config: TrainConfig) -> AdapterInfo:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
-    config.precision = resolve_precision(config.precision, device)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    precision = resolve_precision(config.precision, device)    # what ran ("auto" resolved), as the run records it
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     folder = weights_folder(spec)
     skill_sets = load_robot_types(config.skills_dir).skill_sets
     examples, report = build_corpus(skill_sets, config.robot_types, config.examples, config.seed, config.skills_dir)
@@ -281,7 +281,7 @@ def train_adapter(spec: ModelSpec, config: TrainConfig) -> AdapterInfo:
         model = get_peft_model(model, lora)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("LoRA r=%d alpha=%d on %s: %.2fM trainable parameters; forward in %s", config.rank, config.alpha,
-             ",".join(config.target_modules), trainable / 1e6, config.precision)
+             ",".join(config.target_modules), trainable / 1e6, precision)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate,
                                   weight_decay=0.0)
     rng = random.Random(config.seed)
@@ -311,7 +311,7 @@ def train_adapter(spec: ModelSpec, config: TrainConfig) -> AdapterInfo:
                 "tokens_per_s": round(seen_tokens / max(spent, 1e-9), 1),
                 "final_loss": round(ema if ema is not None else float("nan"), 4), "device": str(device),
                 "threads": torch.get_num_threads() if device.type == "cpu" else None,
-                "batch_size": config.batch_size, "learning_rate": config.learning_rate, "precision": config.precision,
+                "batch_size": config.batch_size, "learning_rate": config.learning_rate, "precision": precision,
                 "prefix_refresh": config.prefix_refresh, "epochs_done": round(step / max(1, len(per_epoch)), 2),
                 "continued_from": str(config.init_adapter) if config.init_adapter else None, "final": final}
 
