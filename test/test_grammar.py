@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from timely_llm_ros.core.models import model_spec
-from timely_llm_ros.core.skills import load_skill_sets
+from timely_llm_ros.core.skills import SkillSet, load_skill_sets
 from timely_llm_ros.core.skills.context import (fixed_places, grounded_objects, hazard_sides, scene_objects,
                                                 task_hazards)
 from timely_llm_ros.core.skills.grammar import loop_reservation, max_statements, plan_grammar
@@ -25,6 +25,7 @@ from timely_llm_ros.engine.models import weights_folder
 from timely_llm_ros.engine.tokenizer import load_tokenizer
 from timely_llm_ros.evaluation.evalset import load_eval_tasks
 from timely_llm_ros.evaluation.scene import Pose, Scene, SceneObject
+from timely_llm_ros.evaluation.scene_builder import context_scene
 from timely_llm_ros.evaluation.scene_run import run_plan
 from timely_llm_ros.paths import config_dir
 from tools.embedded_planner.corpus import generate
@@ -151,7 +152,7 @@ def test_a_skill_marked_in_scene_takes_only_what_the_scene_lists(accepts):
     assert "fruit" in objects and "fruit" not in listed
     grammar = plan_grammar(ARM, objects=objects, scene=listed)
     assert accepts(grammar, "sc('mango');gt('mango');pi('mango');gt('fruit basket');dr();")
-    for outside in ("sc('fruit');gt('mango');", "gt('fruit');dr();", "gt('mango');pi('fruit');dr();",
+    for outside in ("sc('fruit');gt('mango');", "tk('mango');gt('fruit');dr();", "gt('fruit');pi('fruit');dr();",
                     "tk('fruit');dr();"):
         assert not accepts(grammar, outside) and accepts(plan_grammar(ARM, objects=objects), outside), outside
     assert plan_grammar(ARM, objects=listed, scene=listed) == plan_grammar(ARM, objects=listed)   # nothing to narrow
@@ -173,6 +174,50 @@ def test_a_movable_skill_never_takes_a_fixed_place(accepts):
     assert fixed_places("table: red cube, blue bowl") == ()
     assert fixed_places("table: cup; places: cup, tray") == ("tray",)     # listed as an item too: not fixed
     assert plan_grammar(DRONE, objects=objects, fixed=fixed) == plan_grammar(DRONE, objects=objects)  # none movable
+
+def without_hold(skill_set):
+    """The skill set with its grasps, releases and after flags taken off (the grammar then follows nothing held)."""
+    with open(config_dir() / "skills" / f"{skill_set.name}.yaml", encoding="utf-8") as f:
+        cfg = yaml.safe_load(f)
+    for entry in cfg["skills"]:
+        for flag in ("grasps", "releases", "after"):
+            entry.pop(flag, None)
+    return SkillSet.from_config(cfg)
+
+
+ON_TABLE = "table: red block, blue block, green block; places: tray"
+
+
+def test_the_arm_grammar_follows_what_the_gripper_holds(accepts):
+    """The arm's pick grasps what its goto went above (after: gt), pick and take grasp, drop releases, a scan
+    stays still: a grounded plan picks only where its last move went, never while holding, never goes to what it holds, drops
+    only what it holds, never lifts a thing it dropped something onto, and never drops onto such a thing (it would
+    land on what rests there). Each refused plan parses, and the same grammar without those flags takes it."""
+    objects, fixed = scene_objects(ON_TABLE), fixed_places(ON_TABLE)
+    grammar = plan_grammar(ARM, objects=objects, fixed=fixed)
+    loose = plan_grammar(without_hold(ARM), objects=objects, fixed=fixed)
+    assert grammar != loose
+    for plan in ("gt('red block');pi('red block');gt('blue block');dr();gt('green block');pi('green block');"
+                 "gt('red block');dr();",                                       # a tower of three
+                 "tk('red block');gt('tray');dr();tk('blue block');mv(10, 20);dr();sc('tray');",
+                 "gt('red block');pi('red block');dr();gt('red block');pi('red block');",   # put down where it was
+                 "gt('red block');sc('blue block');pi('red block');",                      # a scan does not move
+                 "gt('blue block');pi('blue block');gt('tray');dr();gt('blue block');pi('blue block');"):
+        assert accepts(grammar, plan), plan
+    for plan in ("gt('tray');pi('red block');",                        # the gripper is not above it
+                 "gt('red block');mv(5, 5);pi('red block');",          # another action moved it
+                 "gt('red block');tk('blue block');dr();pi('red block');",
+                 "tk('red block');tk('blue block');",                  # it holds one thing at a time
+                 "tk('red block');gt('red block');dr();",              # goes to what it holds
+                 "tk('red block');sc('red block');",
+                 "gt('tray');dr();",                                   # drops nothing
+                 "gt('red block');pi('red block');gt('blue block');dr();tk('blue block');",   # red rests on blue
+                 "gt('red block');pi('red block');gt('blue block');dr();gt('blue block');pi('blue block');",
+                 "gt('red block');pi('red block');gt('blue block');dr();tk('green block');gt('blue block');dr();"):
+        assert not parse(plan, ARM.skills, ARM.statement_forms).problems, plan
+        assert not accepts(grammar, plan) and accepts(loose, plan), plan
+    assert plan_grammar(ARM, objects=()) == plan_grammar(without_hold(ARM), objects=())   # free slots: not followed
+
 
 def test_the_grammar_calls_only_the_skills_the_robot_advertises(accepts):
     advertised = ("mf", "tc", "iv", "tp")
@@ -294,16 +339,16 @@ def random_scene(rng: random.Random, objects: tuple[str, ...]) -> Scene:
                  Pose(z=rng.uniform(0.2, 2.0), yaw=rng.uniform(-180, 180)), {}, strict=False)
 
 
-def decode_randomly(compiler: GrammarCompiler, grammar: str, eos: int, rng: random.Random, limit: int = 400
-                    ) -> tuple[list[int], bool]:
+def decode_randomly(compiler: GrammarCompiler, grammar: str, eos: int, rng: random.Random, limit: int = 400,
+                    run_on: bool = False) -> tuple[list[int], bool]:
     """Random constrained decoding: random logits each step, masked by the engine's TokenMasks, the best allowed
-    token taken, until the end token (given a random head start, so that plans of every length come); (tokens,
-    ended)."""
+    token taken, until the end token (given a random head start, so that plans of every length come; ``run_on``
+    gives it none, so that the plan runs on until the grammar ends it); (tokens, ended)."""
     matcher, masks, ids = compiler.matcher(grammar), TokenMasks(compiler.vocab_size), []
     generator = torch.Generator().manual_seed(rng.randrange(2**31))
     for _ in range(limit):
         logits = torch.rand(1, compiler.vocab_size, generator=generator)
-        logits[0, eos] += 0.8 * rng.random()
+        logits[0, eos] += -1.0 if run_on else 0.8 * rng.random()
         masks.apply(logits, [matcher])
         token = int(logits[0].argmax())
         assert logits[0, token] > float("-inf"), "no token allowed"
@@ -328,7 +373,7 @@ def test_every_plan_decoded_under_the_grammar_parses_runs_and_stays_within_the_c
     rng = random.Random(seed)
     skill_set = SKILLS[robot]
     skills = [name for name in sorted(skill_set.skills) if rng.random() < 0.7]
-    skills += [rng.choice([n for n, s in skill_set.skills.items() if s.is_action])]
+    skills += [rng.choice([n for n, s in skill_set.skills.items() if s.is_action and not (s.after or s.releases)])]
     grammar = plan_grammar(skill_set, skills=skills, objects=objects, max_calls=cap)
     ids, ended = decode_randomly(compiler, grammar, tokenizer.eos_token_id, rng)
     text = tokenizer.decode(ids)
@@ -341,6 +386,48 @@ def test_every_plan_decoded_under_the_grammar_parses_runs_and_stays_within_the_c
         assert set(named) <= set(objects), text
     run = run_plan(skill_set, text, random_scene(rng, tuple(objects)))
     assert not run.error or "is not in view" in run.error, (text, run.error)
+
+
+ITEMS = ["red block", "blue block", "cup", "child's toy", "apple", "sponge"]
+PLACES = ["tray", "bin", "top drawer"]
+
+
+def arm_table(rng: random.Random) -> str:
+    """A random arm context: 1-4 items on the table, 0-2 fixed places."""
+    items = rng.sample(ITEMS, rng.randint(1, 4))
+    places = rng.sample(PLACES, rng.randint(0, 2))
+    return "table: " + ", ".join(items) + (f"; places: {', '.join(places)}" if places else "")
+
+
+@settings(max_examples=int(os.environ.get("GRAMMAR_PROPERTY_EXAMPLES", "16")), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_every_arm_plan_decoded_under_its_grounded_grammar_runs_on_its_table(tokenizer, compiler, seed):
+    """Random arm tables and random decoding to the grammar's end: the plan runs in the strict scene its context
+    describes (evaluation/scene_builder.py: a pick needs the gripper above the thing, an empty gripper and nothing
+    resting on it; a fixed place cannot be lifted) with no error at all."""
+    rng = random.Random(seed)
+    context = arm_table(rng)
+    grammar = plan_grammar(ARM, objects=scene_objects(context), fixed=fixed_places(context))
+    ids, ended = decode_randomly(compiler, grammar, tokenizer.eos_token_id, rng, run_on=rng.random() < 0.5)
+    text = tokenizer.decode(ids)
+    assert ended, text
+    run = run_plan(ARM, text, context_scene("arm", context))
+    assert not run.error, (context, text, run.error)
+
+
+def test_the_random_decoder_finds_an_arm_plan_that_fails_without_the_hold_rules(tokenizer, compiler):
+    """Mutation check of the property above: with the grasps, releases and after flags off, random decoding soon
+    writes an arm plan that fails on its table (a pick where the gripper is not, a goto of what it holds)."""
+    loose = without_hold(ARM)
+    for seed in range(100):
+        rng = random.Random(seed)
+        context = arm_table(rng)
+        grammar = plan_grammar(loose, objects=scene_objects(context), fixed=fixed_places(context))
+        ids, ended = decode_randomly(compiler, grammar, tokenizer.eos_token_id, rng, run_on=True)
+        if ended and run_plan(ARM, tokenizer.decode(ids), context_scene("arm", context)).error:
+            return
+    pytest.fail("random decoding never wrote an arm plan that fails on its table")
 
 
 def test_the_random_decoder_finds_a_plan_error_in_a_grammar_that_lets_one_through(tokenizer, compiler):

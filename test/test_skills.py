@@ -75,6 +75,15 @@ def test_a_new_robot_is_just_a_new_yaml_file(tmp_path: Path):
     ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [str], in_scene: true}]\n", "in_scene: true, but"),
     ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [int], movable: true}]\n", "movable: true, but"),
     ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [object], movable: 1}]\n", "movable must be true or"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [int], grasps: true}]\n", "one object argument"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [object], grasps: 1}]\n", "grasps must be true or"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [object], releases: true}]\n", "releases what"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [object], still: true, grasps: true}]\n",
+     "is still"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [object], after: a}]\n", "another skill"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [object], after: b}]\n", "after: 'b'"),
+    ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [object], after: b}, {short: b, args: [object], "
+     "still: true}]\n", "moves the robot to it"),
     ("name: x\nmax_segment_tokens: 5\nskills: [{short: a, args: [int], moves: sideways}]\n", "moves must be one of"),
     ("name: x\nmax_segment_tokens: 5\nskills: [{short: a}, {short: q, kind: query, moves: left}]\n", "on a query"),
 ])

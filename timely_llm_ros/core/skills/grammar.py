@@ -21,6 +21,12 @@ wander:
   slot is left with no object is left out, and so is a skill that ``moves`` the robot to a side where the
   request's context places one of its hazards (``context.hazard_sides``: "keep clear of the lamp" with the lamp on
   the right admits no move right);
+- **what is held**: for a skill set whose skills grasp and release (the arm: ``grasps``, ``releases``, ``after``,
+  ``still`` in its YAML) and a request that lists its objects, in plans without blocks, the grammar follows where
+  the robot is and what it holds (``_Hold``): a grasping skill only with nothing held, a releasing one only with
+  something held, a skill with an ``after`` (a pick) only on the object the named skill (a goto) last went to with
+  no move since, no object slot on what is held, and never a lift of, or a drop onto, a thing something was
+  dropped onto. Past about 36 objects the parameter has no room and these rules are left out;
 - **statement forms** the skill set allows: a call ``sk(...);``, an assignment ``_1=query(...);`` (a query with a
   declared ``returns``), a return ``->value;`` (it ends its block, or the plan), a loop ``N{...}`` and a conditional
   ``?condition{...}``; simple statements end in ';', a block may be followed by one; blocks are never empty and nest
@@ -175,6 +181,74 @@ def grammar_text(skill_set: SkillSet, spec: GrammarSpec) -> str:
                     spec.max_calls, narrowed).text()
 
 
+@dataclass(frozen=True)
+class _Hold:
+    """What the grammar follows of a robot that holds one thing at a time (a skill set with a skill that ``grasps``),
+    where its plans have no blocks, so that each statement's effect is certain. The fields sit in the rules'
+    parameter from bit ``BASE`` (the loop and call fields a grammar without blocks leaves unused): ``above``, the
+    object the last reaching call went to (a skill that another skill names as its ``after``: an arm's goto), and
+    ``held``, the object held, each an index into the request's objects, all ones for none; then one ``loaded`` bit
+    per object a skill grasps, set once something is dropped onto it. Such an object is never lifted again, since
+    what rests on it would come too (the grammar does not follow what is taken off it later)."""
+
+    BASE = 16
+
+    objects: tuple[str, ...]
+    loadable: tuple[str, ...]     # the objects a grasping skill takes: those something dropped onto pins down
+    width: int                    # bits of an index: all ones (``none``) is no object
+
+    @classmethod
+    def of(cls, actions: list[SkillSpec], objects: tuple[str, ...],
+           narrowed: dict[str, tuple[str, ...]]) -> "_Hold | None":
+        """The fields for these actions and objects; None when no action grasps, no objects are listed, or they are
+        too many for the parameter's 64 bits (about 36: such a grammar does not follow what is held)."""
+        grasping = [s.short for s in actions if s.grasps]
+        if not objects or not grasping:
+            return None
+        loadable = tuple(o for o in objects if any(o in narrowed.get(g, objects) for g in grasping))
+        width = len(objects).bit_length()
+        return cls(objects, loadable, width) if cls.BASE + 2 * width + len(loadable) <= 64 else None
+
+    @property
+    def none(self) -> int:
+        return (1 << self.width) - 1
+
+    @property
+    def above(self) -> tuple[int, int]:
+        return self.BASE, self.BASE + self.width
+
+    @property
+    def held(self) -> tuple[int, int]:
+        return self.BASE + self.width, self.BASE + 2 * self.width
+
+    def loaded(self, name: str) -> int:
+        """The bit set once something is dropped onto ``name`` (one of ``loadable``)."""
+        return self.held[1] + self.loadable.index(name)
+
+    @property
+    def initial(self) -> int:
+        """The parameter a plan starts with: above nothing, holding nothing."""
+        return (self.none << self.above[0]) | (self.none << self.held[0])
+
+    def set(self, name: str, *where: tuple[int, int]) -> str:
+        """The update writing ``name``'s index into fields that hold none (all ones)."""
+        value = 2**64 - 1
+        for lo, hi in where:
+            value &= ~(((1 << (hi - lo)) - 1) << lo) | self.objects.index(name) << lo
+        return f"bit_and({value:#x})"
+
+    def clear(self, where: tuple[int, int], loaded: str | None = None) -> str:
+        """The update setting a field to none, and ``loaded``'s bit."""
+        mask = ((1 << (where[1] - where[0])) - 1) << where[0]
+        return f"bit_or({mask | (1 << self.loaded(loaded) if loaded else 0):#x})"
+
+    def is_(self, where: tuple[int, int], name: str | None) -> str:
+        return f"eq({_rng(where)}, {self.none if name is None else self.objects.index(name)})"
+
+    def is_not(self, where: tuple[int, int], name: str | None) -> str:
+        return f"ne({_rng(where)}, {self.none if name is None else self.objects.index(name)})"
+
+
 class _Layout:
     """Where each count lives in the rules' 64-bit parameter, for a plan cap of ``max_calls`` calls."""
 
@@ -204,6 +278,16 @@ def _all(*conditions: str | None) -> str | None:
     expr = out[-1]
     for c in reversed(out[:-1]):
         expr = f"and({c}, {expr})"
+    return expr
+
+
+def _any(*conditions: str) -> str:
+    """The disjunction of conditions ("" when there are none: nothing to check)."""
+    if not conditions:
+        return ""
+    expr = conditions[-1]
+    for c in reversed(conditions[:-1]):
+        expr = f"or({c}, {expr})"
     return expr
 
 
@@ -272,11 +356,17 @@ class _Builder:
         self.conditionals = "conditional" in forms and typed     # a condition compares a typed query's value
         self.depth = MAX_DEPTH if (self.loops or self.conditionals) else 0
         self._heads: dict[tuple[str, ...], str] = {}     # skill names -> the lexeme of their calls' heads
+        self.hold = _Hold.of(self.actions, objects, self.narrowed) if self.depth == 0 else None
+        if self.hold and all(s.after or s.releases for s in self.actions):
+            raise ValueError(f"allowed actions {[s.short for s in self.actions]} each need another first (a pick what "
+                             "a goto went above, a drop what a pick grasped): no plan could start")
 
     # ----- conditions on the parameter
     def _calls_at_most(self, n: int) -> str | None:
-        """The calls charged outside loop bodies are at most n (None: never, n < 0)."""
-        return f"le({_rng(self.at.calls)}, {n})" if n >= 0 else None
+        """The calls charged outside loop bodies are at most n (None: never, n < 0). A grammar that tracks what is
+        held has no blocks, so every simple statement charges one call: the statement count is the call count."""
+        field = self.at.n if self.hold else self.at.calls
+        return f"le({_rng(field)}, {n})" if n >= 0 else None
 
     def _body_at_most(self, charge: int) -> str | None:
         """The open loop's body has room for ``charge`` more calls."""
@@ -307,6 +397,10 @@ class _Builder:
         lo, hi = self.at.body if inside else self.at.calls
         return f"incr([{lo + exponent}:{hi}])"
 
+    def _charged(self, rule: str, inside: bool, exponent: int = 0) -> str:
+        """A call of ``rule`` that charges 2**exponent calls (none where the statement count is the call count)."""
+        return rule if self.hold else f"{rule}::{self._charge(inside, exponent)}"
+
     # ----- the text
     def text(self) -> str:
         # no_forcing: every token that fits the grammar is allowed (by default llguidance drops a token whose forced
@@ -315,7 +409,10 @@ class _Builder:
         head = ['%llguidance {"no_forcing": true}',
                 f"// plans of at most {self.s} simple statements and {self.cap} calls with loops unrolled, at least "
                 "one action; the rules' parameter counts (core/skills/grammar.py)"]
-        rules = [("start", [("s0::0x0", ""), ("WS s0::0x0", "")])] + self._statement_rules() + self._value_rules()
+        start = f"s0::{self.hold.initial if self.hold else 0:#x}"
+        rules = [("start", [(start, ""), (f"WS {start}", "")])] + self._statement_rules() + self._value_rules()
+        if self.hold:
+            rules += self._hold_rules()
         return "\n".join(head + _render(rules) + self._terminals()) + "\n"
 
     def _statement_rules(self) -> list[Rule]:
@@ -332,12 +429,15 @@ class _Builder:
                         return self._body_at_most(charge)
                     return self._calls_leave(charge) if quiet else self._calls_at_most(self.cap - charge)
 
-                alts.append((f"act acted{d}{io}::set_bit({at.acted})",
-                             _all(where, self._statement_left(False), room(1, False))))
-                rules.append((f"acted{d}{io}", [(f"\")\" c{d}::{self._charge(inside)}", "")]))
+                if self.hold:     # each action its own alternatives, reading and updating what is held
+                    alts += self._hold_actions(_all(self._statement_left(False), room(1, False)))
+                else:
+                    alts.append((f"act acted{d}{io}::set_bit({at.acted})",
+                                 _all(where, self._statement_left(False), room(1, False))))
+                    rules.append((f"acted{d}{io}", [(f"\")\" c{d}::{self._charge(inside)}", "")]))
                 if self.queries:
-                    alts.append((f"look c{d}::{self._charge(inside)}",
-                                  _all(where, self._statement_left(True), room(1, True))))
+                    alts.append((f"look {self._charged(f'c{d}', inside)}",
+                                 _all(where, self._statement_left(True), room(1, True))))
                 if "return" in self.forms and d > 0:
                     alts.append((f"\"->\" value r{d}::{self._charge(inside)}",
                                   _all(where, self._statement_left(True), room(1, True))))
@@ -349,7 +449,7 @@ class _Builder:
             if self.variables and d == 0:
                 for j in range(MAX_VARIABLES):
                     was_set = f"ne({_rng(at.var[j - 1])}, 0)" if j else ""
-                    alts.append((f"\"_{j + 1}\" set{j + 1}::{self._charge(False)}",
+                    alts.append((f"\"_{j + 1}\" {self._charged(f'set{j + 1}', False)}",
                                  _all(f"eq({_rng(at.var[j])}, 0)", was_set, self._statement_left(True),
                                       self._calls_leave(1))))
                     rules.append((f"set{j + 1}", [(f"\"=\" q_{kind} c0::bit_or({code << at.var[j][0]:#x})", "")
@@ -369,6 +469,9 @@ class _Builder:
             if d > 0 and self.loops:
                 acts = [f"or(and({self._in_loop(True)}, {self._body_at_most(1)}), "
                         f"and({self._in_loop(False)}, {self._calls_at_most(self.cap - 1)}))"]
+            if self.hold:     # a space only where some statement can follow (what is held may rule out all)
+                conditions = [cond for _, cond in alts if cond is not None]
+                acts.append("" if "" in conditions else _any(*conditions))
             follow = [(f"s{d}", f"lt({_rng(at.n)}, {self.s})"), (f"WS s{d}", _all(f"lt({_rng(at.n)}, {self.s})", *acts))]
             follow.append((f"close{d}", "") if d > 0 else ("\"\"", f"bit_set({at.acted})"))
             rules.append((f"e{d}", follow))
@@ -386,8 +489,63 @@ class _Builder:
                 rules.append((f"close{d}", closes))
         return rules
 
+    # ----- what is held (a skill set whose skills grasp and release, without blocks: _Hold)
+    def _slot(self, skill: SkillSpec) -> tuple[str, ...]:
+        return self.narrowed.get(skill.short, self.objects)
+
+    def _hold_actions(self, room: str | None) -> list[tuple[str, str | None]]:
+        """The first statement's action alternatives when what is held is followed (_Hold): each action its own head
+        lexeme, then ``hold_a<k>`` (its arguments) and ``hold_z<k>`` (its ')'), their rules kept for
+        ``_hold_rules``. A head is admitted only where one of its objects is, since llguidance takes a lexeme on
+        the head's condition alone. An action that releases, is ``still`` or has an ``after`` (a pick) leaves the
+        robot where it is; any other clears ``above`` at its head, and a reaching or grasping one then sets it to
+        its object."""
+        h, at = self.hold, self.at
+        reaching = {s.after for s in self.actions if s.after}
+        alts: list[tuple[str, str | None]] = []
+        self._held: list[Rule] = []
+        for k, skill in enumerate(self.actions):
+            head = self._heads.setdefault((skill.short,), f"CALL{len(self._heads)}")
+            args, close = f"hold_a{k}", f"hold_z{k}"
+            objects = [(o, h.set(o, h.held), _all(h.is_(h.above, o), f"bit_clear({h.loaded(o)})"))
+                       for o in self._slot(skill)] if skill.after else []   # on what it is above, nothing on it
+            if skill.grasps and not skill.after:                            # goes to it and grasps it
+                objects = [(o, h.set(o, h.held, h.above), f"bit_clear({h.loaded(o)})") for o in self._slot(skill)]
+            elif skill.short in reaching:                                   # goes above it, never above what it holds
+                objects = [(o, h.set(o, h.above), h.is_not(h.held, o)) for o in self._slot(skill)]
+            if objects:
+                self._held.append((args, [(f"{_lit(_quoted(o))} {close}::{update}", cond)
+                                          for o, update, cond in objects]))
+                can = _any(*(cond for *_, cond in objects))
+            elif skill.args:                                                # names nothing it holds
+                slot = self._slot(skill) if "object" in skill.args else ()
+                parts = [f"hold_o{k}" if kind == "object" else kind for kind in skill.args]
+                self._held.append((args, [(" SEP ".join(parts) + f" {close}", "")]))
+                if slot:
+                    self._held.append((f"hold_o{k}", [(_lit(_quoted(o)), h.is_not(h.held, o)) for o in slot]))
+                can = _any(*(h.is_not(h.held, o) for o in slot)) if slot else ""
+            else:
+                can = ""
+            if skill.releases:      # onto a thing nothing rests on yet (then something does), or anywhere else
+                onto = [(o, _all(h.is_(h.above, o), h.is_not(h.held, o))) for o in h.loadable]
+                self._held.append((close, [(f"\")\" c0::{h.clear(h.held, o)}", _all(cond, f"bit_clear({h.loaded(o)})"))
+                                           for o, cond in onto]
+                                   + [(f"\")\" c0::{h.clear(h.held)}", _all(*(f"not({cond})" for _, cond in onto)))]))
+                can = _all(h.is_not(h.held, None),
+                           *(f"not({_all(cond, f'bit_set({h.loaded(o)})')})" for o, cond in onto))
+            else:
+                self._held.append((close, [(f"\")\" c0::set_bit({at.acted})", "")]))
+            if skill.grasps:
+                can = _all(can, h.is_(h.held, None))
+            update = "" if (skill.releases or skill.after or skill.still) else f"::{h.clear(h.above)}"
+            alts.append((f"{head} {args if skill.args else close}{update}", _all(room, can)))
+        return alts
+
+    def _hold_rules(self) -> list[Rule]:
+        return self._held
+
     def _value_rules(self) -> list[Rule]:
-        rules: list[Rule] = [("act", self._calls(self.actions, closed=False))]
+        rules: list[Rule] = [] if self.hold else [("act", self._calls(self.actions, closed=False))]
         groups = {kind: skills for kind, skills in self.typed.items() if skills}
         untyped = [s for s in self.queries if s.returns not in KIND_CODES]
         for kind, skills in groups.items():

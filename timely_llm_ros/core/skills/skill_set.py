@@ -54,6 +54,13 @@ class SkillSet:
         self.name = name
         self.mode = mode
         self.skills: dict[str, SkillSpec] = {s.short: s for s in skills}
+        for skill in skills:
+            before = self.skills.get(skill.after) if skill.after else None
+            if skill.after and (before is None or before.args != ("object",) or not before.is_action
+                                or before.grasps or before.releases or before.after or before.still):
+                raise ValueError(f"skill set {name!r}: skill {skill.short!r} has after: {skill.after!r}, which must "
+                                 "name an action of the set with one object argument that moves the robot to it: "
+                                 "not grasping, releasing, still, nor with an after of its own (an arm's goto)")
         self.exec_profile = exec_profile
         self.max_segment_tokens = max_segment_tokens
         self.max_plan_tokens = max_plan_tokens

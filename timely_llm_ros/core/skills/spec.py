@@ -41,6 +41,15 @@ class SkillSpec:
     moves: str | None = None          # the side it moves the robot to, in the robot's frame (one of DIRECTIONS: a
                                       # drone's move_left "left"): grounded decoding leaves it out when the scene
                                       # places one of the task's hazards on that side
+    grasps: bool = False              # the robot holds its object afterwards, and holds one thing at a time (an
+                                      # arm's pick and take): grounded decoding admits it only with nothing held
+    releases: bool = False            # the robot holds nothing afterwards (an arm's drop): admitted only while
+                                      # something is held
+    after: str | None = None          # the skill whose call puts the robot at this one's object (an arm's pick
+                                      # grasps what its goto went above): admitted only on that call's object, with
+                                      # no action between that moves the robot (core/skills/grammar.py)
+    still: bool = False               # it leaves the robot where it is (an arm's scan looks over the table): a pick
+                                      # may still follow the goto before it
 
     @property
     def is_action(self) -> bool:
@@ -62,7 +71,7 @@ class SkillSpec:
     @classmethod
     def from_config(cls, entry: Mapping[str, Any], where: str) -> "SkillSpec":
         """Build from one YAML entry {short, long, args, kind, returns, arg_names, description, approaches,
-        in_scene, movable, moves};
+        in_scene, movable, moves, grasps, releases, after, still};
         ValueError says what is wrong and where."""
         try:
             short = str(entry["short"])
@@ -76,6 +85,10 @@ class SkillSpec:
             in_scene = entry.get("in_scene", False)
             movable = entry.get("movable", False)
             moves = entry.get("moves")
+            grasps = entry.get("grasps", False)
+            releases = entry.get("releases", False)
+            after = entry.get("after")
+            still = entry.get("still", False)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: a skill needs at least 'short' ({exc})") from None
         if not short.isidentifier() or short.startswith("_") or short in ("True", "False"):
@@ -104,4 +117,19 @@ class SkillSpec:
         if moves is not None and (moves not in DIRECTIONS or kind != "action"):
             raise ValueError(f"{where}: skill {short!r} moves must be one of {DIRECTIONS} (the side it moves the robot "
                              f"to, in the robot's frame), on an action; got {moves!r} on a {kind}")
-        return cls(short, long, args, kind, returns, arg_names, description, approaches, in_scene, movable, moves)
+        for field, value in (("grasps", grasps), ("releases", releases), ("still", still)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{where}: skill {short!r} {field} must be true or false, got {value!r}")
+        if still and (grasps or releases or after is not None or kind != "action"):
+            raise ValueError(f"{where}: skill {short!r} is still (it leaves the robot where it is): it must be an "
+                             "action that neither grasps, releases nor has an after")
+        if (grasps or after is not None) and (args != ("object",) or kind != "action"):
+            raise ValueError(f"{where}: skill {short!r} has {'grasps' if grasps else 'after'}: it must be an action "
+                             f"with one object argument (args: [object]), got a {kind} with args {list(args)}")
+        if releases and (grasps or "object" in args or kind != "action"):
+            raise ValueError(f"{where}: skill {short!r} releases what the robot holds: it must be an action that "
+                             "neither grasps nor takes an object argument")
+        if after is not None and (not isinstance(after, str) or after == short):
+            raise ValueError(f"{where}: skill {short!r} after must name another skill of the set, got {after!r}")
+        return cls(short, long, args, kind, returns, arg_names, description, approaches, in_scene, movable, moves,
+                   grasps, releases, after, still)
