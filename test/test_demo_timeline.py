@@ -35,8 +35,10 @@ def run(tmp_path_factory):
     (folder / "params.yaml").write_text(yaml.safe_dump({
         "/**/timely_server": {"ros__parameters": {
             # one generation a step: the urgent request cannot join the batch beside the others, so whichever of them
-            # is generating when it arrives is suspended for it (with room in the batch that depended on timing)
-            "num_threads": 1, "max_batch": 1, "expected_agents": ["arm_1", "drone_1", "drone_2"],
+            # is generating when it arrives is suspended for it (with room in the batch that depended on timing);
+            # the demo's own model: the embedded planner wrote the arm's whole plan about 0.15 s after the urgent
+            # goal's release, a margin a loaded machine could eat, where SmolLM2 leaves about 1 s
+            "num_threads": 1, "max_batch": 1, "expected_agents": ["arm_1", "drone_1", "drone_2"], "model": "smollm2",
             "step_trace_csv": str(folder / "steps.csv")}},
         "/**/executor": {"ros__parameters": {"time_scale": 0.1}},
         "/**/fleet_workload": {"ros__parameters": {
