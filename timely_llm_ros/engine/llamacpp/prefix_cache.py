@@ -1,9 +1,9 @@
 """Prompt-prefix reuse for the llamacpp engine: each robot type's shared system prompt is prefilled once.
 
-Planner prompts of a robot type share a long fixed part (skills, guidance, worked examples) before a short task. Once
-a prompt is prefilled, its sequence's state (llama.cpp's serialised KV of those positions) is kept in host memory; a
-new prompt's empty sequence loads the entry sharing its longest common prefix, is cut back to that prefix and
-prefills only the rest. Loaded into an empty stream, the entry's cells sit where a prefill would have put them, and
+Planner prompts of a robot type share a long fixed part (skills, guidance, worked examples) before a short task. When
+a generation is released, its sequence's state (llama.cpp's serialised KV of its prompt and output) is kept in host
+memory, keyed by those tokens; a new prompt's empty sequence loads the entry sharing its longest common prefix, is
+cut back to that prefix and prefills only the rest. Loaded into an empty stream, the entry's cells sit where a prefill would have put them, and
 every position's KV was computed from the same tokens, so the result is bit for bit that of prefilling the prompt in
 two steps split where the entry's prefix ends. (llama.cpp's KV differs in its last bits with how a prompt is split
 into micro-batches, so against one whole-prompt prefill a greedy near-tie can go the other way; docs/engine.md.)
@@ -54,8 +54,8 @@ class StatePrefixCache:
         return best
 
     def insert(self, prompt: Sequence[int], seq: int) -> None:
-        """Keep the state of ``seq``, which holds exactly ``prompt`` (dropping least recently used entries beyond the
-        byte cap)."""
+        """Keep the state of ``seq``, which holds exactly the tokens ``prompt`` (a prompt and what was generated after
+        it), dropping least recently used entries beyond the byte cap."""
         key = tuple(prompt)
         if key in self._entries:
             self._entries.move_to_end(key)
