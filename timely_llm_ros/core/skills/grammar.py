@@ -268,27 +268,25 @@ def _rng(field: tuple[int, int]) -> str:
     return f"[{field[0]}:{field[1]}]"
 
 
+def _nested(op: str, conditions: Sequence[str]) -> str:
+    """``op(c1, op(c2, ...))`` of at least one condition."""
+    expr = conditions[-1]
+    for c in reversed(conditions[:-1]):
+        expr = f"{op}({c}, {expr})"
+    return expr
+
+
 def _all(*conditions: str | None) -> str | None:
     """The conjunction of conditions ("" when there are none; None when one of them can never hold)."""
     if any(c is None for c in conditions):
         return None
     out = [c for c in conditions if c]
-    if not out:
-        return ""
-    expr = out[-1]
-    for c in reversed(out[:-1]):
-        expr = f"and({c}, {expr})"
-    return expr
+    return _nested("and", out) if out else ""
 
 
 def _any(*conditions: str) -> str:
-    """The disjunction of conditions ("" when there are none: nothing to check)."""
-    if not conditions:
-        return ""
-    expr = conditions[-1]
-    for c in reversed(conditions[:-1]):
-        expr = f"or({c}, {expr})"
-    return expr
+    """The disjunction of conditions ("" when there are none or one always holds: nothing to check)."""
+    return "" if not conditions or "" in conditions else _nested("or", conditions)
 
 
 def _lit(text: str) -> str:
