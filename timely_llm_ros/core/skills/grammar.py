@@ -355,6 +355,7 @@ class _Builder:
         self.depth = MAX_DEPTH if (self.loops or self.conditionals) else 0
         self._heads: dict[tuple[str, ...], str] = {}     # skill names -> the lexeme of their calls' heads
         self.hold = _Hold.of(self.actions, objects, self.narrowed) if self.depth == 0 else None
+        self._held: list[Rule] = []      # the rules _hold_actions made (the hold_* rules)
         if self.hold and all(s.after or s.releases for s in self.actions):
             raise ValueError(f"allowed actions {[s.short for s in self.actions]} each need another first (a pick what "
                              "a goto went above, a drop what a pick grasped): no plan could start")
@@ -501,15 +502,17 @@ class _Builder:
         h, at = self.hold, self.at
         reaching = {s.after for s in self.actions if s.after}
         alts: list[tuple[str, str | None]] = []
-        self._held: list[Rule] = []
+        self._held = []
         for k, skill in enumerate(self.actions):
             head = self._heads.setdefault((skill.short,), f"CALL{len(self._heads)}")
             args, close = f"hold_a{k}", f"hold_z{k}"
-            objects = [(o, h.set(o, h.held), _all(h.is_(h.above, o), f"bit_clear({h.loaded(o)})"))
-                       for o in self._slot(skill)] if skill.after else []   # on what it is above, nothing on it
-            if skill.grasps and not skill.after:                            # goes to it and grasps it
+            objects: list[tuple[str, str, str]] = []     # (object, update, condition) of a skill that changes them
+            if skill.after:                          # grasps what it is above, with nothing on it
+                objects = [(o, h.set(o, h.held), _all(h.is_(h.above, o), f"bit_clear({h.loaded(o)})"))
+                           for o in self._slot(skill)]
+            elif skill.grasps:                       # goes to it and grasps it
                 objects = [(o, h.set(o, h.held, h.above), f"bit_clear({h.loaded(o)})") for o in self._slot(skill)]
-            elif skill.short in reaching:                                   # goes above it, never above what it holds
+            elif skill.short in reaching:            # goes above it, never above what it holds
                 objects = [(o, h.set(o, h.above), h.is_not(h.held, o)) for o in self._slot(skill)]
             if objects:
                 self._held.append((args, [(f"{_lit(_quoted(o))} {close}::{update}", cond)
