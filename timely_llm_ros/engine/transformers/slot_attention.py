@@ -12,15 +12,21 @@ a copy of the whole context per layer. On SmolLM2 (9 query heads on 3 KV heads) 
 - prefill with a mask elsewhere (cuda): transformers' "sdpa" (its fused masked kernels need the repeated heads).
 ``SlotAttention`` switches a model to it for the engine's forwards only; generate() and other callers keep theirs
 (a mask-free call here would not get transformers' padding masks).
+
+On CUDA the SDPA calls leave out cuDNN's kernel: it builds an execution plan for every new shape, and a decode's keys
+grow by one column a step, so every step paid about 1.4 ms of host time a layer (an H200, torch 2.11: a SmolLM2-shaped
+decode step 58 ms with it, 18 ms with flash / memory-efficient attention; benchmarks/gpu_engine.py).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 SLOT_ATTENTION = "timely_slot_sdpa"
+CUDA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]   # no cuDNN (above)
 
 
 def slot_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -29,12 +35,21 @@ def slot_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
     """Attention of ``query [B, heads, q, dim]`` over ``key``/``value [B, kv_heads, kv, dim]``; returns
     ``[B, q, heads, dim]``. The mask is ``[B, 1, q, kv]``, boolean (True = attend) or additive, or None (causal,
     kv == q)."""
+    if query.device.type == "cuda":
+        with sdpa_kernel(CUDA_BACKENDS):
+            return _attention(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    return _attention(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+
+
+def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attention_mask: torch.Tensor | None, dropout: float, scaling: float | None,
+               **kwargs) -> tuple[torch.Tensor, None]:
     batch, heads, q_len, dim = query.shape
     kv_heads = key.shape[1]
     if q_len == 1 and (attention_mask is None or attention_mask.shape[1] == 1):
         grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)
         out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
-        return out.view(batch, 1, heads, dim), None
+        return out.reshape(batch, 1, heads, dim), None   # a CUDA kernel may return it non-contiguous
     if query.device.type == "cpu" or attention_mask is None:
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
                                              is_causal=attention_mask is None, enable_gqa=heads != kv_heads)
