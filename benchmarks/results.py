@@ -14,7 +14,7 @@ Which sections run:
   default        every section but the long ones (cost "long": the ROS burst on SmolLM2, the full plan-quality pass),
                  which are read from their stored runs;
   --quick        only the fast ones (cost "fast": the simulator and the overhead benchmarks);
-  --rerun        also these long sections (all: every section);
+  --rerun        also these long sections (all: every section; a "gpu" section only where CUDA is present);
   --only         exactly these sections;
   --render-only  none: rewrite docs/results.md from the stored runs.
 docs/results.md's header sums each mode's wall time from the stored runs. ROS sections use the caller's
@@ -52,10 +52,22 @@ def chosen(args: argparse.Namespace) -> list[Section]:
         return []
     if args.only:
         wanted = set(args.only.split(","))
-        return [s for s in SECTIONS if s.name in wanted]
-    rerun = set(args.rerun.split(",")) if args.rerun else set()
-    costs = {"fast"} if args.quick else {"fast", "regular"}
-    return [s for s in SECTIONS if s.cost in costs or s.name in rerun or "all" in rerun]
+        todo = [s for s in SECTIONS if s.name in wanted]
+    else:
+        rerun = set(args.rerun.split(",")) if args.rerun else set()
+        costs = {"fast"} if args.quick else {"fast", "regular"}
+        todo = [s for s in SECTIONS if s.cost in costs or s.name in rerun or "all" in rerun]
+    gpu = [s for s in todo if s.cost == "gpu"]
+    if gpu and not _has_cuda():     # a GPU section's stored run is never replaced by a run that cannot measure
+        for s in gpu:
+            print(f"== {s.name}: needs a CUDA GPU, none here: its stored run is kept", flush=True)
+        todo = [s for s in todo if s.cost != "gpu"]
+    return todo
+
+
+def _has_cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
 
 
 def run_section(section: Section) -> dict:

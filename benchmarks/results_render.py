@@ -26,8 +26,9 @@ made while other jobs shared the machine, as each section's load average shows, 
 an idle one.)
 Sections not re-run by the invocation that wrote this file show their stored run (its machine and date are given).
 Each benchmark measures the variants it compares side by side in one run (alternated, repeated); seeds, where they
-apply, give mean [min-max] over the seeds. No GPU has run any of these: the CUDA paths (`--device cuda`,
-benchmarks/gpu_engine.py's table, the official vLLM build) are untested on hardware.
+apply, give mean [min-max] over the seeds. One section ran on a GPU (an H200: the transformers engine's table,
+benchmarks/gpu_engine.py); the other CUDA paths (the ROS server on a GPU, the official vLLM build) are untested on
+hardware.
 """
 
 
@@ -162,7 +163,7 @@ def wall_s(s: Section, results: Path) -> float:
 def render(sections: tuple[Section, ...], rerun: set[str], results: Path, repo: Path) -> str:
     """The whole document."""
     toc = ["| section | cost | wall time | this invocation |", "|---|---|---|---|"]
-    total = {"fast": 0.0, "regular": 0.0, "long": 0.0}
+    total = {"fast": 0.0, "regular": 0.0, "long": 0.0, "gpu": 0.0}
     for s in sections:
         state = "re-ran" if s.name in rerun else ("stored run" if (results / s.name / "run.json").exists() else "none")
         anchor = "".join(c for c in s.title.lower().replace(" ", "-") if c.isalnum() or c in "-_")

@@ -1,8 +1,9 @@
 """The sections of docs/results.md: one benchmark script and its fixed arguments each (benchmarks/results.py runs them).
 
 cost: "fast" (seconds to a few minutes; `make bench QUICK=1` re-runs these), "regular" (minutes; plain `make bench`),
-"long" (tens of minutes; read from the stored run unless `make bench RERUN=<name>`). minutes: the wall time of the
-stored run, rounded, on the machine its run.json names.
+"long" (tens of minutes; read from the stored run unless `make bench RERUN=<name>`), "gpu" (needs a CUDA GPU: re-run
+only when named, on a machine that has one). minutes: the wall time of the stored run, rounded, on the machine its
+run.json names.
 """
 from __future__ import annotations
 
@@ -291,4 +292,13 @@ SECTIONS: tuple[Section, ...] = (
         "entity or thread count grows.",
         "tools/stress/run.py", ("--soak-warmup", "2000", "--soak-goals", "50000", "--samples", "25", "--out", "{out}"),
         cost="long", minutes=80, show=("summary.md",), plots=("memory.png",), ros=True),
+    Section(
+        "gpu_engine", "The transformers engine on a GPU",
+        "SmolLM2-135M's and Llama-3-8B's shapes with random weights in bf16 (no download; benchmarks/gpu_engine.py): "
+        "the device copy bandwidth; decode steps at batch 1, 8 and 32 with 512 tokens of context against the memory "
+        "roofline ((weights + KV read) bytes / bandwidth); prefill; resume from device and host memory against a "
+        "re-prefill; KV offload; an interrupted prefill step; a token bitmask against the decode step. The steps are "
+        "host-bound (kernel launches and Python): about 20 ms whatever the model, so SmolLM2's shape uses almost none "
+        "of the roofline and Llama-3-8B's 16-19%. `make bench RERUN=gpu_engine` re-runs it on a machine with CUDA.",
+        "benchmarks/gpu_engine.py", (), cost="gpu", minutes=1),
 )

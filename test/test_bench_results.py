@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -28,7 +29,10 @@ def test_quick_reruns_only_the_fast_sections_and_the_default_leaves_the_long_one
     assert names([]) == by_cost["fast"] | by_cost["regular"]
     long_one = sorted(by_cost["long"])[0]
     assert names(["--rerun", long_one]) == by_cost["fast"] | by_cost["regular"] | {long_one}
-    assert names(["--rerun", "all"]) == {s.name for s in SECTIONS}
+    gpu = {s.name for s in SECTIONS if s.cost == "gpu"}
+    assert gpu and not torch.cuda.is_available()        # this suite runs where no GPU is
+    assert names(["--rerun", "all"]) == {s.name for s in SECTIONS} - gpu
+    assert names(["--only", ",".join(gpu)]) == set()     # a GPU section's stored run is kept where CUDA is missing
     assert names(["--render-only"]) == set()
 
 
@@ -41,7 +45,7 @@ def test_every_section_runs_a_script_of_the_repository_and_has_a_folder_of_its_o
     assert len({s.name for s in SECTIONS}) == len(SECTIONS)
     for s in SECTIONS:
         assert (REPO / s.script).is_file(), s.script
-        assert s.cost in ("fast", "regular", "long"), s.name
+        assert s.cost in ("fast", "regular", "long", "gpu"), s.name
 
 
 def test_a_stored_run_is_shown_with_its_command_machine_and_tables_and_a_missing_one_says_how_to_make_it(tmp_path):
