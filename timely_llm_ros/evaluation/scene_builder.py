@@ -18,8 +18,9 @@ A furniture piece a condition names but the context does not list is added out o
 
 The arm (gripper above the table's origin): the listed objects lie on the table in a row, ``ARM_ITEM_SPACING_M``
 apart; the objects of a group whose label names places (``places: drawer, tray``, ``baskets: ...``: see
-``context.FIXED_PLACE_LABELS``, what grounded decoding reads too) are fixtures in a second row: things go into them and the gripper cannot lift them. An object a
-condition names that the context does not list is added to the table (a fixture when it is where something goes).
+``context.FIXED_PLACE_LABELS``, what grounded decoding reads too) are fixtures in a second row: things go into them
+and the gripper cannot lift them. An object a condition names that the context does not list is added to the table
+(a fixture when it is where something goes).
 """
 from __future__ import annotations
 

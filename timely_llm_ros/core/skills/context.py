@@ -18,6 +18,7 @@ free text.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -106,8 +107,10 @@ def normalise_name(text: str) -> str:
     return re.sub(r"^(?:the|a|an|my|some)\s+", "", text)
 
 
+@functools.lru_cache(maxsize=512)
 def parse_context(context: str) -> SceneContext:
-    """Read a goal's context by the convention in the module docstring."""
+    """Read a goal's context by the convention in the module docstring. Cached: validating a goal asks its objects,
+    scene, fixed places and hazards' sides of the same context, and the result is immutable."""
     objects: list[str] = []
     groups: list[tuple[str, tuple[str, ...]]] = []
     placements: list[Placement] = []

@@ -410,8 +410,7 @@ class _Builder:
                 "one action; the rules' parameter counts (core/skills/grammar.py)"]
         start = f"s0::{self.hold.initial if self.hold else 0:#x}"
         rules = [("start", [(start, ""), (f"WS {start}", "")])] + self._statement_rules() + self._value_rules()
-        if self.hold:
-            rules += self._hold_rules()
+        rules += self._held             # the hold rules _statement_rules made (none without _Hold)
         return "\n".join(head + _render(rules) + self._terminals()) + "\n"
 
     def _statement_rules(self) -> list[Rule]:
@@ -494,8 +493,8 @@ class _Builder:
 
     def _hold_actions(self, room: str | None) -> list[tuple[str, str | None]]:
         """The first statement's action alternatives when what is held is followed (_Hold): each action its own head
-        lexeme, then ``hold_a<k>`` (its arguments) and ``hold_z<k>`` (its ')'), their rules kept for
-        ``_hold_rules``. A head is admitted only where one of its objects is, since llguidance takes a lexeme on
+        lexeme, then ``hold_a<k>`` (its arguments) and ``hold_z<k>`` (its ')'), their rules kept in
+        ``_held``. A head is admitted only where one of its objects is, since llguidance takes a lexeme on
         the head's condition alone. An action that releases, is ``still`` or has an ``after`` (a pick) leaves the
         robot where it is; any other clears ``above`` at its head, and a reaching or grasping one then sets it to
         its object."""
@@ -541,9 +540,6 @@ class _Builder:
             update = "" if (skill.releases or skill.after or skill.still) else f"::{h.clear(h.above)}"
             alts.append((f"{head} {args if skill.args else close}{update}", _all(room, can)))
         return alts
-
-    def _hold_rules(self) -> list[Rule]:
-        return self._held
 
     def _value_rules(self) -> list[Rule]:
         rules: list[Rule] = [] if self.hold else [("act", self._calls(self.actions, closed=False))]

@@ -19,6 +19,8 @@ decode step 58 ms with it, 18 ms with flash / memory-efficient attention; benchm
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -26,7 +28,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 SLOT_ATTENTION = "timely_slot_sdpa"
-CUDA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]   # no cuDNN (above)
+CUDA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]   # no cuDNN (above);
+                                                    # set once per forward by SlotAttention, not per layer
 
 
 def slot_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -35,15 +38,6 @@ def slot_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
     """Attention of ``query [B, heads, q, dim]`` over ``key``/``value [B, kv_heads, kv, dim]``; returns
     ``[B, q, heads, dim]``. The mask is ``[B, 1, q, kv]``, boolean (True = attend) or additive, or None (causal,
     kv == q)."""
-    if query.device.type == "cuda":
-        with sdpa_kernel(CUDA_BACKENDS):
-            return _attention(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
-    return _attention(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
-
-
-def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               attention_mask: torch.Tensor | None, dropout: float, scaling: float | None,
-               **kwargs) -> tuple[torch.Tensor, None]:
     batch, heads, q_len, dim = query.shape
     kv_heads = key.shape[1]
     if q_len == 1 and (attention_mask is None or attention_mask.shape[1] == 1):
@@ -62,15 +56,23 @@ AttentionInterface.register(SLOT_ATTENTION, slot_attention)
 
 
 class SlotAttention:
-    """Context manager: ``model``'s attention layers run ``slot_attention`` inside it (restored on exit, also when
-    an interrupt ends the forward)."""
+    """Context manager: ``model``'s attention layers run ``slot_attention`` inside it, on CUDA without cuDNN's SDPA
+    kernel (both restored on exit, also when an interrupt ends the forward)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self._config = model.config
+        self._cuda = next(model.parameters()).device.type == "cuda"
+        self._backends: contextlib.AbstractContextManager | None = None
 
     def __enter__(self) -> None:
         self._saved = self._config._attn_implementation
         self._config._attn_implementation = SLOT_ATTENTION
+        if self._cuda:
+            self._backends = sdpa_kernel(CUDA_BACKENDS)
+            self._backends.__enter__()
 
     def __exit__(self, *exc) -> None:
         self._config._attn_implementation = self._saved
+        if self._backends is not None:
+            self._backends.__exit__(*exc)
+            self._backends = None
