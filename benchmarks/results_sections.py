@@ -298,7 +298,7 @@ SECTIONS: tuple[Section, ...] = (
         "the device copy bandwidth; decode steps at batch 1, 8 and 32 with 512 tokens of context against the memory "
         "roofline ((weights + KV read) bytes / bandwidth); prefill; resume from device and host memory against a "
         "re-prefill; KV offload; an interrupted prefill step; a token bitmask against the decode step. The steps are "
-        "host-bound (kernel launches and Python): about 20 ms whatever the model, so SmolLM2's shape uses almost none "
-        "of the roofline and Llama-3-8B's 16-19%. `make bench RERUN=gpu_engine` re-runs it on a machine with CUDA.",
+        "host-bound (kernel launches and Python): 20-30 ms whatever the model, so SmolLM2's shape uses almost none "
+        "of the roofline and Llama-3-8B's 12-19%. `make bench RERUN=gpu_engine` re-runs it on a machine with CUDA.",
         "benchmarks/gpu_engine.py", (), cost="gpu", minutes=1),
 )
