@@ -522,3 +522,54 @@ def test_a_robot_that_never_accepts_a_segment_ends_the_request_unavailable_and_i
     assert withdrawn and withdrawn[0].indices[0] == seg.index and withdrawn[0].reason == ErrorCode.EXECUTOR_UNAVAILABLE
     [out] = [ev.outcome for ev in events if isinstance(ev, RequestFinished)]
     assert out.error_code == ErrorCode.EXECUTOR_UNAVAILABLE and "did not accept" in out.message
+
+
+def test_g_is_measured_as_the_engine_time_of_a_segments_steps_not_the_time_it_waited_suspended():
+    """Online G (the server's) follows each segment's generation time: the steps it was in. An arm preempted
+    mid-segment for an urgent arrival waits for it suspended; counting that wait made every arm segment look slower
+    the longer the queue, until an urgent request arriving behind them ranked as hopeless (Eq. 4's U < 0)."""
+    from timely_llm_ros.core.policies.timely import TimelyPolicy, options_from_skill_sets
+    from timely_llm_ros.evaluation.sim import load_latency_model
+
+    observed: list[tuple[str, float]] = []
+
+    class Recording(TimelyPolicy):
+        def observe_segment(self, robot_type: str, gen_time_s: float) -> None:
+            observed.append((robot_type, gen_time_s))
+            super().observe_segment(robot_type, gen_time_s)
+
+    clock = VirtualClock()
+    engine = SimEngine(load_latency_model("llama3-8b-rtx4090"), clock)
+    in_steps: dict[str, float] = {}
+    engine_step = engine.step
+
+    def step(gen_ids):
+        result = engine_step(gen_ids)
+        for gid in gen_ids:
+            in_steps[gid] = in_steps.get(gid, 0.0) + result.elapsed_s
+        return result
+
+    engine.step = step
+    policy = Recording(max_batch=16, options={**options_from_skill_sets(load_skill_sets()), "online_gen_time": True})
+    sched = PlanScheduler(engine, policy, load_skill_sets(), load_exec_models(), clock)
+    for i in range(8):
+        engine.set_prompt_tokens(f"arm{i}", 2884)
+        sched.submit(request(f"arm{i}", ARM_PLAN * 2, robot="arm"))
+    while len(sched._running) < 8 or any(g.tokens_in_segment == 0 for g in sched._running.values()):
+        sched.step()
+    engine.set_prompt_tokens("u", 2884)
+    sched.submit(request("u", "mb(50);ml(30);", urgency="urgent", t=clock()))
+    sched.step()
+    suspended = [g.req_id for g in sched.generations() if g.state == RequestState.SUSPENDED]
+    assert suspended                                   # arms wait for the urgent one mid-segment
+    firsts: dict[str, tuple[float, float]] = {}        # first segment: (engine time of its steps, wall time)
+    while len(firsts) < 8:
+        for ev in sched.step():
+            if isinstance(ev, SegmentReady) and ev.segment.index == 0 and ev.req_id.startswith("arm"):
+                firsts[ev.req_id] = (in_steps[ev.req_id], ev.segment.gen_finished - ev.segment.gen_started)
+    arm_times = [t for rt, t in observed if rt == "arm"]
+    assert len(arm_times) == 8
+    assert sorted(arm_times) == pytest.approx(sorted(engine_s for engine_s, _ in firsts.values()))
+    for rid in suspended:                              # the wait suspended is not in it
+        engine_s, wall_s = firsts[rid]
+        assert engine_s < wall_s - 1e-6

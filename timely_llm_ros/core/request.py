@@ -104,6 +104,8 @@ class Generation:
     seg_text_start: int = 0        # offset in text where the current segment starts
     seg_token_start: int = 0       # index in output_ids where the current segment starts
     seg_gen_started: float | None = None
+    seg_engine_s: float = 0.0      # engine time of the steps the current segment was in (its generation time, G's
+                                   # measure: what it waited for while suspended or queued is not in it)
     segments: list[Segment] = field(default_factory=list)
     prefilled: bool = False
     finished_generating: bool = False

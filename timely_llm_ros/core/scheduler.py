@@ -441,6 +441,7 @@ class PlanScheduler:
         """Take one step's output for one generation: text, segments, suspension, completion."""
         gen = track.gen
         req_id = gen.req_id
+        gen.seg_engine_s += elapsed
         if token is None and not finished:
             return         # no progress: a chunked prompt not complete yet, or a forward an interrupt cut short
         if gen.prefilled:  # decode speed only: a prefill step says nothing about the time per token
@@ -534,7 +535,8 @@ class PlanScheduler:
         gen.seg_token_start = len(gen.output_ids)
         gen.seg_text_start = len(gen.text)
         gen.seg_gen_started = None if self.policy.segmented else t  # a suspended one restarts the clock on resume
-        self.policy.observe_segment(gen.req.robot_type, seg.gen_finished - seg.gen_started)
+        self.policy.observe_segment(gen.req.robot_type, gen.seg_engine_s)
+        gen.seg_engine_s = 0.0
         self.policy.observe_segment_tokens(gen.req.robot_type, seg_tokens, first=seg.index == 0,
                                            urgency=gen.req.urgency)
         self._add_segment(track, seg)

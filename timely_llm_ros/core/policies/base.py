@@ -57,7 +57,8 @@ class Policy(ABC):
         """The request has ended: drop any per-request state (default: none kept)."""
 
     def observe_segment(self, robot_type: str, gen_time_s: float) -> None:
-        """Measured generation time of a segment that just became executable (default: ignored)."""
+        """Measured generation time of a segment that just became executable: the engine time of the steps it was
+        in, not the time it waited (default: ignored)."""
 
     def observe_segment_tokens(self, robot_type: str, tokens: int, first: bool = False, urgency: str = "") -> None:
         """Token count of a segment that just became executable; first: it is its plan's first, of a request of

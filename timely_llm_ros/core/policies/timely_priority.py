@@ -58,7 +58,10 @@ class TimelyPriority:
 
     def observe_segment(self, robot_type: str, gen_time_s: float) -> None:
         """Option online_gen_time: G follows the measured segment generation time (EMA, weight 0.2), so the
-        priorities fit whatever engine and model serve them instead of a profile made elsewhere."""
+        priorities fit whatever engine and model serve them instead of a profile made elsewhere. The measure is
+        the engine time of the steps the segment was in, never the time it waited: Eq. 4 counts waiting through t,
+        and a G that also counted it made the queue it ranks look slower the longer it got (an urgent request
+        arriving behind long plans then looked hopeless before it was ever tried)."""
         if self.options.online_gen_time and gen_time_s > 0:
             old = self.segment_time(robot_type)
             self.gen_time_s[robot_type] = 0.8 * old + 0.2 * gen_time_s
