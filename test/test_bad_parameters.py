@@ -20,11 +20,15 @@ CASES = [
      "parameter value rejected: Parameter max_batch out of range. Min: 1, Max: 256"),
     (["timely_llm_ros.ros.server.node", "--ros-args", "-p", "autostart:=false", "-p", "policy:=3"],
      "parameter policy is a STRING, got the INTEGER '3': give policy a string value"),
+    (["timely_llm_ros.ros.server.node", "--ros-args", "-p", "autostart:=false", "-p", "llamacpp_flash_attention:=off"],
+     "parameter llamacpp_flash_attention is a STRING, got the BOOL 'False': quote the word: YAML and -p read on, off, "
+     "yes, no, true and false as booleans"),
 ]
 
 
 @pytest.mark.parametrize("argv,says", CASES, ids=["executor-int-for-double", "server-int-for-double",
-                                                  "server-out-of-range", "server-int-for-string"])
+                                                  "server-out-of-range", "server-int-for-string",
+                                                  "server-yaml-bool-for-string"])
 def test_a_bad_parameter_ends_the_node_with_a_line_that_says_what_to_write(argv, says):
     proc = subprocess.run([sys.executable, "-m", *argv], cwd=REPO, env=ros_env(), capture_output=True, text=True,
                           timeout=60)

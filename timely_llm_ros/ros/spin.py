@@ -61,6 +61,9 @@ def parameter_error_message(exc: ParameterException) -> str:
         if given == "INTEGER" and expected == "DOUBLE":
             fix = (f"write {value}.0, a ROS double needs the decimal point (-p {name}:={value}.0, or "
                    f"{name}: {value}.0 in a params file)")
+        elif given == "BOOL" and expected == "STRING":
+            fix = (f"quote the word: YAML and -p read on, off, yes, no, true and false as booleans (-p {name}:=\"'off'\", "
+                   f"or {name}: 'off' in a params file)")
         else:
             fix = f"give {name} a {expected.lower().replace('_', ' ')} value"
         return f"parameter {name} is a {expected}, got the {given} {value!r}: {fix}{_SEE}"
