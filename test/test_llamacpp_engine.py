@@ -305,3 +305,23 @@ def test_a_model_folder_is_not_a_gguf_file_and_says_which_engines_serve_it():
 
     with pytest.raises(ValueError, match="serves GGUF files.*transformers or vllm"):
         make_engine("llamacpp", str(default_model_dir()))
+
+
+def test_the_hardware_fits_second_measurement_prefills_requests_the_first_did_not_cache():
+    """A second measurement (a class looked unmet on the first) must time real request prefills, not the whole
+    prompts the first left in the prefix cache (engine/hardware_fit.py, again=True)."""
+    from timely_llm_ros.engine.hardware_fit import measure
+    from timely_llm_ros.stack import warm_up
+
+    e = engine(prefix_cache_mb=64)
+    try:
+        setup = model_setup(SPEC, e, SKILLS)
+        for prompt in setup.warm_up_prompts():
+            warm_up(e, prompt)
+        drone = {"drone": SKILLS["drone"]}
+        first = measure(e, drone, setup.prompts, ())
+        second = measure(e, drone, setup.prompts, (), again=True)
+        assert first.types["drone"].suffix_tokens > 10
+        assert second.types["drone"].suffix_tokens >= 0.5 * first.types["drone"].suffix_tokens, (first, second)
+    finally:
+        e.close()

@@ -76,6 +76,7 @@ class Measurements:
     batch_decode_s: Mapping[int, float]   # batch size -> decode step (s) at one robot type's context; 1 included
     seconds: float = 0.0                   # how long measuring took
     engine: str = ""
+    rounds: int = 1                        # measurements combined (the fastest of each kind of step of them)
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ class HardwareFit:
     def describe(self) -> list[str]:
         """Log lines: what was measured and what was derived from it."""
         m = self.measured
-        lines = [f"hardware fit ({m.seconds:.1f} s of measuring{' on ' + m.engine if m.engine else ''}):"]
+        again = ", twice: a class looked unmet on the first" if m.rounds > 1 else ""
+        lines = [f"hardware fit ({m.seconds:.1f} s of measuring{' on ' + m.engine if m.engine else ''}{again}):"]
         for name, t in m.types.items():
             lines.append(f"  {name}: request prefill {t.suffix_tokens} of {t.prompt_tokens} prompt tokens "
                          f"{t.prefill_s * 1e3:.1f} ms, decode {t.decode_s * 1e3:.1f} ms/token at batch 1; first "

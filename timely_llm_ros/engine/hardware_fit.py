@@ -12,11 +12,13 @@ machine, which is what "can this class be met at all" asks; other work on a shar
 starting beside the server) only adds, and the scheduler measures the steps it runs from then on. Each kind is
 sampled at least 3 times and more while cheap (up to 12 within 0.15 s), so a fast engine, whose margins are read
 from a few milliseconds, is sampled most. About a second per robot type on SmolLM2 on one CPU thread, 0.1-0.2 s in
-all on the embedded planner.
+all on the embedded planner. When an urgency class looks unmet, everything is measured once more and the faster of
+each kind of step of the two counts (fit_engine).
 """
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
 from timely_llm_ros.core.fit import ClassCheck, HardwareFit, Measurements, TypeTiming, check_classes, derive, plan_shapes
@@ -70,12 +72,17 @@ def _stepper(engine: Engine, gens: Sequence[str]) -> Callable[[int], float | Non
     return step
 
 
-def _measure_type(engine: Engine, skill_set: SkillSet,
-                  prompts: PromptEncoder) -> tuple[TypeTiming, list[tuple[list[int], str]]]:
-    """One robot type's timing; also the requests it prefilled, with a plan text to force (for the batch sizes)."""
+def _measure_type(engine: Engine, skill_set: SkillSet, prompts: PromptEncoder,
+                  again: bool = False) -> tuple[TypeTiming, list[tuple[list[int], str]]]:
+    """One robot type's timing; also the requests it prefilled, with a plan text to force (for the batch sizes).
+    ``again``: the requests' own tokens (after the shared system prompt) reversed, so that a second measurement
+    prefills as many tokens as the first, none of them cached by it (what a step computes does not depend on the
+    tokens' values)."""
     examples = [(ex.task, ex.scene, ex.plan) for ex in skill_set.examples] or [("report what you see", "", "ok")]
-    requests = [(prompts(skill_set, task, scene), plan) for task, scene, plan in examples]
     shared = prompts.shared_tokens(skill_set)
+    requests = [(prompts(skill_set, task, scene), plan) for task, scene, plan in examples]
+    if again:
+        requests = [(ids[:shared] + ids[shared:][::-1], plan) for ids, plan in requests]
     prefills: list[tuple[float, int, int]] = []   # (seconds, tokens prefilled, prompt tokens) per request
     decodes: list[float] = []
 
@@ -109,7 +116,7 @@ def _measure_type(engine: Engine, skill_set: SkillSet,
 
 
 def measure(engine: Engine, skill_sets: Mapping[str, SkillSet], prompts: PromptEncoder,
-            batches: Sequence[int] = BATCHES) -> Measurements:
+            batches: Sequence[int] = BATCHES, again: bool = False) -> Measurements:
     """Measure every robot type, then decode steps at ``batches`` over the requests measured, longest first (the
     robot types' system prompts must be cached already: the server's warm-up). Distinct requests, as a fleet's are:
     on the transformers engine a batch of prompts of different lengths decodes more slowly than copies of one."""
@@ -117,7 +124,7 @@ def measure(engine: Engine, skill_sets: Mapping[str, SkillSet], prompts: PromptE
     types: dict[str, TypeTiming] = {}
     requests: list[tuple[list[int], str]] = []
     for name, skill_set in skill_sets.items():
-        types[name], measured = _measure_type(engine, skill_set, prompts)
+        types[name], measured = _measure_type(engine, skill_set, prompts, again)
         requests += measured
     requests.sort(key=lambda r: -len(r[0]))
     longest = max(types, key=lambda n: types[n].prompt_tokens)
@@ -148,10 +155,27 @@ def measure(engine: Engine, skill_sets: Mapping[str, SkillSet], prompts: PromptE
                         engine=type(engine).__name__)
 
 
+def fastest(a: Measurements, b: Measurements) -> Measurements:
+    """Two measurements of the same engine as one: the faster of each kind of step (the fit counts the fastest)."""
+    types = {name: replace(t, prefill_s=min(t.prefill_s, b.types[name].prefill_s),
+                           decode_s=min(t.decode_s, b.types[name].decode_s)) if name in b.types else t
+             for name, t in a.types.items()}
+    batch = {n: min(s, b.batch_decode_s.get(n, s)) for n, s in a.batch_decode_s.items()}
+    return Measurements(types=types, batch_decode_s=batch, seconds=a.seconds + b.seconds, engine=a.engine,
+                        rounds=a.rounds + b.rounds)
+
+
 def fit_engine(engine: Engine, skill_sets: Mapping[str, SkillSet], prompts: PromptEncoder,
                classes: Mapping[str, TimeUtility], network_delay_s: float, max_batch: int,
                scale_factor: float = 0.0) -> tuple[HardwareFit, ClassCheck]:
-    """Measure the engine (batch sizes up to max_batch, at most 8), derive the fit, check the urgency classes."""
+    """Measure the engine (batch sizes up to max_batch, at most 8), derive the fit, check the urgency classes. A
+    class found unmet is checked again on a second measurement (the faster of each kind of step of both): a
+    moment of other load on the machine (about a second of measuring) must not change the classes it serves."""
     batches = (min(max_batch, 8),) if max_batch > 1 else ()
-    fit = derive(measure(engine, skill_sets, prompts, batches))
-    return fit, check_classes(classes, fit, network_delay_s, scale_factor)
+    measured = measure(engine, skill_sets, prompts, batches)
+    check = check_classes(classes, derive(measured), network_delay_s, scale_factor)
+    if check.unmet:
+        measured = fastest(measured, measure(engine, skill_sets, prompts, batches, again=True))
+        check = check_classes(classes, derive(measured), network_delay_s, scale_factor)
+    fit = derive(measured)
+    return fit, check
