@@ -456,3 +456,22 @@ def test_crowd_promise_keeps_a_deferred_member_ahead_of_later_arrivals():
         assert [g.req_id for g in first] == ["s0", "s1", "s2"]
         later = [g for g in four if g not in first] + [_urgent(f"n{i}", 0.1) for i in range(3)]
         assert [g.req_id for g in p.select(later, [], ctx(0.21))] == expected
+
+
+def test_an_urgent_first_segment_is_ranked_with_the_g_the_drop_rule_keeps_it_alive_with():
+    """Online G follows the segments measured under load (0.47 s a drone segment sharing batches of 4); the fit
+    measured 0.13 s alone. Ranked with the loaded G an urgent goal looked unable to make its 0.2 s ERT at arrival,
+    fell to the utility floor behind plans mid-segment, and was dropped 0.4 s later by the drop rule, which had
+    kept it alive with the fitted G (make demo). Eq. 4 and the drop rule now use the same G for a first segment."""
+    timely = make_policy("timely", options={"segment_gen_time_s": {"drone": 0.13}, "online_gen_time": True})
+    for _ in range(20):
+        timely.observe_segment("drone", 0.47)
+    assert timely.segment_time("drone") > 0.4
+    now = 10.0
+    urgent = gen("u", arrival=now, tuf=URGENT)
+    mid_plan = [gen(f"n{i}", arrival=0.0, segments=1 + i, exec_end=now + 0.3 + 0.1 * i, prefilled=True)
+                for i in range(3)]
+    ranked = sorted([*mid_plan, urgent], key=lambda g: -timely.priority(g, now))
+    assert ranked[0] is urgent
+    assert timely.should_drop(urgent, now + 0.1) is None
+    assert timely.should_drop(urgent, now + 0.45) is not None     # hopeless by then, with either G

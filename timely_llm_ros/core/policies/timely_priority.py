@@ -5,7 +5,7 @@
         TUF_1(t + G + d - E)                 for k > 0   (E = expected, then actual, end of the previous execution)
     L = deadline - t,  deadline = max(arrival + ERT, S) (k = 0) or E (k > 0)
     G = profiled mean generation time of one segment of this robot type (option segment_gen_time_s; online_gen_time:
-        the measured segments' EMA)
+        the measured segments' EMA; a first segment: the smaller of that and the configured one, as the drop rule)
     S = the earliest start of the plan on its robot: the expected end of the plans ahead of it there
 
 The estimators: G of the part of a segment still to generate, the segment lengths admission and the crowd plan
@@ -70,6 +70,16 @@ class TimelyPriority:
         """G: profiled mean generation time of one segment."""
         return self.gen_time_s.get(robot_type, self.gen_time_s.get("*", 0.1))
 
+    def first_segment_time(self, robot_type: str) -> float:
+        """G of a plan's first segment: the smaller of G now and the configured (fitted) G. A first segment that
+        ranks first is served now, at the speed of an engine given to it, not at the mean speed of the segments
+        measured under load (the online G, inflated by the batches they shared); and Eq. 4 and the drop rule must
+        agree, or a request kept because it can still be in time would be ranked as if it could not, at the
+        utility floor behind every running plan, until it is dropped (make demo on SmolLM2, 2 cores: an urgent
+        drone goal ranked U < 0 at arrival with G 0.47 s against its 0.2 s ERT, fitted G 0.13 s)."""
+        g = self.segment_time(robot_type)
+        return min(g, self._configured_gen_time.get(robot_type, g))
+
     def segment_tokens(self, gen: Generation) -> int:
         """Tokens of one segment of gen's robot type that admission assumes, never above the configured maximum.
         Option segment_estimate "mean" (default with admission "utility"): the expected length, the mean of the
@@ -132,7 +142,10 @@ class TimelyPriority:
     def utility_if_started(self, gen: Generation, now: float, gen_time_s: float | None = None) -> float:
         """TUF_0 / TUF_1 of the current segment if its generation starts now (unclamped)."""
         req = gen.req
-        g = self.segment_time(req.robot_type) if gen_time_s is None else gen_time_s
+        if gen_time_s is not None:
+            g = gen_time_s
+        else:
+            g = self.first_segment_time(req.robot_type) if gen.k == 0 else self.segment_time(req.robot_type)
         ready = now + g + self.network_delay_s
         if gen.k == 0 or gen.expected_exec_end is None:
             return req.tuf(gen.first_start(ready) - req.arrival)
@@ -160,15 +173,16 @@ class TimelyPriority:
         segment not started, else the share of its (assumed) tokens left, so that a half-generated segment is not
         ranked like a fresh one."""
         d, floor_share = self.network_delay_s, self.utility_floor
-        g_of: dict[str, float] = {}
+        g_of: dict[tuple[str, bool], float] = {}
         out: list[float] = []
         for gen in gens:
             req = gen.req
             tuf = req.tuf
             rt = req.robot_type
-            g = g_of.get(rt)
+            first = gen.k == 0
+            g = g_of.get((rt, first))
             if g is None:
-                g = g_of[rt] = self.segment_time(rt)
+                g = g_of[rt, first] = self.first_segment_time(rt) if first else self.segment_time(rt)
             if gen.prefilled:
                 done = len(gen.output_ids) - gen.seg_token_start
                 if done > 0:
@@ -213,9 +227,7 @@ class TimelyPriority:
             return None
         # optimistic G (the configured profile, or less if measured faster): an online G inflated by a burst
         # must not drop a request that could still make it
-        rt = gen.req.robot_type
-        g = min(self.segment_time(rt), self._configured_gen_time.get(rt, self.segment_time(rt)))
-        u = self.utility_if_started(gen, now, g)
+        u = self.utility_if_started(gen, now, self.first_segment_time(gen.req.robot_type))
         if u <= 0:
             waited = now - gen.req.arrival
             return (f"dropped after waiting {waited:.2f} s: its first segment could no longer earn positive "
