@@ -5,7 +5,8 @@
         TUF_1(t + G + d - E)                 for k > 0   (E = expected, then actual, end of the previous execution)
     L = deadline - t,  deadline = max(arrival + ERT, S) (k = 0) or E (k > 0)
     G = profiled mean generation time of one segment of this robot type (option segment_gen_time_s; online_gen_time:
-        the measured segments' EMA; a first segment: the smaller of that and the configured one, as the drop rule)
+        the measured segments' EMA; a first segment the drop rule may end: the smaller of that and the configured
+        one, as the drop rule)
     S = the earliest start of the plan on its robot: the expected end of the plans ahead of it there
 
 The estimators: G of the part of a segment still to generate, the segment lengths admission and the crowd plan
@@ -71,12 +72,13 @@ class TimelyPriority:
         return self.gen_time_s.get(robot_type, self.gen_time_s.get("*", 0.1))
 
     def first_segment_time(self, robot_type: str) -> float:
-        """G of a plan's first segment: the smaller of G now and the configured (fitted) G. A first segment that
-        ranks first is served now, at the speed of an engine given to it, not at the mean speed of the segments
-        measured under load (the online G, inflated by the batches they shared); and Eq. 4 and the drop rule must
-        agree, or a request kept because it can still be in time would be ranked as if it could not, at the
-        utility floor behind every running plan, until it is dropped (make demo on SmolLM2, 2 cores: an urgent
-        drone goal ranked U < 0 at arrival with G 0.47 s against its 0.2 s ERT, fitted G 0.13 s)."""
+        """G of a first segment the drop rule may end: the smaller of G now and the configured (fitted) G, the
+        drop rule's optimistic G. Eq. 4 must agree with the drop rule, or a request kept because it can still be
+        in time is ranked as if it could not, at the utility floor behind every running plan, until it is dropped
+        (make demo on SmolLM2, 2 cores: an urgent drone goal ranked U < 0 at arrival with the online G, 0.47 s
+        under load against its 0.2 s ERT, fitted 0.13 s). A class that serves late plans is never dropped and
+        keeps the online G (the ROS burst: with the optimistic G for every first segment, normal first segments
+        took the engine from urgent ones)."""
         g = self.segment_time(robot_type)
         return min(g, self._configured_gen_time.get(robot_type, g))
 
@@ -144,8 +146,10 @@ class TimelyPriority:
         req = gen.req
         if gen_time_s is not None:
             g = gen_time_s
+        elif gen.k == 0 and self.drop != "never" and Policy.may_drop(gen):
+            g = self.first_segment_time(req.robot_type)
         else:
-            g = self.first_segment_time(req.robot_type) if gen.k == 0 else self.segment_time(req.robot_type)
+            g = self.segment_time(req.robot_type)
         ready = now + g + self.network_delay_s
         if gen.k == 0 or gen.expected_exec_end is None:
             return req.tuf(gen.first_start(ready) - req.arrival)
@@ -179,10 +183,10 @@ class TimelyPriority:
             req = gen.req
             tuf = req.tuf
             rt = req.robot_type
-            first = gen.k == 0
-            g = g_of.get((rt, first))
+            droppable = gen.k == 0 and self.drop != "never" and not tuf.serves_late
+            g = g_of.get((rt, droppable))
             if g is None:
-                g = g_of[rt, first] = self.first_segment_time(rt) if first else self.segment_time(rt)
+                g = g_of[rt, droppable] = self.first_segment_time(rt) if droppable else self.segment_time(rt)
             if gen.prefilled:
                 done = len(gen.output_ids) - gen.seg_token_start
                 if done > 0:
