@@ -146,7 +146,7 @@ class TimelyPriority:
         req = gen.req
         if gen_time_s is not None:
             g = gen_time_s
-        elif gen.k == 0 and self.drop != "never" and Policy.may_drop(gen):
+        elif gen.k == 0 and self.drop != "never" and not req.tuf.serves_late:   # as eq4
             g = self.first_segment_time(req.robot_type)
         else:
             g = self.segment_time(req.robot_type)
