@@ -3,11 +3,11 @@
 Planner prompts of a robot type share a long fixed part (skills, guidance, worked examples) before a short task. When
 a generation is released, its sequence's state (llama.cpp's serialised KV of its prompt and output) is kept in host
 memory, keyed by those tokens; a new prompt's empty sequence loads the entry sharing its longest common prefix, is
-cut back to that prefix and prefills only the rest. Loaded into an empty stream, the entry's cells sit where a prefill would have put them, and
-every position's KV was computed from the same tokens, so the result is bit for bit that of prefilling the prompt in
-two steps split where the entry's prefix ends. (llama.cpp's KV differs in its last bits with how a prompt is split
-into micro-batches, so against one whole-prompt prefill a greedy near-tie can go the other way; docs/engine.md.)
-Entries are dropped least recently used first beyond ``capacity_bytes``.
+cut back to that prefix and prefills only the rest. Loaded into an empty stream, the entry's cells sit where a
+prefill would have put them, and every position's KV was computed from the same tokens, so the result is bit for bit
+that of prefilling the prompt in two steps split where the entry's prefix ends. (llama.cpp's KV differs in its last
+bits with how a prompt is split into micro-batches, so against one whole-prompt prefill a greedy near-tie can go the
+other way; docs/engine.md.) Entries are dropped least recently used first beyond ``capacity_bytes``.
 """
 from __future__ import annotations
 
