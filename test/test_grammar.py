@@ -121,6 +121,31 @@ def test_a_skill_that_approaches_never_takes_what_the_task_says_to_keep_away_fro
     assert task_hazards("don't approach the wasp", objects) == ("wasp",)
 
 
+def test_a_skill_that_approaches_goes_to_an_unlisted_object_only_inside_a_block_that_saw_it_in_view(accepts):
+    """The drone's goto flies only to what it knows the place of: an object its scene lists, or one a condition on
+    is_visible (in_view in the skill set) has just seen, inside that condition's block. "Anything here for sewing on
+    a button?" names a button the room does not list: g('button') alone fails on the robot, and is refused."""
+    grammar = plan_grammar(DRONE, objects=("treadmill", "telescope", "button", "needle"),
+                           scene=("treadmill", "telescope"))
+    admitted = ["g('treadmill');tp();", "s('button');?iv('button')==True{g('button');tp();->'found';}->'not found';",
+                "s('button');?iv('button'){g('button');}", "3{?iv('button')==True{g('button');}tu(90);}",
+                "?iv('button')==True{?iv('needle')==True{g('needle');}g('button');}",
+                "?iv('button')==True&iv('needle')==True{tp();}", "?iv('button')==False{tp();}",
+                "_1=iv('button');?_1==True{tp();}", "?iv('treadmill')==True{g('treadmill');}"]
+    refused = ["g('button');tp();", "?iv('button')!=True{g('button');}tp();", "?iv('button')==False{g('button');}",
+               "?iv('button')==True{tp();}g('button');", "?iv('needle')==True{g('button');}",
+               "?iv('button')==True{?iv('needle')==True{tp();}g('needle');}"]
+    for plan in admitted:
+        assert accepts(grammar, plan), plan
+    for plan in refused:
+        assert not accepts(grammar, plan), plan
+    only = plan_grammar(DRONE, objects=("lamp", "button"), scene=("lamp",), hazards=("lamp",))
+    assert not accepts(only, "g('button');") and accepts(only, "s('button');?iv('button')==True{g('button');}")
+    blind = plan_grammar(with_flags(DRONE, iv={"in_view": False}), objects=("treadmill", "button"),
+                         scene=("treadmill",))
+    assert accepts(blind, "g('button');")          # no query says what is in view: the slot stays as it was
+
+
 def test_no_move_goes_to_the_side_where_the_scene_places_a_hazard(accepts):
     """"Don't collide with the tree" with the tree on the left: the drone may move any way but left; the sides come
     from the context's placed objects that the task names as hazards, and a move is refused only when its skill
@@ -156,7 +181,8 @@ def test_a_skill_marked_in_scene_takes_only_what_the_scene_lists(accepts):
                     "tk('fruit');dr();"):
         assert not accepts(grammar, outside) and accepts(plan_grammar(ARM, objects=objects), outside), outside
     assert plan_grammar(ARM, objects=listed, scene=listed) == plan_grammar(ARM, objects=listed)   # nothing to narrow
-    assert plan_grammar(DRONE, objects=objects, scene=listed) == plan_grammar(DRONE, objects=objects)  # none in_scene
+    drone = plan_grammar(DRONE, objects=objects, scene=listed)   # no drone skill is in_scene: it may look for it
+    assert accepts(drone, "s('fruit');tp();") and accepts(drone, "g('mango');s('fruit');tp();")
 
 
 def test_a_movable_skill_never_takes_a_fixed_place(accepts):
@@ -182,6 +208,15 @@ def without_hold(skill_set):
     for entry in cfg["skills"]:
         for flag in ("grasps", "releases", "after"):
             entry.pop(flag, None)
+    return SkillSet.from_config(cfg)
+
+
+def with_flags(skill_set, **flags):
+    """The skill set with some skills' YAML fields replaced: ``iv={"in_view": False}``."""
+    with open(config_dir() / "skills" / f"{skill_set.name}.yaml", encoding="utf-8") as f:
+        cfg = yaml.safe_load(f)
+    for entry in cfg["skills"]:
+        entry.update(flags.get(entry["short"], {}))
     return SkillSet.from_config(cfg)
 
 
@@ -428,6 +463,46 @@ def test_the_random_decoder_finds_an_arm_plan_that_fails_without_the_hold_rules(
         if ended and run_plan(ARM, tokenizer.decode(ids), context_scene("arm", context)).error:
             return
     pytest.fail("random decoding never wrote an arm plan that fails on its table")
+
+
+def drone_room(rng: random.Random) -> tuple[str, tuple[str, ...]]:
+    """A random drone context listing 1-3 things, and the grounded objects of a task naming 1-2 others."""
+    things = ["cup", "sofa", "child's toy", "door", "lamp", "button", "red cube", "helmet"]
+    listed = rng.sample(things, rng.randint(1, 3))
+    named = rng.sample([t for t in things if t not in listed], rng.randint(1, 2))
+    return f"room: kitchen; objects: {', '.join(listed)}", tuple(listed + named)
+
+
+@settings(max_examples=int(os.environ.get("GRAMMAR_PROPERTY_EXAMPLES", "16")), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_every_drone_plan_decoded_under_its_grounded_grammar_flies_only_to_what_it_knows(tokenizer, compiler, seed):
+    """Random drone rooms and tasks that name things the room does not list, random decoding to the grammar's end:
+    in the strict scene the context describes, goto never fails for want of knowing where its object is."""
+    rng = random.Random(seed)
+    context, objects = drone_room(rng)
+    grammar = plan_grammar(DRONE, objects=objects, scene=scene_objects(context))
+    ids, ended = decode_randomly(compiler, grammar, tokenizer.eos_token_id, rng, run_on=rng.random() < 0.5)
+    text = tokenizer.decode(ids)
+    assert ended, text
+    error = run_plan(DRONE, text, context_scene("drone", context)).error or ""
+    assert "has not seen" not in error, (context, text, error)
+
+
+def test_the_random_decoder_finds_a_drone_plan_that_flies_to_an_unseen_object_without_the_sight_rule(tokenizer,
+                                                                                                      compiler):
+    """Mutation check of the property above: with is_visible's in_view flag off, random decoding soon writes a
+    goto to a thing the drone has not seen."""
+    blind = with_flags(DRONE, iv={"in_view": False})
+    for seed in range(200):
+        rng = random.Random(seed)
+        context, objects = drone_room(rng)
+        grammar = plan_grammar(blind, objects=objects, scene=scene_objects(context))
+        ids, ended = decode_randomly(compiler, grammar, tokenizer.eos_token_id, rng)
+        if ended and "has not seen" in (run_plan(DRONE, tokenizer.decode(ids), context_scene("drone", context)).error
+                                        or ""):
+            return
+    pytest.fail("random decoding never flew to an object the drone had not seen")
 
 
 def test_the_random_decoder_finds_a_plan_error_in_a_grammar_that_lets_one_through(tokenizer, compiler):

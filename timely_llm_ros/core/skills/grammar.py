@@ -20,7 +20,10 @@ wander:
   ``context.fixed_places``), which the robot puts things into but cannot lift; a skill whose
   slot is left with no object is left out, and so is a skill that ``moves`` the robot to a side where the
   request's context places one of its hazards (``context.hazard_sides``: "keep clear of the lamp" with the lamp on
-  the right admits no move right);
+  the right admits no move right); the object slot of a skill that approaches takes an object the scene does not
+  list (what the task names: "sewing on a button", no button in the room) only inside a conditional block whose
+  whole condition is that a query marked ``in_view`` says it is in view, ``?iv('button')==True{g('button');}``:
+  the robot knows its place there and nowhere else (``_Builder._sight``; at most ``MAX_SIGHTED`` such objects);
 - **what is held**: for a skill set whose skills grasp and release (the arm: ``grasps``, ``releases``, ``after``,
   ``still`` in its YAML) and a request that lists its objects, in plans without blocks, the grammar follows where
   the robot is and what it holds (``_Hold``): a grasping skill only with nothing held, a releasing one only with
@@ -59,7 +62,8 @@ wander:
 
 How the grammar counts: its statement rules carry one 64-bit parameter (llguidance's parametric rules, materialised
 lazily as the parser needs them) holding the simple statements written, whether an action came, each variable's
-kind, which open blocks are loops, the open loop's round calls and the calls charged outside loops. The text is about
+kind, which open blocks are loops, the open loop's round calls, the calls charged outside loops and, per block
+depth, the unlisted objects its condition saw in view. The text is about
 a hundred short rules and lexemes whatever the bounds and objects (compiling it takes milliseconds: docs/engine.md).
 """
 from __future__ import annotations
@@ -81,6 +85,7 @@ STRING_CHARS = "a-zA-Z0-9 ?.,!"   # the characters a free string argument may ho
 MAX_STRING = 40
 MAX_DIGITS = 4
 MAX_VARIABLES = 3             # variables a plan may set (_1.._3); the reference plans use one
+MAX_SIGHTED = 8               # unlisted objects an approaching skill may take once a block saw them in view
 MAX_STATEMENTS = 127          # the statement count's field holds 7 bits
 ALWAYS = "le([0:7], 127)"   # a condition that always holds (the statement count has 7 bits)
 Rule = tuple[str, list[tuple[str, str]]]   # a rule's name and its alternatives (body, condition or "")
@@ -170,7 +175,12 @@ def grammar_text(skill_set: SkillSet, spec: GrammarSpec) -> str:
         raise ValueError(f"skills {unknown} are not in skill set {skill_set.name!r}")
     specs = [skill_set.skills[s] for s in spec.skills]
     slots = {s.short: spec.slot(s) for s in specs if "object" in s.args} if spec.objects else {}
-    specs = [s for s in specs if slots.get(s.short, True)]   # e.g. every object is to be kept away from: no goto
+    sighted = _sighted(specs, skill_set.statement_forms, spec)
+    for s in specs:     # an unlisted object: approached only inside a block that saw it in view (_Builder._sight)
+        if s.approaches and s.short in slots:
+            slots[s.short] = tuple(o for o in slots[s.short] if o not in sighted)
+    specs = [s for s in specs if slots.get(s.short, True) or (s.approaches and sighted)]   # e.g. every object is
+    # to be kept away from: no goto
     if not any(s.is_action for s in specs):
         raise ValueError(f"no action skill allowed for a {skill_set.name} plan (allowed: {list(spec.skills) or 'none'})"
                          ": the robot advertises none of its skill set's actions, so no plan could act")
@@ -178,7 +188,20 @@ def grammar_text(skill_set: SkillSet, spec: GrammarSpec) -> str:
         raise ValueError(f"max_calls must be >= 1, got {spec.max_calls}")
     narrowed = {short: names for short, names in slots.items() if names != spec.objects}
     return _Builder(specs, skill_set.statement_forms, spec.objects, max_statements(spec.max_plan_tokens),
-                    spec.max_calls, narrowed).text()
+                    spec.max_calls, narrowed, sighted).text()
+
+
+def _sighted(specs: list[SkillSpec], forms: tuple[str, ...], spec: GrammarSpec) -> tuple[str, ...]:
+    """The objects a skill that approaches takes only once a query marked ``in_view`` said they are in view: those
+    the request names but its scene does not list (a "find the button" task's button), when an allowed skill
+    approaches, an allowed bool query is in_view and conditionals are allowed (else they are not approached at all),
+    hazards aside, at most MAX_SIGHTED."""
+    if not spec.scene or "conditional" not in forms or not any(s.approaches for s in specs):
+        return ()
+    if not any(s.in_view for s in specs):
+        return ()
+    unlisted = [o for o in spec.objects if o not in spec.scene and o not in spec.hazards]
+    return tuple(unlisted[:_Layout(spec.max_calls).sight_room()])
 
 
 @dataclass(frozen=True)
@@ -263,6 +286,15 @@ class _Layout:
         if self.calls[1] > 64:
             raise ValueError(f"max_calls {max_calls} is too large for the grammar's counters")
 
+    def sight_room(self) -> int:
+        """How many objects the sight fields hold: one bit per object and block depth, MAX_SIGHTED at most."""
+        return min(MAX_SIGHTED, (64 - self.calls[1]) // MAX_DEPTH)
+
+    def sight(self, depth: int, count: int) -> tuple[int, int]:
+        """The bits of the objects seen in view by the condition of the open block at ``depth`` (1..MAX_DEPTH)."""
+        lo = self.calls[1] + (depth - 1) * count
+        return lo, lo + count
+
 
 def _rng(field: tuple[int, int]) -> str:
     return f"[{field[0]}:{field[1]}]"
@@ -337,7 +369,8 @@ class _Builder:
     its ';' counts it."""
 
     def __init__(self, skills: list[SkillSpec], forms: tuple[str, ...], objects: tuple[str, ...],
-                 statements: int, max_calls: int, narrowed: dict[str, tuple[str, ...]] | None = None) -> None:
+                 statements: int, max_calls: int, narrowed: dict[str, tuple[str, ...]] | None = None,
+                 sighted: tuple[str, ...] = ()) -> None:
         self.actions = [s for s in skills if s.is_action]
         self.queries = [s for s in skills if not s.is_action]
         self.typed = {kind: [s for s in self.queries if s.returns == kind] for kind in KIND_CODES}
@@ -355,6 +388,8 @@ class _Builder:
         self.depth = MAX_DEPTH if (self.loops or self.conditionals) else 0
         self._heads: dict[tuple[str, ...], str] = {}     # skill names -> the lexeme of their calls' heads
         self.hold = _Hold.of(self.actions, objects, self.narrowed) if self.depth == 0 else None
+        self.sighted = sighted if self.conditionals else ()   # see _sight
+        self.sight_heads = tuple(s.short for s in self.queries if s.in_view)
         self._held: list[Rule] = []      # the rules _hold_actions made (the hold_* rules)
         if self.hold and all(s.after or s.releases for s in self.actions):
             raise ValueError(f"allowed actions {[s.short for s in self.actions]} each need another first (a pick what "
@@ -440,8 +475,10 @@ class _Builder:
                     alts.append((f"\"->\" value r{d}::{self._charge(inside)}",
                                   _all(where, self._statement_left(True), room(1, True))))
                 if self.conditionals and d < self.depth:    # a head: MAX_COMPARISONS calls, then its body's first
-                    alts.append((f"\"?\" condition open{d + 1}::{self._charge(inside, 2)}",
-                                  _all(where, self._statement_left(False), room(MAX_COMPARISONS + 1, True))))
+                    head_room = _all(where, self._statement_left(False), room(MAX_COMPARISONS + 1, True))
+                    alts.append((f"\"?\" condition open{d + 1}::{self._charge(inside, 2)}", head_room))
+                    for i in range(len(self.sighted)):      # the same text, read as "it is in view" (_sight)
+                        alts.append((f"\"?\" sight{d + 1}_{i}::{self._charge(inside, 2)}", head_room))
             if "return" in self.forms and d == 0:
                 alts.append(("\"->\" value \";\"", _all(f"bit_set({at.acted})", self._calls_at_most(self.cap - 1))))
             if self.variables and d == 0:
@@ -459,6 +496,8 @@ class _Builder:
                     alts.append((f"LOOP{k} loop{d + 1}::bit_or({bits:#x})",
                                  _all(self._in_loop(False), self._statement_left(False), self._calls_leave(top))))
                 rules.append((f"loop{d + 1}", [(f"OPEN s{d + 1}::incr([{at.calls[0] + at.reserve}:{at.calls[1]}])", "")]))
+            if d < self.depth:
+                rules += self._sight(d + 1)
             rules.append((f"s{d}", [(body, cond) for body, cond in alts if cond is not None]))
             rules.append((f"c{d}", [(f"\";\" e{d}::incr({_rng(at.n)})", "")]))
             # a space or newline only where a statement can follow: where an action can (every statement needs
@@ -478,14 +517,44 @@ class _Builder:
                     rules.append((f"open{d}", [(f"OPEN s{d}", "")]))
                 if "return" in self.forms:
                     rules.append((f"r{d}", [(f"\";\" close{d}::incr({_rng(at.n)})", "")]))
-                clear = ~((((1 << (at.body[1] - at.body[0])) - 1) << at.body[0]) | (1 << at.loop[d])) & (2**64 - 1)
+                lo, hi = self._sight_bits(d)          # what this block's condition saw in view ends with it
+                unseen = ~(((1 << (hi - lo)) - 1) << lo) & (2**64 - 1)
+                clear = ~((((1 << (at.body[1] - at.body[0])) - 1) << at.body[0]) | (1 << at.loop[d])) & unseen
+                forget = f"::bit_and({unseen:#x})" if hi > lo else ""
                 closes = []
                 for space in ("", "\" \" "):
-                    closes.append((f"{space}CLOSE e{d - 1}", f"bit_clear({at.loop[d]})" if self.loops else ""))
+                    closes.append((f"{space}CLOSE e{d - 1}{forget}", f"bit_clear({at.loop[d]})" if self.loops else ""))
                     if self.loops:
                         closes.append((f"{space}CLOSE e{d - 1}::bit_and({clear:#x})", f"bit_set({at.loop[d]})"))
                 rules.append((f"close{d}", closes))
         return rules
+
+    # ----- objects seen in view (a skill that approaches, an unlisted object: grammar_text's _sighted)
+    def _sight_bits(self, depth: int) -> tuple[int, int]:
+        return self.at.sight(depth, len(self.sighted)) if self.sighted else (0, 0)
+
+    def _seen(self, i: int) -> str:
+        """The condition of an open block saying that sighted object i is in view."""
+        return _any(*(f"bit_set({self._sight_bits(d)[0] + i})" for d in range(1, self.depth + 1)))
+
+    def _sight(self, depth: int) -> list[Rule]:
+        """``sight<depth>_<i>``: a conditional head that is exactly ``?iv('x')`` or ``?iv('x')==True`` (iv a query
+        marked in_view, x the i-th sighted object), whose block may send a skill that approaches to x: the robot has
+        x in view there. The generic head ``condition`` reads the same text too; its block does not."""
+        if not self.sighted:
+            return []
+        head = self._heads.setdefault(self.sight_heads, f"CALL{len(self._heads)}")
+        lo = self._sight_bits(depth)[0]
+        return [(f"sight{depth}_{i}", [(f"{head} SIGHT{i} \")\" (EQ TRUE)? OPEN s{depth}::bit_or({1 << (lo + i):#x})", "")])
+                for i in range(len(self.sighted))]
+
+    def _object_alternatives(self, names: Sequence[str], lexeme: str, approach: bool) -> list[tuple[str, str]]:
+        """An object slot taking ``names``: their lexeme (sighted objects aside, each a lexeme of its own, so that a
+        head can tell which one it tests), then the sighted ones: for a skill that approaches only where seen."""
+        out = [(lexeme, "")] if any(n not in self.sighted for n in names) else []
+        if approach:
+            return out + [(f"SIGHT{i}", self._seen(i)) for i in range(len(self.sighted))]
+        return out + [(f"SIGHT{i}", "") for i, n in enumerate(self.sighted) if n in names]
 
     # ----- what is held (a skill set whose skills grasp and release, without blocks: _Hold)
     def _slot(self, skill: SkillSpec) -> tuple[str, ...]:
@@ -563,9 +632,12 @@ class _Builder:
         var = {kind: (f" | var_{kind}" if self.variables and self.typed[kind] else "") for kind in KIND_CODES}
         rules.append(("int", [(f"INT{var['float']}", "")]))
         rules.append(("str", [(f"TEXT{var['str']}", "")]))
-        rules.append(("object", [("OBJECT" if self.objects else f"TEXT{var['str']}", "")]))
-        for k in range(len(self.slot_sets)):
-            rules.append((f"object{k}", [(f"OBJECT{k}", "")]))
+        rules.append(("object", self._object_alternatives(self.objects, "OBJECT", False) if self.objects
+                      else [(f"TEXT{var['str']}", "")]))
+        for k, names in enumerate(self.slot_sets):
+            rules.append((f"object{k}", self._object_alternatives(names, f"OBJECT{k}", False)))
+            if self.sighted and names in self._approach_sets():
+                rules.append((f"seen{k}", self._object_alternatives(names, f"OBJECT{k}", True)))
         rules.append(("any", [(f"NUMBER | TEXT | BOOL{var['bool']}{var['float']}{var['str']}", "")]))
         if self.variables:
             for kind, code in KIND_CODES.items():
@@ -574,7 +646,8 @@ class _Builder:
                                                   for j in range(MAX_VARIABLES)]))
         if self.conditionals:
             rules.append(("condition", [(f"comparison (JOIN comparison){{0,{MAX_COMPARISONS - 1}}}", "")]))
-            forms = {"bool": f"(EQUALS (BOOL{var['bool']}))?", "float": f"ORDER (NUMBER{var['float']})",
+            equals = "(EQ | NE) (TRUE | FALSE" if self.sighted else "EQUALS (BOOL"   # EQ TRUE: _sight's lexemes
+            forms = {"bool": f"({equals}{var['bool']}))?", "float": f"ORDER (NUMBER{var['float']})",
                      "str": f"EQUALS (TEXT{var['str']})"}
             alts = []
             for kind in KIND_CODES:
@@ -599,10 +672,13 @@ class _Builder:
             out += ["OPEN: /\\{ ?/", "CLOSE: /\\};?/"]
         if self.conditionals:
             out += ["EQUALS: / ?(==|!=) ?/", "ORDER: / ?(==|!=|>=|<=|>|<) ?/", "JOIN: / ?[&|] ?/"]
-        if self.objects:
-            out.append("OBJECT: " + " | ".join(_lit(_quoted(o)) for o in self.objects))
-        for k, names in enumerate(self.slot_sets):
-            out.append(f"OBJECT{k}: " + " | ".join(_lit(_quoted(o)) for o in names))
+        if self.sighted:
+            out += ["EQ: / ?== ?/", "NE: / ?!= ?/", "TRUE: \"True\"", "FALSE: \"False\""]
+            out += [f"SIGHT{i}: {_lit(_quoted(o))}" for i, o in enumerate(self.sighted)]
+        for lexeme, names in [("OBJECT", self.objects)] + [(f"OBJECT{k}", n) for k, n in enumerate(self.slot_sets)]:
+            names = [o for o in names if o not in self.sighted]
+            if names:
+                out.append(f"{lexeme}: " + " | ".join(_lit(_quoted(o)) for o in names))
         if self.loops:
             for k, lo, hi in self._loop_classes():
                 out.append(f"LOOP{k}: /{_int_range(lo, hi)}/")
@@ -620,18 +696,27 @@ class _Builder:
     def _calls(self, skills: list[SkillSpec], closed: bool = True) -> list[tuple[str, str]]:
         """Alternatives calling any of ``skills``: one per argument signature, whose names and '(' are one lexeme
         (a grammar's lexemes cost compile time); ``closed=False`` leaves out the ')'."""
-        by_args: dict[tuple[str, ...], list[str]] = {}
+        by_args: dict[tuple[tuple[str, ...], bool], list[str]] = {}
         for skill in skills:
             args = skill.args
             if skill.short in self.narrowed:            # its object slots take fewer names
                 k = self.slot_sets.index(self.narrowed[skill.short])
-                args = tuple(f"object{k}" if a == "object" else a for a in args)
-            by_args.setdefault(args, []).append(skill.short)
+                slot = f"seen{k}" if self.sighted and skill.approaches else f"object{k}"
+                args = tuple(slot if a == "object" else a for a in args)
+            # an in_view query's head is a lexeme of its own: _sight's heads use it
+            by_args.setdefault((args, bool(self.sighted) and skill.in_view), []).append(skill.short)
         out = []
-        for args, names in by_args.items():
+        for (args, _), names in by_args.items():
             head = self._heads.setdefault(tuple(names), f"CALL{len(self._heads)}")
-            out.append((" ".join(p for p in (head, " SEP ".join(args), "\")\"" if closed else "") if p), ""))
+            # a skill that approaches with no listed object to take: only where a sighted one is in view
+            unseen = any(a.startswith("seen") and not any(n not in self.sighted for n in self.slot_sets[int(a[4:])])
+                         for a in args)
+            when = _any(*(self._seen(i) for i in range(len(self.sighted)))) if unseen else ""
+            out.append((" ".join(p for p in (head, " SEP ".join(args), "\")\"" if closed else "") if p), when))
         return out
+
+    def _approach_sets(self) -> list[tuple[str, ...]]:
+        return [self.narrowed[s.short] for s in self.actions if s.approaches and s.short in self.narrowed]
 
 
 _LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"')

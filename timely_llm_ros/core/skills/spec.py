@@ -50,6 +50,9 @@ class SkillSpec:
                                       # no action between that moves the robot (core/skills/grammar.py)
     still: bool = False               # it leaves the robot where it is (an arm's scan looks over the table): a pick
                                       # may still follow the goto before it
+    in_view: bool = False             # a bool query whose True means its object is in view (a drone's is_visible):
+                                      # grounded decoding lets a skill that approaches take an object the scene
+                                      # does not list only inside ?<this>('x')==True{...} (core/skills/grammar.py)
 
     @property
     def is_action(self) -> bool:
@@ -71,7 +74,7 @@ class SkillSpec:
     @classmethod
     def from_config(cls, entry: Mapping[str, Any], where: str) -> "SkillSpec":
         """Build from one YAML entry {short, long, args, kind, returns, arg_names, description, approaches,
-        in_scene, movable, moves, grasps, releases, after, still};
+        in_scene, movable, moves, grasps, releases, after, still, in_view};
         ValueError says what is wrong and where."""
         try:
             short = str(entry["short"])
@@ -89,6 +92,7 @@ class SkillSpec:
             releases = entry.get("releases", False)
             after = entry.get("after")
             still = entry.get("still", False)
+            in_view = entry.get("in_view", False)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: a skill needs at least 'short' ({exc})") from None
         if not short.isidentifier() or short.startswith("_") or short in ("True", "False"):
@@ -123,6 +127,12 @@ class SkillSpec:
         if still and (grasps or releases or after is not None or kind != "action"):
             raise ValueError(f"{where}: skill {short!r} is still (it leaves the robot where it is): it must be an "
                              "action that neither grasps, releases nor has an after")
+        if not isinstance(in_view, bool):
+            raise ValueError(f"{where}: skill {short!r} in_view must be true or false, got {in_view!r}")
+        if in_view and (kind != "query" or returns != "bool" or args != ("object",)):
+            raise ValueError(f"{where}: skill {short!r} has in_view: true: it must be a query with one object argument "
+                             f"that returns bool (args: [object], returns: bool), got a {kind} with args {list(args)} "
+                             f"returning {returns}")
         if (grasps or after is not None) and (args != ("object",) or kind != "action"):
             raise ValueError(f"{where}: skill {short!r} has {'grasps' if grasps else 'after'}: it must be an action "
                              f"with one object argument (args: [object]), got a {kind} with args {list(args)}")
@@ -132,4 +142,4 @@ class SkillSpec:
         if after is not None and (not isinstance(after, str) or after == short):
             raise ValueError(f"{where}: skill {short!r} after must name another skill of the set, got {after!r}")
         return cls(short, long, args, kind, returns, arg_names, description, approaches, in_scene, movable, moves,
-                   grasps, releases, after, still)
+                   grasps, releases, after, still, in_view)
