@@ -179,8 +179,9 @@ def grammar_text(skill_set: SkillSet, spec: GrammarSpec) -> str:
     for s in specs:     # an unlisted object: approached only inside a block that saw it in view (_Builder._sight)
         if s.approaches and s.short in slots:
             slots[s.short] = tuple(o for o in slots[s.short] if o not in sighted)
-    specs = [s for s in specs if slots.get(s.short, True) or (s.approaches and sighted)]   # e.g. every object is
-    # to be kept away from: no goto
+    # a skill left with no object is left out (every object is to be kept away from: no goto), unless it approaches
+    # what a block may see
+    specs = [s for s in specs if slots.get(s.short, True) or (s.approaches and sighted)]
     if not any(s.is_action for s in specs):
         raise ValueError(f"no action skill allowed for a {skill_set.name} plan (allowed: {list(spec.skills) or 'none'})"
                          ": the robot advertises none of its skill set's actions, so no plan could act")
@@ -196,9 +197,8 @@ def _sighted(specs: list[SkillSpec], forms: tuple[str, ...], spec: GrammarSpec) 
     the request names but its scene does not list (a "find the button" task's button), when an allowed skill
     approaches, an allowed bool query is in_view and conditionals are allowed (else they are not approached at all),
     hazards aside, at most MAX_SIGHTED."""
-    if not spec.scene or "conditional" not in forms or not any(s.approaches for s in specs):
-        return ()
-    if not any(s.in_view for s in specs):
+    if not (spec.scene and "conditional" in forms and any(s.approaches for s in specs)
+            and any(s.in_view for s in specs)):
         return ()
     unlisted = [o for o in spec.objects if o not in spec.scene and o not in spec.hazards]
     return tuple(unlisted[:_Layout(spec.max_calls).sight_room()])
@@ -548,10 +548,15 @@ class _Builder:
         return [(f"sight{depth}_{i}", [(f"{head} SIGHT{i} \")\" (EQ TRUE)? OPEN s{depth}::bit_or({1 << (lo + i):#x})", "")])
                 for i in range(len(self.sighted))]
 
+    def _listed(self, names: Sequence[str]) -> list[str]:
+        """``names`` less the sighted objects: those an object lexeme holds (a sighted one is a lexeme of its own,
+        so that a head can tell which one it tests)."""
+        return [n for n in names if n not in self.sighted]
+
     def _object_alternatives(self, names: Sequence[str], lexeme: str, approach: bool) -> list[tuple[str, str]]:
-        """An object slot taking ``names``: their lexeme (sighted objects aside, each a lexeme of its own, so that a
-        head can tell which one it tests), then the sighted ones: for a skill that approaches only where seen."""
-        out = [(lexeme, "")] if any(n not in self.sighted for n in names) else []
+        """An object slot taking ``names``: their lexeme (the listed ones), then the sighted ones: for a skill that
+        approaches only where seen."""
+        out = [(lexeme, "")] if self._listed(names) else []
         if approach:
             return out + [(f"SIGHT{i}", self._seen(i)) for i in range(len(self.sighted))]
         return out + [(f"SIGHT{i}", "") for i, n in enumerate(self.sighted) if n in names]
@@ -676,7 +681,7 @@ class _Builder:
             out += ["EQ: / ?== ?/", "NE: / ?!= ?/", "TRUE: \"True\"", "FALSE: \"False\""]
             out += [f"SIGHT{i}: {_lit(_quoted(o))}" for i, o in enumerate(self.sighted)]
         for lexeme, names in [("OBJECT", self.objects)] + [(f"OBJECT{k}", n) for k, n in enumerate(self.slot_sets)]:
-            names = [o for o in names if o not in self.sighted]
+            names = self._listed(names)
             if names:
                 out.append(f"{lexeme}: " + " | ".join(_lit(_quoted(o)) for o in names))
         if self.loops:
@@ -697,22 +702,24 @@ class _Builder:
         """Alternatives calling any of ``skills``: one per argument signature, whose names and '(' are one lexeme
         (a grammar's lexemes cost compile time); ``closed=False`` leaves out the ')'."""
         by_args: dict[tuple[tuple[str, ...], bool], list[str]] = {}
+        blind: set[tuple[str, ...]] = set()   # signatures of a skill that approaches with no listed object to take
         for skill in skills:
             args = skill.args
             if skill.short in self.narrowed:            # its object slots take fewer names
                 k = self.slot_sets.index(self.narrowed[skill.short])
                 slot = f"seen{k}" if self.sighted and skill.approaches else f"object{k}"
                 args = tuple(slot if a == "object" else a for a in args)
+                if slot.startswith("seen") and not self._listed(self.slot_sets[k]):
+                    blind.add(args)
             # an in_view query's head is a lexeme of its own: _sight's heads use it
             by_args.setdefault((args, bool(self.sighted) and skill.in_view), []).append(skill.short)
+        seen_any = _any(*(self._seen(i) for i in range(len(self.sighted))))
         out = []
         for (args, _), names in by_args.items():
             head = self._heads.setdefault(tuple(names), f"CALL{len(self._heads)}")
-            # a skill that approaches with no listed object to take: only where a sighted one is in view
-            unseen = any(a.startswith("seen") and not any(n not in self.sighted for n in self.slot_sets[int(a[4:])])
-                         for a in args)
-            when = _any(*(self._seen(i) for i in range(len(self.sighted)))) if unseen else ""
-            out.append((" ".join(p for p in (head, " SEP ".join(args), "\")\"" if closed else "") if p), when))
+            # a blind one only where a sighted object is in view
+            out.append((" ".join(p for p in (head, " SEP ".join(args), "\")\"" if closed else "") if p),
+                        seen_any if args in blind else ""))
         return out
 
     def _approach_sets(self) -> list[tuple[str, ...]]:
