@@ -12,10 +12,12 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 from action_msgs.msg import GoalStatus  # noqa: E402
+from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile  # noqa: E402
 
 from timely_llm_ros.action import ExecuteSegment  # noqa: E402
 from timely_llm_ros.msg import RobotState, Skill  # noqa: E402
+from timely_llm_ros.ros.executor.base import SkillExecutorNode  # noqa: E402
 from timely_llm_ros.ros.executor.skills import SkillContext, SkillRegistry, skill  # noqa: E402
 from timely_llm_ros.ros.server.segment_dispatcher import CLIENT_QUEUES  # noqa: E402
 
@@ -347,3 +349,65 @@ def test_urgent_preempts_interrupts_the_running_skill_and_the_plans_segments_end
         client.close()
         node.stop()
     assert node.proc.returncode == 0 and "Traceback" not in node.output(), node.output()[-3000:]
+
+
+class _SlowToAnnounce(SkillExecutorNode):
+    """The real executor with one timing change (a test double for timing only): a status update outside the
+    dispatch thread takes 0.3 s, so the plan's running segment ends while a later segment's arrival is still
+    being handled."""
+
+    ROBOT_TYPE = "drone"
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.executions: list[bytes] = []     # the goal of each run of the execute callback
+
+    def _status_changed(self) -> None:
+        if threading.current_thread().name != "segment-dispatch":
+            time.sleep(0.3)
+        super()._status_changed()
+
+    def _execute(self, handle) -> ExecuteSegment.Result:
+        self.executions.append(bytes(handle.goal_id.uuid))
+        return super()._execute(handle)
+
+    @skill("tc")
+    def turn(self, ctx, degrees):
+        ctx.sleep(0.2)      # segment 0 still runs when 1 and 2 are queued, and ends inside their 0.3 s
+
+
+def test_a_segment_that_arrives_as_its_plan_returns_is_answered_once_with_not_run():
+    """Segments 1 and 2 arrive while segment 0 (which returns) runs, and 0 ends before their arrival is fully
+    handled. Each gets one NOT_RUN; CI once saw segment 1 started twice (its second start aborted an ABORTED goal
+    and the client got an empty result)."""
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = _SlowToAnnounce(namespace="race", context=context)
+    executor = MultiThreadedExecutor(num_threads=6, context=context)
+    executor.add_node(node)
+    spin = threading.Thread(target=executor.spin, daemon=True)
+    spin.start()
+    node.publish_status()
+    client = _Client("race")
+    try:
+        for attempt in range(3):
+            plan = f"ret{attempt}"
+            first = _segment(plan, 0, ("tc", 10))
+            first.text += "->'early';"
+            handles = [client.send(goal) for goal in (first, _segment(plan, 1, ("tc", 10)),
+                                                       _segment(plan, 2, ("tc", 10)))]
+            results = [client.result(h, 15.0) for h in handles]
+            assert results[0][1].success and results[0][1].return_value == "early"
+            for status, result in results[1:]:
+                assert status == GoalStatus.STATUS_ABORTED and result.error_code == R.NOT_RUN, result
+                assert "returned at segment 0" in result.error_message
+        assert _wait(lambda: len(node.executions) >= 9), node.executions
+        time.sleep(1.0)     # a second start of a segment comes 0.3 s after its first
+        assert len(node.executions) == len(set(node.executions)) == 9, "a segment was started twice"
+    finally:
+        client.close()
+        node.shutdown()
+        executor.shutdown(timeout_sec=5.0)
+        spin.join(5.0)
+        node.destroy_node()
+        rclpy.shutdown(context=context)

@@ -149,13 +149,16 @@ class SkillExecutorNode(Node):
             if job.verdict is None and self._stopping:
                 job.verdict = R(success=False, error_code=R.FAILED, error_message=SHUTDOWN_MESSAGE)
             preempted = self._plans.admit(job, bool(goal.preempts)) if job.verdict is None else []
+            # decided here: once the lock is released, the plan's running segment may end and give this queued
+            # segment its NOT_RUN verdict and start it itself (an orphan); reading job.verdict later starts it twice
+            refused = job.verdict is not None
             running = self._running
             interrupt = running is not None and bool(running.preempted_by) and running.ctx is not None
             self._cv.notify_all()
         if interrupt:               # the running skill is stopped now (its ctx.sleep raises), not at its end
             running.ctx.wake()
         self._status_changed()
-        if job.verdict is not None:
+        if refused:
             self._start(job)
         for other in preempted:     # the plan it preempted: its queued segments end PREEMPTED
             self._start(other)
