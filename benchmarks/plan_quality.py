@@ -140,17 +140,19 @@ class Pass:
     wall_s: float
 
     def summary(self) -> dict[str, Any]:
-        """Rates over the headline splits (test + heldout), per split and per kind (headline splits), with the
-        throughput figures and the error codes of requests that did not end NONE."""
+        """Rates over the headline splits (test + heldout; a run of the dev split alone: over dev, ``over`` says
+        which), per split and per kind (over the same splits), with the throughput figures and the error codes of
+        requests that did not end NONE."""
         n = len(self.records)
         latencies = [r.latency_s for r in self.records if r.latency_s == r.latency_s]
         errors = Counter(r.error_code for r in self.records if r.error_code != ErrorCode.NONE.name)
-        headline = [r for r in self.records if r.task.split in HEADLINE_SPLITS]
-        return {"config": self.config, "robot_type": self.robot_type, "n": n,
+        present = [split for split in SPLITS if any(r.task.split == split for r in self.records)]
+        over = [split for split in present if split in HEADLINE_SPLITS] or present
+        headline = [r for r in self.records if r.task.split in over]
+        return {"config": self.config, "robot_type": self.robot_type, "n": n, "over": over,
                 "headline": self.rates(headline), "avoid": self.rates([r for r in headline
                                                                        if isinstance(r.task.goal, Avoid)]),
-                "splits": {split: self.rates([r for r in self.records if r.task.split == split])
-                           for split in SPLITS if any(r.task.split == split for r in self.records)},
+                "splits": {split: self.rates([r for r in self.records if r.task.split == split]) for split in present},
                 "kinds": {kind: self.rates(group) for kind, group in self.by_kind(headline).items()},
                 "tokens_per_plan": statistics.fmean(r.tokens for r in self.records) if n else float("nan"),
                 "s_per_plan": self.wall_s / n if n else float("nan"),
@@ -296,9 +298,15 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
                      + ["| " + " | ".join(row) + " |" for row in rows])
 
 
+def _over(summaries: Sequence[Mapping[str, Any]]) -> str:
+    """The splits the headline rates are over ("test and heldout"; "dev" for a dev run)."""
+    splits = [split for split in SPLITS if any(split in s["over"] for s in summaries)]
+    return " and ".join(splits or HEADLINE_SPLITS)
+
+
 def headline_table(summaries: Sequence[Mapping[str, Any]]) -> str:
-    """Per robot type and configuration, over the test and heldout splits: the five rates, the avoid tasks that
-    moved toward their hazard, throughput and the requests that did not end NONE."""
+    """Per robot type and configuration, over the test and heldout splits (or those the run has: _over): the five
+    rates, the avoid tasks that moved toward their hazard, throughput and the requests that did not end NONE."""
     rows = []
     for s in sorted(summaries, key=lambda s: s["robot_type"]):
         avoid = s["avoid"]
@@ -318,7 +326,7 @@ def splits_table(summaries: Sequence[Mapping[str, Any]]) -> str:
 
 
 def kinds_table(summaries: Sequence[Mapping[str, Any]]) -> str:
-    """The five rates per task kind (test and heldout), the configurations side by side."""
+    """The five rates per task kind (over the headline's splits), the configurations side by side."""
     rows = [(s["robot_type"], kind, s["config"], r) for s in summaries for kind, r in s["kinds"].items()]
     return _table(["robot", "kind", "configuration", *RATE_HEAD],
                   [[rt, kind, config, *_rate_cells(r)] for rt, kind, config, r in sorted(rows, key=lambda x: x[:2])])
@@ -326,9 +334,11 @@ def kinds_table(summaries: Sequence[Mapping[str, Any]]) -> str:
 
 def tables(summaries: Sequence[Mapping[str, Any]]) -> str:
     """The three tables as one markdown text."""
-    return (f"Over the {' and '.join(HEADLINE_SPLITS)} splits:\n\n{headline_table(summaries)}\n\n"
+    over = _over(summaries)
+    over += " splits" if " and " in over else " split"
+    return (f"Over the {over}:\n\n{headline_table(summaries)}\n\n"
             f"By split:\n\n{splits_table(summaries)}\n\n"
-            f"By kind ({' and '.join(HEADLINE_SPLITS)} splits):\n\n{kinds_table(summaries)}\n")
+            f"By kind ({over}):\n\n{kinds_table(summaries)}\n")
 
 
 def write_outputs(out: Path, passes: Sequence[Pass]) -> None:
@@ -384,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for p in evaluate(config, tasks, args.policy, args.max_batch, args.device, args.threads):
             s = p.summary()
             print(f"{name} {p.robot_type}: n={s['n']} " + " ".join(
-                f"{m}={_pct(s['headline'][m])}" for m in MEASURES) + f" (test+heldout) moved toward="
+                f"{m}={_pct(s['headline'][m])}" for m in MEASURES) + f" ({'+'.join(s['over'])}) moved toward="
                 f"{s['avoid']['moved_toward']}/{s['avoid']['n']} tokens/plan={s['tokens_per_plan']:.1f} "
                 f"s/plan={s['s_per_plan']:.3f} not NONE={s['errors'] or '-'}", flush=True)
             passes.append(p)

@@ -110,3 +110,17 @@ def test_a_model_entry_with_an_adapter_becomes_a_configuration_of_its_own(tmp_pa
     configs = pq.configurations(models)
     assert configs["smollm2-drone"] == pq.Configuration("smollm2-drone", "smollm2-drone", adapter=None)
     assert "smollm2" not in configs and {"embedded", "smollm2-grammar", "smollm2-unconstrained"} <= set(configs)
+
+
+def test_a_run_of_the_dev_split_alone_reports_its_rates_over_dev():
+    """The prompt-choice runs use the dev split only: their headline is over dev, and the tables say so."""
+    task = next(t for t in load_eval_tasks(["drone"]) if t.split == "dev")
+    drone = load_skill_sets()["drone"]
+    record = pq.PlanRecord("embedded", task, task.plan, "NONE", "", 5, 0.1, check_plan(task, task.plan, drone),
+                           check_goal(task, task.plan, drone, ended=True))
+    summary = pq.Pass("embedded", "drone", [record], 1.0).summary()
+    assert summary["over"] == ["dev"] and summary["headline"]["n"] == 1 and summary["splits"]["dev"]["n"] == 1
+    assert summary["headline"]["achieved"] == record.goal.achieved
+    text = pq.tables([summary])
+    assert text.startswith("Over the dev split:") and "By kind (dev split):" in text
+    assert "| drone | embedded | 1 |" in text
