@@ -128,9 +128,9 @@ class GoalIntake:
         if session is None:   # answered already
             return CancelResponse.ACCEPT
         runtime = self._runtime
-        if session.submitted and runtime is not None:   # its segments at the robot are withdrawn with it
-            runtime.loop.post(lambda s: s.cancel(req_id))
-        else:
+        # held by the scheduler: cancelled there (its segments at the robot are withdrawn with it); else ended here
+        post = (lambda: runtime.loop.post(lambda s: s.cancel(req_id))) if runtime is not None else None
+        if not session.request_cancel(post):
             session.end(bare_outcome(session, ErrorCode.CANCELLED, "cancelled by the client"))
         return CancelResponse.ACCEPT
 
@@ -216,8 +216,8 @@ class GoalIntake:
         if runtime is None:
             session.end(bare_outcome(session, ErrorCode.SERVER_SHUTDOWN, "server shutting down"))
             return
-        session.submitted = True
-        runtime.loop.post(lambda s: node.events.submit(s, req, session))
+        if not session.hand_over(lambda: runtime.loop.post(lambda s: node.events.submit(s, req, session))):
+            return      # its client cancelled it meanwhile: on_cancel ends it
         runtime.loop.announce(req)      # an engine step in flight may end early for it (policy parameter interrupt)
         node.get_logger().info(f"[{session.req_id}] {req.agent_id} ({req.robot_type}, "
                                f"{req.urgency or 'custom TUF'}{'' if req.constrained else ', unconstrained'}): "

@@ -31,12 +31,34 @@ class GoalSession:
     goal_handle: object
     answer: Callable[[], None] = lambda: None
     outcome: RequestOutcome | None = None
-    submitted: bool = False
+    submitted: bool = False             # handed to the scheduler thread (hand_over)
+    cancel_requested: bool = False      # its client asked to cancel it (request_cancel)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def ended(self) -> bool:
         return self.outcome is not None
+
+    def hand_over(self, post: Callable[[], None]) -> bool:
+        """Post the goal to the scheduler thread unless it ended or its client asked to cancel it. Decided under
+        the lock that request_cancel takes too: a cancel either comes first (nothing is posted) or is posted after
+        this, so the scheduler never sees the cancel before the goal, nor holds a goal its client cancelled."""
+        with self._lock:
+            if self.outcome is not None or self.cancel_requested:
+                return False
+            self.submitted = True
+            post()
+            return True
+
+    def request_cancel(self, post_cancel: Callable[[], None] | None) -> bool:
+        """The client asked to cancel. True: the scheduler holds the goal and ``post_cancel`` was posted (after the
+        goal's hand-over); False: it never reached the scheduler (or there is none), and the caller ends it."""
+        with self._lock:
+            self.cancel_requested = True
+            if self.submitted and post_cancel is not None:
+                post_cancel()
+                return True
+            return False
 
     def end(self, outcome: RequestOutcome) -> None:
         """The goal's outcome (the first one given counts)."""

@@ -43,7 +43,7 @@ class SchedulerEvents:
 
     def submit(self, scheduler: PlanScheduler, req: PlanRequest, session: GoalSession) -> None:
         """Scheduler thread: a goal that passed intake enters the scheduler (unless it ended meanwhile)."""
-        if not session.ended and session.goal_handle.is_cancel_requested:   # cancelled meanwhile
+        if not session.ended and (session.cancel_requested or session.goal_handle.is_cancel_requested):
             session.end(bare_outcome(session, ErrorCode.CANCELLED, "cancelled by the client"))
         if session.ended:  # cancelled or shut down before it reached the scheduler
             return
