@@ -153,15 +153,19 @@ class SegmentDispatcher:
         """Cancel these segments at their robot, the last one first (the robot's executor then never starts a later
         segment between the cancel of its running one and its own); one still without a goal response is cancelled
         when it comes."""
+        handles = []    # taken under the lock: a goal response that comes after it cancels its goal itself
         with self._lock:
-            goals = [(i, self._goals.pop((req_id, i), None)) for i in sorted(indices, reverse=True)]
-            for i, goal in goals:
-                if goal is not None and goal.handle is None:
+            for i in sorted(indices, reverse=True):
+                goal = self._goals.pop((req_id, i), None)
+                if goal is None:
+                    continue
+                if goal.handle is None:
                     goal.withdrawn = True
                     self._goals[(req_id, i)] = goal
-        for _, goal in goals:
-            if goal is not None and goal.handle is not None:
-                goal.handle.cancel_goal_async()
+                else:
+                    handles.append(goal.handle)
+        for handle in handles:
+            handle.cancel_goal_async()
 
     def check_presence(self) -> None:
         """Report executors that left the ROS graph while they hold a segment, and ask again for results an executor
