@@ -299,9 +299,9 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def _over(summaries: Sequence[Mapping[str, Any]]) -> str:
-    """The splits the headline rates are over ("test and heldout"; "dev" for a dev run)."""
-    splits = [split for split in SPLITS if any(split in s["over"] for s in summaries)]
-    return " and ".join(splits or HEADLINE_SPLITS)
+    """The splits the headline rates are over: "test and heldout splits" ("dev split" for a dev run)."""
+    splits = [split for split in SPLITS if any(split in s["over"] for s in summaries)] or list(HEADLINE_SPLITS)
+    return " and ".join(splits) + (" splits" if len(splits) > 1 else " split")
 
 
 def headline_table(summaries: Sequence[Mapping[str, Any]]) -> str:
@@ -335,7 +335,6 @@ def kinds_table(summaries: Sequence[Mapping[str, Any]]) -> str:
 def tables(summaries: Sequence[Mapping[str, Any]]) -> str:
     """The three tables as one markdown text."""
     over = _over(summaries)
-    over += " splits" if " and " in over else " split"
     return (f"Over the {over}:\n\n{headline_table(summaries)}\n\n"
             f"By split:\n\n{splits_table(summaries)}\n\n"
             f"By kind ({over}):\n\n{kinds_table(summaries)}\n")
