@@ -48,10 +48,16 @@ class GoalIntake:
         self.lock = threading.Lock()
         self.counts = {"total": 0, "done": 0, "dropped": 0, "failed": 0, "overloaded": 0}
         self.received = 0   # goals that reached on_accepted, answered at once or not: read only for a change
+        # set by end_all (under the lock, with its snapshot), cleared by attaching a runtime: no goal registers
+        # while it is set, so end_all's snapshot holds every goal it has to end, even one that passed the active
+        # check just before the server stopped
+        self.closed = False
 
     def attach(self, runtime: ServerRuntime | None) -> None:
         """The configured server's runtime (None: unconfigured; goals then end NOT_ACTIVE or SERVER_SHUTDOWN)."""
-        self._runtime = runtime
+        with self.lock:
+            self._runtime = runtime
+            self.closed = runtime is None
 
     def open_goals(self) -> int:
         return len(self.sessions)
@@ -101,12 +107,15 @@ class GoalIntake:
                               answer=lambda: node.action_server.notify_execute(goal_handle, None))
         max_queued = node.params.max_queued
         with self.lock:
-            full = len(self.sessions) >= max_queued
+            closed = self.closed or self._runtime is not runtime   # the server stopped since the check above
+            full = not closed and len(self.sessions) >= max_queued
             if full:
                 self.counts["overloaded"] += 1
-            else:
+            elif not closed:
                 self.sessions[req_id] = session
                 self.counts["total"] += 1
+        if closed:
+            return _answer_at_once(goal_handle, req_id, ErrorCode.SERVER_SHUTDOWN, SHUTDOWN_MESSAGE)
         if full:
             return _answer_at_once(goal_handle, req_id, ErrorCode.OVERLOADED,
                                    f"the server already holds max_queued={max_queued} goals; retry later (or raise "
@@ -241,8 +250,10 @@ class GoalIntake:
     def end_all(self, loop, timeout_s: float) -> None:
         """End every open goal with SERVER_SHUTDOWN: through the scheduler thread when it holds the request (its
         engine state and executor goals are released, and its RequestFinished ends the session), else at once.
-        Their answers go out when the executor next runs their execute callbacks."""
+        Their answers go out when the executor next runs their execute callbacks. From now until a runtime is
+        attached again no goal registers: one that passed the active check is answered SERVER_SHUTDOWN at once."""
         with self.lock:
+            self.closed = True
             sessions = list(self.sessions.values())
         submitted = [s.req_id for s in sessions if s.submitted and not s.ended]
         if submitted and loop is not None:
