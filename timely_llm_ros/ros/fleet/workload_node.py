@@ -243,6 +243,8 @@ class FleetWorkloadNode(Node):
         while not future.done():
             now = time.monotonic()
             if now > end or (cancelled_at is not None and now > cancelled_at + 3.0):
+                if cancelled_at is None:    # reported "no result": the server should not go on planning for it
+                    handle.cancel_goal_async()
                 return None
             if cancelled_at is None and self.give_up():
                 handle.cancel_goal_async()
@@ -343,8 +345,10 @@ class FleetWorkloadNode(Node):
             self.timeline.record(agent.name, label, "sent", goal.urgency_class)
             if held:
                 self.timeline.record(agent.name, label, "contention", task["task"])
-        handle = self._wait(self.client.send_goal_async(
-            goal, feedback_callback=lambda fb: self._on_feedback(agent, label, fb)), 30)
+        sent = self.client.send_goal_async(goal, feedback_callback=lambda fb: self._on_feedback(agent, label, fb))
+        handle = self._wait(sent, 30)
+        if handle is None:      # reported "no result": a goal response that comes later is cancelled at once
+            sent.add_done_callback(_cancel_if_accepted)
         if handle is None or not handle.accepted:
             row.status = "no result"
             row.message = ("goal not accepted by /plan" if handle is not None else
@@ -379,6 +383,13 @@ class FleetWorkloadNode(Node):
             self.get_logger().info(f"{agent.name}: segment {fb.segment.index} -> robot: {fb.segment.text.strip()!r}")
 
 
+
+
+def _cancel_if_accepted(future) -> None:
+    """Done callback of a goal response nobody waits for any more: cancel the goal if the server took it."""
+    handle = future.result() if not future.cancelled() and future.exception() is None else None
+    if handle is not None and handle.accepted:
+        handle.cancel_goal_async()
 
 
 def _run(node: FleetWorkloadNode, stop) -> int:

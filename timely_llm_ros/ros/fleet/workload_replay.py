@@ -38,8 +38,9 @@ class ReplayRun:
         self.records: list[RunRecord] = []
         self.rows: dict[str, OutcomeRow] = {}
         self._pending = threading.Semaphore(0)
-        self._handles: list = []
+        self._handles: list = []         # (goal handle, its record), for every accepted goal
         self._lock = threading.Lock()
+        self._closed = False             # the wait for results is over: rows are final, later answers not counted
         self._t0 = 0.0
 
     def run(self) -> int:
@@ -66,7 +67,7 @@ class ReplayRun:
                     break
                 if cancel_deadline is None and node.give_up():
                     with self._lock:
-                        handles = list(self._handles)
+                        handles = [h for h, _ in self._handles]
                     for handle in handles:
                         handle.cancel_goal_async()
                     cancel_deadline = now + 3.0
@@ -74,6 +75,7 @@ class ReplayRun:
                 continue
             break
         with self._lock:
+            self._closed = True
             for rec in self.records:
                 row = self.rows[rec.task.task_id]
                 if rec.result_at is None and row.status == "?":
@@ -81,6 +83,9 @@ class ReplayRun:
                     row.message = ("timed out waiting for the result" if rec.outcome.get("accepted")
                                    else "no goal response from /plan")
             records = list(self.records)
+            unanswered = [h for h, rec in self._handles if rec.result_at is None]
+        for handle in unanswered:     # reported "no result": the server should not go on planning for them
+            handle.cancel_goal_async()
         if node.record_bag:
             write_run_bag(node.record_bag, self.workload, records, start_ns=self._t0_wall_ns)
             log.info(f"recorded {len(records)} goals and {sum(r.result_at is not None for r in records)} results "
@@ -107,8 +112,13 @@ class ReplayRun:
             handle = future.result() if future.exception() is None else None
             if handle is not None and handle.accepted:
                 with self._lock:
-                    self._handles.append(handle)
-                    rec.outcome["accepted"] = True
+                    late = self._closed
+                    if not late:
+                        self._handles.append((handle, rec))
+                        rec.outcome["accepted"] = True
+                if late:    # its row already says "no goal response": cancel it rather than leave it planning
+                    handle.cancel_goal_async()
+                    return
                 self.node.client.result_async(handle).add_done_callback(lambda f: self._on_result(f, rec, row))
                 return
             with self._lock:
@@ -122,6 +132,8 @@ class ReplayRun:
         try:
             res = future.result().result if future.exception() is None else None
             with self._lock:
+                if self._closed:    # after the wait ended: its row is reported "no result" already
+                    return
                 if res is None:
                     row.status, row.message = "no result", f"result request failed: {future.exception()}"
                 else:
