@@ -119,6 +119,29 @@ def test_malformed_goal_gets_its_error_code_while_valid_goal_completes(fleet, fi
     _check_done(status, result, valid)
 
 
+def test_goals_for_a_robot_that_is_not_there_do_not_hold_up_a_robot_that_is(fleet):
+    """A robot's executor is looked up once however many goals wait for it: ten goals for an absent robot wait out
+    the discovery timeout (8 s here) together, and a goal for a robot that has just started, which the server does
+    not know yet, is looked up beside them, not after them (it used to queue behind them on the discovery pool)."""
+    client, _ = fleet
+    late = start_executor("drone_new", "drone", 0.05)
+    try:
+        absent = [client.send_async(**dict(DRONE_TASK, agent_id="drone_absent")) for _ in range(10)]
+        for run in absent:
+            run.accepted(30.0)
+        fresh = client.send(**dict(DRONE_TASK, agent_id="drone_new", urgency_class="", ert=30.0, alpha=-0.1,
+                                   beta=1.0))
+        status, result = fresh.result(60)
+        assert result.error_code == R.ERROR_NONE, result.error_message
+        assert not any(run.result_future.done() for run in absent), "the new robot's goal waited for the absent one's"
+        for run in absent:
+            status, result = run.result(60)
+            assert result.error_code == R.EXECUTOR_UNAVAILABLE, result.error_message
+            assert "no executor at /drone_absent/execute_segment" in result.error_message
+    finally:
+        late.stop()
+
+
 def test_cancel_during_generation(fleet):
     client, _ = fleet
     run = client.send(**dict(ARM_TASK, max_new_tokens=0))

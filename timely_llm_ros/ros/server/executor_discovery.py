@@ -1,9 +1,12 @@
 """Finding the robots' executors: the expected agents' in the background from configure on, and a goal's own agent
 when it is not known yet. The blocking graph waits (SegmentDispatcher.discover, RobotDirectory.wait_status) run on
-a small pool of their own, never on the executor's thread."""
+a small pool of their own, never on the executor's thread: one lookup per agent, however many goals wait for it, so
+goals for a robot that is not there hold one thread, not one each, and a goal for a robot that is there does not
+queue behind them."""
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future as PoolFuture
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
@@ -14,7 +17,7 @@ from rclpy.node import Node
 from timely_llm_ros.ros.server.robot_directory import RobotDirectory
 from timely_llm_ros.ros.server.segment_dispatcher import SegmentDispatcher
 
-DISCOVERY_THREADS = 4
+DISCOVERY_THREADS = 8    # distinct agents looked up at once (each lookup waits up to the discovery timeout)
 
 
 class ExecutorDiscovery:
@@ -30,6 +33,8 @@ class ExecutorDiscovery:
         self._lock = threading.Lock()
         self._undiscovered = list(expected)
         self._handshakes: dict[str, PoolFuture] = {}   # expected agent -> its background discovery, while it runs
+        # agent -> the goals waiting for its lookup while one runs: (gave up: its goal ended; its deadline; then)
+        self._waiting: dict[str, list[tuple[Callable[[], bool], float, Callable[[bool], None]]]] = {}
         self._timer = None
         for agent in self._undiscovered:    # start discovering their executors now, not on the first goal
             dispatcher.client(agent)
@@ -51,19 +56,61 @@ class ExecutorDiscovery:
 
     def find(self, agent: str, ended: Callable[[], bool], then: Callable[[bool], None]) -> bool:
         """On the pool: wait until the agent's executor is discoverable and has answered a handshake, then for its
-        status while it publishes one (RobotDirectory.wait_status), then ``then(found)`` on that pool thread. No
-        ActionClient is made for an agent whose executor never shows up in the ROS graph. False when the pool is
-        gone (cleanup)."""
-        def look() -> None:
-            found = self._dispatcher.discover(agent, self.timeout_s, ended)
+        status while it publishes one (RobotDirectory.wait_status), then ``then(found)`` on that pool thread; found
+        is False once the goal has waited the discovery timeout. A goal for an agent already being looked up joins
+        that lookup, which goes on while any of its goals has time left. No ActionClient is made for an agent whose
+        executor never shows up in the ROS graph. False when the pool is gone (cleanup)."""
+        deadline = time.monotonic() + self.timeout_s
+        with self._lock:
+            waiting = self._waiting.get(agent)
+            if waiting is not None:
+                waiting.append((ended, deadline, then))
+                return True
+            self._waiting[agent] = [(ended, deadline, then)]
+        if self._submit(agent):
+            return True
+        with self._lock:    # goals that joined meanwhile are answered here, this one by the caller
+            waiters = self._waiting.pop(agent, [])
+        for _, _, joined in waiters[1:]:
+            joined(False)
+        return False
+
+    def _look(self, agent: str) -> None:
+        """Pool thread: one agent's lookup, for every goal waiting for it; each goal's ``then`` once it is found,
+        or once every goal still waiting has ended or run out of time."""
+        def give_up() -> bool:
+            now = time.monotonic()
+            with self._lock:
+                return all(ended() or now >= deadline for ended, deadline, _ in self._waiting.get(agent, ()))
+        found = False
+        try:
+            # no timeout of its own: it ends with give_up, since goals joining later extend it
+            found = self._dispatcher.discover(agent, float("inf"), give_up)
             if found:
-                self._directory.wait_status(agent, self.timeout_s, ended)
-            then(found)
+                self._directory.wait_status(agent, self.timeout_s, give_up)
+        finally:
+            with self._lock:
+                waiters = self._waiting.pop(agent, [])
+                now = time.monotonic()
+                # a goal that joined as the lookup gave up still has its time: look again for it
+                again = [] if found else [w for w in waiters if not w[0]() and now < w[1]]
+                if again:
+                    self._waiting[agent] = again
+            if again and not self._submit(agent):    # the pool is gone (cleanup): every goal waiting is answered
+                with self._lock:
+                    waiters += [w for w in self._waiting.pop(agent, []) if w not in waiters]
+                again = []
+            for _, _, then in waiters:
+                if not any(then is w[2] for w in again):
+                    then(found)
+
+    def _submit(self, agent: str) -> bool:
+        """Start the agent's lookup on the pool; False when the pool is gone (cleanup)."""
         pool = self._pool
         if pool is None:
             return False
         try:
-            pool.submit(look)
+            pool.submit(self._look, agent)
         except RuntimeError:    # shut down meanwhile
             return False
         return True

@@ -197,9 +197,9 @@ class GoalIntake:
         if session.ended:
             return
         if not found:
-            msg = (f"no executor at /{req.agent_id}/execute_segment (waited "
-                   f"{node.params.executor_discovery_timeout_s:.1f} s); start the robot's executor node or set "
-                   "dry_run")
+            msg = (f"no executor at /{req.agent_id}/execute_segment (waited {time.monotonic() - req.arrival:.1f} s; "
+                   f"executor_discovery_timeout_s is {node.params.executor_discovery_timeout_s:.1f}); start the "
+                   "robot's executor node or set dry_run")
             node.get_logger().warning(f"[{session.req_id}] {msg}")
             session.end(bare_outcome(session, ErrorCode.EXECUTOR_UNAVAILABLE, msg))
             return
