@@ -344,16 +344,22 @@ def test_killed_executor_is_reported_unavailable_not_timed_out_and_served_once_r
         run = client.send(**dict(DRONE_TASK, agent_id="drone_victim", urgency_class="", ert=10.0, alpha=-0.1,
                                  beta=1.0))
         assert run.wait_for(lambda fb: fb.state == "executing", 60), "no segment was sent"
+        # two more plans for it wait behind the running one
+        queued = [client.send(**dict(DRONE_TASK, agent_id="drone_victim", urgency_class="", ert=10.0, alpha=-0.1,
+                                     beta=1.0)) for _ in range(2)]
         # the robot runs it (overrun_s: it would not end alone)
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait(10)
-        status, result = run.result(60)
+        ended = [run.result(60), *(q.result(60) for q in queued)]
     finally:
         _set_server_parameter(client, "executor_timeout_s", 1.5)
         victim.stop()
-    assert status == GoalStatus.STATUS_ABORTED
-    assert result.error_code == R.EXECUTOR_UNAVAILABLE, (result.error_code, result.error_message)
-    assert "drone_victim" in result.error_message and "liveliness" in result.error_message, result.error_message
+    # each plan, the running one and those behind it, is told its executor is gone (those behind it used to wait
+    # out executor_ack_timeout_s one after the other, told only that the executor did not answer)
+    for status, result in ended:
+        assert status == GoalStatus.STATUS_ABORTED
+        assert result.error_code == R.EXECUTOR_UNAVAILABLE, (result.error_code, result.error_message)
+        assert "drone_victim" in result.error_message and "liveliness" in result.error_message, result.error_message
     run = client.send(**dict(DRONE_TASK, agent_id="drone_victim"))
     status, result = run.result(60)
     assert status == GoalStatus.STATUS_ABORTED

@@ -123,8 +123,9 @@ def _robot_side(node, loop: SchedulerThread) -> RobotSide:
     """The robots' side: their ActionClients (on a node of their own by default), their status, discovery."""
     p = node.params
     host = ClientHost(node, p.segment_clients)
-    dispatcher = SegmentDispatcher(host.node, loop.post, node.clients_group, log_timing=p.log_timing)
     directory = RobotDirectory(host.node, on_lost=node.executor_lost, grace_s=p.executor_ack_timeout_s)
+    dispatcher = SegmentDispatcher(host.node, loop.post, node.clients_group, log_timing=p.log_timing,
+                                   alive=directory.alive)
     for agent in p.expected_agents:
         directory.track(agent)
     # graph queries for executors that left, off the scheduler thread (they stalled its engine steps there)

@@ -56,15 +56,21 @@ class _Goal:
 class SegmentDispatcher:
     """One ActionClient per robot namespace; segments are sent and withdrawn as the scheduler says."""
 
-    def __init__(self, node: Node, post: Post, group: CallbackGroup, log_timing: bool = False) -> None:
+    def __init__(self, node: Node, post: Post, group: CallbackGroup, log_timing: bool = False,
+                 alive: Callable[[str], bool | None] = lambda agent: None) -> None:
         """group: the callback group of the per-agent ActionClients (mutually exclusive: their responses,
-        feedback and results are handled one at a time)."""
+        feedback and results are handled one at a time); alive: whether an agent's executor is alive (the robot
+        directory's, from its status's liveliness)."""
         self._node = node
         self.log_timing = log_timing
         self._post = post
         self._group = group
         self._clients: dict[str, ActionClient] = {}
         self._confirmed: dict[str, tuple] = {}   # agent -> identity of the executor that answered our handshake
+        self._alive = alive
+        # agent -> why its executor is gone, from its loss until it is alive again: a segment for it meanwhile is
+        # refused at once, not left to time out (executor_ack_timeout_s) one plan after another
+        self._lost: dict[str, str] = {}
         self._goals: dict[tuple[str, int], _Goal] = {}
         self._lock = threading.Lock()
 
@@ -139,6 +145,13 @@ class SegmentDispatcher:
         key = (req_id, seg.index)
         with self._lock:
             self._goals[key] = _Goal(agent)
+            lost = self._lost.get(agent)
+        if lost is not None:
+            if self._alive(agent) is not True:
+                self._refused(key, f"segment {seg.index} was not sent: {lost}")
+                return
+            with self._lock:    # back: the same process, or a restarted one whose status has come
+                self._lost.pop(agent, None)
         try:
             future = self.client(agent).send_goal_async(execute_goal(req_id, seg, preempts),
                                                         feedback_callback=lambda msg: self._on_feedback_msg(key))
@@ -195,6 +208,8 @@ class SegmentDispatcher:
         self.forget_handshake(agent)
         now = time.monotonic()
         msg = f"executor /{agent}/execute_segment {why}; restart the robot's executor"
+        with self._lock:
+            self._lost[agent] = msg
         self._post(lambda s: s.on_executor_lost(agent, now, msg))
 
     def destroy(self) -> None:
