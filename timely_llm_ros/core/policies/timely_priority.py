@@ -235,7 +235,8 @@ class TimelyPriority:
         if u <= 0:
             waited = now - gen.req.arrival
             return (f"dropped after waiting {waited:.2f} s: its first segment could no longer earn positive "
-                    f"time utility (utility {u:.2f} if generated now)")
+                    f"time utility (it would earn {u:.2f} even if its generation started at once, with the "
+                    "engine's measured time per segment)")
         return None
 
     def ready_utility(self, gen: Generation, ready: float) -> float:

@@ -89,12 +89,12 @@ class GoalIntake:
         arrival = time.monotonic()
         req_id = goal_request_id(goal_handle)
         goal: Plan.Goal = goal_handle.request
+        if node.closing:
+            return _answer_at_once(goal_handle, req_id, ErrorCode.SERVER_SHUTDOWN, SHUTDOWN_MESSAGE)
         if not node.active or runtime is None:
-            state = "shutting down" if node.closing else node.lifecycle_state()
-            code = ErrorCode.SERVER_SHUTDOWN if node.closing else ErrorCode.NOT_ACTIVE
-            return _answer_at_once(goal_handle, req_id, code,
-                                   f"the plan server is {state}, not active; activate it (ros2 lifecycle set "
-                                   f"{node.get_fully_qualified_name()} activate) or wait for autostart")
+            return _answer_at_once(goal_handle, req_id, ErrorCode.NOT_ACTIVE,
+                                   f"the plan server is {node.lifecycle_state()}, not active; activate it (ros2 "
+                                   f"lifecycle set {node.get_fully_qualified_name()} activate) or wait for autostart")
         try:
             req = validate_goal(goal_fields(goal), req_id, arrival, runtime.skill_sets, runtime.urgency_classes,
                                 runtime.limits, grammar=runtime.grammar)
