@@ -89,3 +89,20 @@ def test_a_goal_that_says_to_keep_away_from_a_listed_object_carries_it_as_a_haza
                            "r2", 0.0, {"arm": object()}, CLASSES)
     assert listed.scene_objects == ("mango", "basket") and "fruit" in listed.objects
     assert listed.fixed_places == ("basket",)              # what the arm may put things into but never pick up
+
+
+@pytest.mark.parametrize("fields", [dict(ert=float("nan")), dict(ert=0.5), dict(alpha=-1.0, beta=2.0)])
+def test_an_urgency_class_with_its_own_time_values_is_refused_as_ambiguous(fields):
+    # which of the two the client meant cannot be known; a NaN beside a class used to be ignored silently
+    with pytest.raises(RequestError) as err:
+        validate_goal(GoalFields(agent_id="drone_1", robot_type="drone", task="look for the cat",
+                                 urgency_class="normal", **fields),
+                      "r1", 0.0, {"drone": object()}, CLASSES)
+    assert err.value.code == ErrorCode.INVALID_TIME_REQUIREMENT
+    assert "both given" in err.value.message and next(iter(fields)) in err.value.message
+
+
+def test_no_urgency_class_and_no_time_values_is_the_normal_class():
+    req = validate_goal(GoalFields(agent_id="drone_1", robot_type="drone", task="look for the cat"),
+                        "r1", 0.0, {"drone": object()}, CLASSES)
+    assert req.tuf == CLASSES["normal"]

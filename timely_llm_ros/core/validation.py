@@ -129,6 +129,11 @@ def _time_requirement(goal: GoalFields, classes: Mapping[str, TimeUtility]) -> T
             raise RequestError(ErrorCode.UNKNOWN_URGENCY_CLASS,
                                f"unknown urgency_class {goal.urgency_class!r}; known: {', '.join(sorted(classes))};"
                                " or leave it empty and set ert/alpha/beta")
+        given = {n: v for n, v in (("ert", goal.ert), ("alpha", goal.alpha), ("beta", goal.beta)) if v != 0.0}
+        if given:   # which one the client meant cannot be known (NaN is "given" too: NaN != 0)
+            raise RequestError(ErrorCode.INVALID_TIME_REQUIREMENT,
+                               f"urgency_class {goal.urgency_class!r} and {', '.join(f'{n}={v!r}' for n, v in given.items())}"
+                               " both given: set urgency_class, or leave it empty and set ert/alpha/beta")
         return classes[goal.urgency_class]
     values = (goal.ert, goal.alpha, goal.beta)
     if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
