@@ -55,3 +55,22 @@ def test_a_live_switch_to_timebill_evicts_prompt_kv_exactly_as_timebill_set_at_c
     switched = _evicted_share("fcfs", "timebill")
     assert configured == {"policy": "timebill", "r1": 0.95}
     assert switched == configured
+
+
+def test_an_unknown_policy_is_refused_when_set_even_while_the_server_is_unconfigured():
+    # it used to be stored and fail only the next configure, far from the `ros2 param set` that caused it
+    from timely_llm_ros.ros.server.node import PlanServerNode
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = PlanServerNode(context=context, parameter_overrides=[
+        Parameter("autostart", value=False), Parameter("hardware_fit", value=False)])
+    try:
+        refused = node.set_parameters([Parameter("policy", value="bogus")])[0]
+        accepted = node.set_parameters([Parameter("policy", value="fcfs")])[0]
+        assert not refused.successful and "unknown policy 'bogus'" in refused.reason
+        assert accepted.successful, accepted.reason
+        assert node.get_parameter("policy").value == "fcfs" and node.params.policy == "fcfs"
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)

@@ -45,9 +45,13 @@ def _transition(node, transition_id: int) -> bool:
 
 
 def _result_code(client, **fields) -> int:
+    return _result(client, **fields)[0]
+
+
+def _result(client, **fields) -> tuple[int, str]:
     status, result = client.send(**fields).result(60)
     assert result.error_message or result.error_code == R.ERROR_NONE
-    return result.error_code
+    return result.error_code, result.error_message
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +68,13 @@ def test_lifecycle_driven_from_outside_and_a_burst_beyond_the_queue_loses_nothin
     with plan_client() as client:
         node = client.node
         assert _state(node) == "unconfigured"
-        assert _result_code(client, **DRY) == R.NOT_ACTIVE        # the action exists, but nothing is loaded
+        # the action exists, but nothing is loaded: the answer names the transitions that would serve the goal
+        code, message = _result(client, **DRY)
+        assert code == R.NOT_ACTIVE and "unconfigured" in message and "configure, then activate" in message, message
         assert _transition(node, Transition.TRANSITION_CONFIGURE)
         assert _state(node) == "inactive"
-        assert _result_code(client, **DRY) == R.NOT_ACTIVE
+        code, message = _result(client, **DRY)
+        assert code == R.NOT_ACTIVE and "inactive" in message and "configure" not in message, message
         assert _transition(node, Transition.TRANSITION_ACTIVATE)
         assert _state(node) == "active"
 

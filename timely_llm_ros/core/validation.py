@@ -101,10 +101,14 @@ def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Ma
     if goal.max_new_tokens < 0 or goal.max_new_tokens > limits.max_new_tokens:
         raise RequestError(ErrorCode.INVALID_LIMITS,
                            f"max_new_tokens must be 0 (server default) .. {limits.max_new_tokens}, got {goal.max_new_tokens}")
-    if len(goal.objects) > MAX_OBJECTS or any(not visible(o) or len(o) > MAX_OBJECT_CHARS for o in goal.objects):
+    if len(goal.objects) > MAX_OBJECTS:
+        raise RequestError(ErrorCode.INVALID_TASK, f"objects lists {len(goal.objects)} names, over the limit of "
+                           f"{MAX_OBJECTS}: list the objects in the robot's scene, or none")
+    bad = next((i for i, o in enumerate(goal.objects) if not visible(o) or len(o) > MAX_OBJECT_CHARS), None)
+    if bad is not None:
         raise RequestError(ErrorCode.INVALID_TASK,
-                           f"objects must be at most {MAX_OBJECTS} names of 1..{MAX_OBJECT_CHARS} visible characters "
-                           f"each, got {len(goal.objects)}: list the objects in the robot's scene, or none")
+                           f"objects[{bad}] is {goal.objects[bad][:40]!r}{'...' if len(goal.objects[bad]) > 40 else ''}"
+                           f": each object name must have 1..{MAX_OBJECT_CHARS} characters, a visible one among them")
     tuf = _time_requirement(goal, urgency_classes)
     for name in ("time_budget", "tpot_slo_ms", "ttft_slo_ms"):
         v = getattr(goal, name)

@@ -325,7 +325,8 @@ def parse(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, ...] = F
 def too_many_calls(max_calls: int) -> str:
     """The problem of a plan whose unrolled calls pass the cap."""
     return (f"the plan makes more than {max_calls} skill calls with its loops unrolled (loops multiply their bodies; "
-            f"the cap is the server's max_plan_calls): plan fewer repetitions")
+            f"the cap is the server's max_plan_calls, and a robot's executor refuses more than {MAX_PLAN_CALLS}): plan "
+            "fewer repetitions")
 
 
 def _parse_full(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, ...], max_calls: int | None = None,

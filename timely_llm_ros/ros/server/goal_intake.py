@@ -92,9 +92,7 @@ class GoalIntake:
         if node.closing:
             return _answer_at_once(goal_handle, req_id, ErrorCode.SERVER_SHUTDOWN, SHUTDOWN_MESSAGE)
         if not node.active or runtime is None:
-            return _answer_at_once(goal_handle, req_id, ErrorCode.NOT_ACTIVE,
-                                   f"the plan server is {node.lifecycle_state()}, not active; activate it (ros2 "
-                                   f"lifecycle set {node.get_fully_qualified_name()} activate) or wait for autostart")
+            return _answer_at_once(goal_handle, req_id, ErrorCode.NOT_ACTIVE, _not_active_message(node))
         try:
             req = validate_goal(goal_fields(goal), req_id, arrival, runtime.skill_sets, runtime.urgency_classes,
                                 runtime.limits, grammar=runtime.grammar)
@@ -282,6 +280,20 @@ class GoalIntake:
         deadline = time.monotonic() + timeout_s
         while self.sessions and time.monotonic() < deadline:
             time.sleep(0.02)
+
+
+def _not_active_message(node) -> str:
+    """Why a goal is refused by a server that is not active, and the transitions that would make it active."""
+    state, name = node.lifecycle_state(), node.get_fully_qualified_name()
+    if state == "unconfigured":
+        todo = f"configure it, then activate it (ros2 lifecycle set {name} configure, then activate)"
+    elif state == "inactive":
+        todo = f"activate it (ros2 lifecycle set {name} activate)"
+    elif state == "finalized":
+        return f"the plan server {name} is finalized (shut down through its lifecycle): start it again"
+    else:   # a transition is running (configuring, activating, ...)
+        todo = "wait until it is active"
+    return f"the plan server is {state}, not active; {todo}, or wait for autostart if it is set"
 
 
 def _answer_at_once(goal_handle, req_id: str, code: ErrorCode, message: str) -> None:

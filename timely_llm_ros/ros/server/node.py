@@ -75,7 +75,8 @@ class PlanServerNode(LifecycleNode):
                                     goal_service_qos_profile=_DEEP, result_service_qos_profile=_DEEP,
                                     cancel_service_qos_profile=_DEEP, feedback_pub_qos_profile=QoSProfile(depth=1000),
                                     result_timeout=p.result_keep_s)
-        self.add_on_set_parameters_callback(lambda params: check_runtime_update(self.params, self.runtime, params))
+        self.add_on_set_parameters_callback(lambda params: check_runtime_update(self.params, self.runtime, params,
+                                                                                self.get_logger().info))
         self.get_logger().info(f"timely_server up (unconfigured): action /plan, autostart={self.params.autostart}")
 
     # ------------------------------------------------------------------ lifecycle

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Callable
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 
+from timely_llm_ros.core.policies.catalog import policy_class
 from timely_llm_ros.core.skills.program import MAX_PLAN_CALLS
 
 GRAMMAR_MODES = ("auto", "on", "off")   # ROS reads `grammar:=on` as a YAML bool: True/False count as on/off
@@ -178,7 +180,8 @@ _DESCRIPTIONS = {
     "max_plan_calls": ("a plan's skill calls with its loops unrolled (every conditional's body counted), at most: "
                        "grounded decoding writes no plan beyond it (core/skills/grammar.py); an unconstrained plan "
                        "over it ends INVALID_PLAN at the statement that passes it, counted before anything is "
-                       "unrolled (1000{1000{mf(1);}} is 10^6 calls)", (1, 1_000_000)),
+                       "unrolled (1000{1000{mf(1);}} is 10^6 calls); at most 1000, the cap every robot executor "
+                       "enforces itself", (1, MAX_PLAN_CALLS)),
     "trace_python_heap": ("trace the Python heap with tracemalloc from start-up: /diagnostics then shows "
                           "python_heap_mib, what the server's Python objects hold (tensor storage and the middleware's "
                           "memory are not in it); every allocation costs more while it traces (make stress's long "
@@ -220,10 +223,18 @@ def declare_server_params(node: Node) -> ServerParams:
     return ServerParams(**values)
 
 
-def check_runtime_update(values: ServerParams, runtime, params) -> SetParametersResult:
+def check_runtime_update(values: ServerParams, runtime, params, log: Callable[[str], None] = lambda line: None
+                         ) -> SetParametersResult:
     """Validate (and apply) parameter changes: ``values`` the server's parameters (updated here), ``runtime`` its
-    ServerRuntime (runtime.py; None while unconfigured: the values are read at the next configure)."""
+    ServerRuntime (runtime.py; None while unconfigured: the values are read at the next configure, and a policy
+    name is checked now, not only then); ``log`` gets a line for each change applied to a running server."""
     if runtime is None:
+        for p in params:
+            if p.name == "policy":
+                try:
+                    policy_class(p.value)
+                except ValueError as exc:
+                    return SetParametersResult(successful=False, reason=str(exc))
         for p in params:
             if hasattr(values, p.name):
                 setattr(values, p.name, p.value)
@@ -237,11 +248,15 @@ def check_runtime_update(values: ServerParams, runtime, params) -> SetParameters
             except ValueError as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
             runtime.loop.post(switch.apply)
+            log(f"policy {values.policy} -> {p.value} (goals in flight keep their place; the new policy ranks them "
+                "from the next step)")
             values.policy = p.value
         elif p.name == "max_batch":
             runtime.loop.post(lambda s, v=int(p.value): setattr(s.policy, "max_batch", v))
+            log(f"max_batch {values.max_batch} -> {int(p.value)}")
             values.max_batch = int(p.value)
         elif p.name == "executor_timeout_s":
             runtime.loop.post(lambda s, v=float(p.value): setattr(s.execution, "exec_timeout_s", v))
+            log(f"executor_timeout_s {values.executor_timeout_s} -> {float(p.value)}")
             values.executor_timeout_s = float(p.value)
     return SetParametersResult(successful=True)
