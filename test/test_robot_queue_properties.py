@@ -128,3 +128,17 @@ def test_a_segment_refused_on_arrival_while_an_earlier_one_waits_does_not_block_
     q.end("a", 0, Ended.DONE)
     assert q.arrive("a", 1, "a1 again").refused is not None   # the plan is past segment 1 here
     assert not q.waiting and q.running is None
+
+
+def test_a_segment_sent_twice_is_refused_at_once_and_the_robot_goes_on():
+    """A client that sends the same segment twice (same plan, same index): the second copy used to wait for a turn
+    it could never get (its plan was past it once the first copy ended), holding the robot from every other plan."""
+    q = RobotQueue()
+    q.arrive("a", 0, "a0")
+    refused = q.arrive("a", 0, "a0 again").refused
+    assert refused is not None and refused.ended == Ended.NOT_RUN and "sent twice" in refused.message
+    assert q.next() == "a0"
+    assert q.arrive("a", 0, "a0 a third time").refused is not None     # while it runs, too
+    q.arrive("b", 0, "b0")
+    q.end("a", 0, Ended.DONE)
+    assert q.next() == "b0"

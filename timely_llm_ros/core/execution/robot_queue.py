@@ -150,6 +150,11 @@ class RobotQueue(Generic[Item]):
                                           f"{rec.floor}; a robot does not go back to a plan it left")
         if index <= rec.floor:
             return Refusal(Ended.NOT_RUN, f"not run: this plan is past segment {index} here (at {rec.floor})")
+        if (self.running is not None and (self.running.plan, self.running.index) == (plan, index)) \
+                or any((q.plan, q.index) == (plan, index) for q in self.waiting):
+            # a second copy would wait for a turn it never gets (the plan is past it once the first one ends)
+            return Refusal(Ended.NOT_RUN, f"not run: segment {index} of this plan already runs or waits here "
+                                          "(the same segment sent twice)")
         return None
 
     def _record(self, plan: str) -> _Plan:
