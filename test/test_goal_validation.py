@@ -106,3 +106,11 @@ def test_no_urgency_class_and_no_time_values_is_the_normal_class():
     req = validate_goal(GoalFields(agent_id="drone_1", robot_type="drone", task="look for the cat"),
                         "r1", 0.0, {"drone": object()}, CLASSES)
     assert req.tuf == CLASSES["normal"]
+
+
+def test_object_names_in_quotes_reach_the_plan_without_their_quotation_marks():
+    # '"red" mug' used to become red" mug in plans (only the leading quote was stripped): a name the scene never had
+    req = validate_goal(GoalFields(agent_id="arm_1", robot_type="drone", task="pick up the red mug",
+                                   context="table: \"red\" mug, 'blue' block, cat's bowl", urgency_class="normal"),
+                        "r1", 0.0, {"drone": object()}, CLASSES)
+    assert set(req.scene_objects) >= {"red mug", "blue block", "cat's bowl"}, req.scene_objects

@@ -102,9 +102,15 @@ class SceneContext:
 
 
 def normalise_name(text: str) -> str:
-    """An object name as plans write it: lower case, single spaces, no surrounding punctuation or article."""
-    text = " ".join(text.lower().replace("_", " ").split()).strip(" .,!?'\"")
+    """An object name as plans write it: lower case, single spaces, no surrounding punctuation or article, and no
+    quotation marks (``"red" mug`` and ``'red' mug`` are ``red mug``; an apostrophe inside a word stays: ``cat's
+    bowl``)."""
+    text = _QUOTES.sub("", text.replace('"', ""))
+    text = " ".join(text.lower().replace("_", " ").split()).strip(" .,!?")
     return re.sub(r"^(?:the|a|an|my|some)\s+", "", text)
+
+
+_QUOTES = re.compile(r"(?<![^\W_])'|'(?![^\W_])")    # a ' not between two letters or digits
 
 
 @functools.lru_cache(maxsize=512)
