@@ -99,10 +99,6 @@ class SegmentDispatcher:
             confirmed = self._confirmed.get(agent)
         return client is not None and bool(confirmed) and confirmed == self._identity(agent)
 
-    def servers(self, agent: str) -> int:
-        """How many action servers answer as /<agent>/execute_segment (one graph lookup)."""
-        return len(self._identity(agent))
-
     def _identity(self, agent: str) -> tuple:
         """The endpoint ids of the agent's status publisher: they change when its executor restarts."""
         topic = self._node.resolve_topic_name(f"{agent}/execute_segment/_action/status")
