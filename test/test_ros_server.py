@@ -15,7 +15,7 @@ from action_msgs.msg import GoalStatus  # noqa: E402
 from timely_llm_ros.action import ExecuteSegment, Plan  # noqa: E402
 from timely_llm_ros.core.errors import ErrorCode  # noqa: E402
 
-from ros_harness import plan_client, poll_until, start_executor, start_server, wait, wait_until  # noqa: E402
+from ros_harness import plan_client, poll_until, runs_on_robot, start_executor, start_server, wait, wait_until  # noqa: E402
 
 R = Plan.Result
 DRONE_TASK = dict(agent_id="drone_1", robot_type="drone", task="look for the cat",
@@ -140,6 +140,26 @@ def test_goals_for_a_robot_that_is_not_there_do_not_hold_up_a_robot_that_is(flee
             assert "no executor at /drone_absent/execute_segment" in result.error_message
     finally:
         late.stop()
+
+
+def test_two_executors_under_one_name_are_refused_before_anything_runs(fleet):
+    """Two executors started under the same namespace would each run every segment of the plan (and rclpy's events
+    executor, which hosts the server's robot clients, crashed the server on their duplicate answers): the goal
+    ends EXECUTOR_UNAVAILABLE saying so, neither robot runs anything, and the server keeps serving."""
+    client, _ = fleet
+    twins = [start_executor("drone_twin", "drone", 0.05, params=("log_timing:=true",)) for _ in range(2)]
+    try:
+        time.sleep(2.0)     # both in the graph (the discovery of the first one would otherwise race the second)
+        run = client.send(**dict(DRONE_TASK, agent_id="drone_twin", urgency_class="", ert=30.0, alpha=-0.1, beta=1.0))
+        status, result = run.result(60)
+    finally:
+        for twin in twins:
+            twin.stop()
+    assert result.error_code == R.EXECUTOR_UNAVAILABLE, (result.error_code, result.error_message)
+    assert "2 executors serve /drone_twin/execute_segment" in result.error_message
+    assert not any(runs_on_robot(twin.output()) for twin in twins)
+    again = client.send(**DRONE_TASK)
+    _check_done(*again.result(), again)
 
 
 def test_cancel_during_generation(fleet):

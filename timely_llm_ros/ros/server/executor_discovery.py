@@ -17,6 +17,7 @@ from rclpy.node import Node
 from timely_llm_ros.ros.server.robot_directory import RobotDirectory
 from timely_llm_ros.ros.server.segment_dispatcher import SegmentDispatcher
 
+TWIN_WAIT_S = 1.0        # how long a first goal waits to tell a second executor under its agent's name from a ghost
 DISCOVERY_THREADS = 8    # distinct agents looked up at once (each lookup waits up to the discovery timeout)
 
 
@@ -88,6 +89,10 @@ class ExecutorDiscovery:
             found = self._dispatcher.discover(agent, float("inf"), give_up)
             if found:
                 self._directory.wait_status(agent, self.timeout_s, give_up)
+                servers = self._dispatcher.servers(agent)
+                if servers > 1:     # two executors under one name, or a killed one the graph still lists: the
+                    # status liveliness tells them apart once each live one is seen (goal intake refuses twins)
+                    self._directory.wait_live_executors(agent, servers, TWIN_WAIT_S)
         finally:
             with self._lock:
                 waiters = self._waiting.pop(agent, [])

@@ -218,6 +218,15 @@ class GoalIntake:
                 return
             if status is not None and status.skills:
                 req.skills = tuple(sorted(status.skills))
+            # two live executors under one name would each run every segment (and rclpy's events executor, host of
+            # the robots' clients, has crashed on their duplicate answers): refused before anything is generated
+            twins = runtime.directory.live_executors(req.agent_id)
+            if twins > 1:
+                msg = (f"{twins} executors serve /{req.agent_id}/execute_segment, so each would run every segment; "
+                       "give each robot's executor its own namespace and stop the others")
+                node.get_logger().error(f"[{session.req_id}] {msg}")
+                session.end(bare_outcome(session, ErrorCode.EXECUTOR_UNAVAILABLE, msg))
+                return
         if session.ended:
             return
         if runtime is None:

@@ -33,6 +33,7 @@ class _Entry:
     status: RobotStatus | None = None
     alive: bool | None = None          # None: no live status publisher seen yet
     since: float = 0.0                 # when ``alive`` last changed (monotonic s)
+    writers: int = 0                   # live status publishers under this name (two executors share it: 2)
 
 
 class RobotDirectory:
@@ -55,6 +56,25 @@ class RobotDirectory:
                                                  lambda msg, a=agent: self._on_status(a, msg), status_qos(),
                                                  event_callbacks=events)
             self._entries[agent] = _Entry(sub)
+
+    def live_executors(self, agent: str) -> int:
+        """How many live executors publish this agent's status (its subscription's liveliness: a killed one stops
+        counting about a lease after it died, though the ROS graph lists it for ~20 s more); 0 when untracked."""
+        with self._changed:
+            entry = self._entries.get(agent)
+            return entry.writers if entry is not None else 0
+
+    def wait_live_executors(self, agent: str, count: int, timeout_s: float) -> int:
+        """Wait up to timeout_s until ``count`` live executors publish the agent's status; how many do then."""
+        end = time.monotonic() + timeout_s
+        with self._changed:
+            while True:
+                entry = self._entries.get(agent)
+                writers = entry.writers if entry is not None else 0
+                left = end - time.monotonic()
+                if writers >= count or left <= 0:
+                    return writers
+                self._changed.wait(min(left, 0.05))
 
     def status(self, agent: str) -> RobotStatus | None:
         """The agent's latest status, or None (not tracked, none received, or its executor publishes none)."""
@@ -125,6 +145,7 @@ class RobotDirectory:
             if entry is None:
                 return
             now = time.monotonic()
+            entry.writers = info.alive_count
             if info.alive_count > 0 and entry.alive is not True:
                 if entry.alive is False and info.not_alive_count_change < 0:   # the same writer is back
                     self._node.get_logger().info(f"executor /{agent}/execute_segment is back after "

@@ -99,6 +99,10 @@ class SegmentDispatcher:
             confirmed = self._confirmed.get(agent)
         return client is not None and bool(confirmed) and confirmed == self._identity(agent)
 
+    def servers(self, agent: str) -> int:
+        """How many action servers the ROS graph lists as /<agent>/execute_segment (a killed one for ~20 s more)."""
+        return len(self._identity(agent))
+
     def _identity(self, agent: str) -> tuple:
         """The endpoint ids of the agent's status publisher: they change when its executor restarts."""
         topic = self._node.resolve_topic_name(f"{agent}/execute_segment/_action/status")
