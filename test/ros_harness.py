@@ -136,6 +136,28 @@ def start_executor(agent: str, robot_type: str, time_scale: float, group: int | 
     return node
 
 
+class Spun:
+    """A node spun by its own executor on a daemon thread, in a context of its own."""
+
+    def __init__(self, make, executor_type) -> None:
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = make(self.context)
+        self.executor = executor_type(context=self.context)
+        self.executor.add_node(self.node)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+
+    def start(self) -> "Spun":
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=5.0)
+        self.thread.join(5.0)
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+
 class SpinningActionClient:
     """An in-process rclpy action client with its own Context, spun by a daemon thread until close()."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
 import time
 
 import pytest
@@ -23,34 +22,12 @@ from rclpy.parameter import Parameter  # noqa: E402
 
 from timely_llm_ros.action import Plan  # noqa: E402
 
-from ros_harness import plan_client, poll_until, wait_until  # noqa: E402
+from ros_harness import Spun, plan_client, poll_until, wait_until  # noqa: E402
 
 R = Plan.Result
 AGENT = "drone_f"
 GOAL = dict(agent_id=AGENT, robot_type="drone", task="look for the cat", context="cat, chair, table, lamp",
             urgency_class="", ert=20.0, alpha=-0.05, beta=1.0)
-
-
-class Spun:
-    """A node spun by its own executor on a daemon thread, in a context of its own."""
-
-    def __init__(self, make, executor_type) -> None:
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context)
-        self.node = make(self.context)
-        self.executor = executor_type(context=self.context)
-        self.executor.add_node(self.node)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-
-    def start(self) -> "Spun":
-        self.thread.start()
-        return self
-
-    def close(self) -> None:
-        self.executor.shutdown(timeout_sec=5.0)
-        self.thread.join(5.0)
-        self.node.destroy_node()
-        rclpy.shutdown(context=self.context)
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from timely_llm_ros.evaluation.workload.generator import Workload, WorkloadSpec,
 from timely_llm_ros.ros.action_client import deep_queues  # noqa: E402
 from timely_llm_ros.ros.fleet.workload_replay import ReplayRun  # noqa: E402
 
-from ros_harness import SpinningActionClient, poll_until  # noqa: E402
+from ros_harness import SpinningActionClient, Spun, poll_until  # noqa: E402
 
 SLOW_S = 1.5        # how late the test server answers
 WAIT_S = 0.4        # how long the replay waits for results after its last goal
@@ -37,16 +37,12 @@ class SlowPlanServer:
     def __init__(self, accept_delay_s: float, result_delay_s: float) -> None:
         self.accept_delay_s, self.result_delay_s = accept_delay_s, result_delay_s
         self.cancelled: list[str] = []
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context)
-        self.node = rclpy.create_node("slow_plan_server", context=self.context)
-        self.server = ActionServer(self.node, Plan, "/plan", self._execute, goal_callback=self._goal,
+        self.spun = Spun(lambda ctx: rclpy.create_node("slow_plan_server", context=ctx),
+                         lambda context: MultiThreadedExecutor(4, context=context))
+        self.server = ActionServer(self.spun.node, Plan, "/plan", self._execute, goal_callback=self._goal,
                                    cancel_callback=self._cancel, callback_group=ReentrantCallbackGroup(),
                                    **deep_queues(server=True))
-        self.executor = MultiThreadedExecutor(4, context=self.context)
-        self.executor.add_node(self.node)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
+        self.spun.start()
 
     def _goal(self, goal) -> GoalResponse:
         time.sleep(self.accept_delay_s)
@@ -67,11 +63,8 @@ class SlowPlanServer:
         return Plan.Result(error_code=Plan.Result.ERROR_NONE, request_id="r", plan="mf(50);")
 
     def close(self) -> None:
-        self.executor.shutdown(timeout_sec=5.0)
-        self.thread.join(5.0)
         self.server.destroy()
-        self.node.destroy_node()
-        rclpy.shutdown(context=self.context)
+        self.spun.close()
 
 
 def _replay(accept_delay_s: float, result_delay_s: float):

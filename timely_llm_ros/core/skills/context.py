@@ -101,6 +101,9 @@ class SceneContext:
                                    for o in group if o not in items))
 
 
+_QUOTES = re.compile(r"(?<![^\W_])'|'(?![^\W_])")    # a ' not between two letters or digits
+
+
 def normalise_name(text: str) -> str:
     """An object name as plans write it: lower case, single spaces, no surrounding punctuation or article, and no
     quotation marks (``"red" mug`` and ``'red' mug`` are ``red mug``; an apostrophe inside a word stays: ``cat's
@@ -108,9 +111,6 @@ def normalise_name(text: str) -> str:
     text = _QUOTES.sub("", text.replace('"', ""))
     text = " ".join(text.lower().replace("_", " ").split()).strip(" .,!?")
     return re.sub(r"^(?:the|a|an|my|some)\s+", "", text)
-
-
-_QUOTES = re.compile(r"(?<![^\W_])'|'(?![^\W_])")    # a ' not between two letters or digits
 
 
 @functools.lru_cache(maxsize=512)
