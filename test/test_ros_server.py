@@ -142,22 +142,28 @@ def test_goals_for_a_robot_that_is_not_there_do_not_hold_up_a_robot_that_is(flee
         late.stop()
 
 
-def test_two_executors_under_one_name_are_refused_before_anything_runs(fleet):
-    """Two executors started under the same namespace would each run every segment of the plan (and rclpy's events
-    executor, which hosts the server's robot clients, crashed the server on their duplicate answers): the goal
-    ends EXECUTOR_UNAVAILABLE saying so, neither robot runs anything, and the server keeps serving."""
-    client, _ = fleet
-    twins = [start_executor("drone_twin", "drone", 0.05, params=("log_timing:=true",)) for _ in range(2)]
+def test_a_second_executor_under_one_name_is_refused_before_anything_runs(fleet):
+    """Two executors under the same namespace would each run every segment of the plan (and rclpy's events
+    executor, which hosts the server's robot clients, crashed the server on their duplicate answers). Once the
+    server sees the second one it says so in its log, the next goal ends EXECUTOR_UNAVAILABLE saying why, neither
+    robot runs it, and the server keeps serving. (The twin is started after a first goal, so that the server follows
+    the robot's liveliness before the twin appears: what the test waits for is the server's own view of the graph.)"""
+    client, server = fleet
+    twins = [start_executor("drone_twin", "drone", 0.05, params=("log_timing:=true",))]
     try:
-        time.sleep(2.0)     # both in the graph (the discovery of the first one would otherwise race the second)
-        run = client.send(**dict(DRONE_TASK, agent_id="drone_twin", urgency_class="", ert=30.0, alpha=-0.1, beta=1.0))
+        lenient = dict(DRONE_TASK, agent_id="drone_twin", urgency_class="", ert=30.0, alpha=-0.1, beta=1.0)
+        first = client.send(**lenient)
+        _check_done(*first.result(60), first)
+        twins.append(start_executor("drone_twin", "drone", 0.05, params=("log_timing:=true",)))
+        server.wait_for("2 executors serve /drone_twin/execute_segment", 60.0)
+        run = client.send(**lenient)
         status, result = run.result(60)
     finally:
         for twin in twins:
             twin.stop()
     assert result.error_code == R.EXECUTOR_UNAVAILABLE, (result.error_code, result.error_message)
     assert "2 executors serve /drone_twin/execute_segment" in result.error_message
-    assert not any(runs_on_robot(twin.output()) for twin in twins)
+    assert not any(runs_on_robot(twin.output(), result.request_id) for twin in twins)
     again = client.send(**DRONE_TASK)
     _check_done(*again.result(), again)
 

@@ -125,7 +125,7 @@ def _robot_side(node, loop: SchedulerThread) -> RobotSide:
     host = ClientHost(node, p.segment_clients)
     directory = RobotDirectory(host.node, on_lost=node.executor_lost, grace_s=p.executor_ack_timeout_s)
     dispatcher = SegmentDispatcher(host.node, loop.post, node.clients_group, log_timing=p.log_timing,
-                                   alive=directory.alive)
+                                   alive=directory.alive, live_executors=directory.live_executors)
     for agent in p.expected_agents:
         directory.track(agent)
     # graph queries for executors that left, off the scheduler thread (they stalled its engine steps there)

@@ -32,6 +32,7 @@ from timely_llm_ros.core.request import PlanRequest, RequestState
 from timely_llm_ros.core.validation import validate_goal
 from timely_llm_ros.ros.conversions import error_result, goal_fields, outcome_to_result
 from timely_llm_ros.ros.server.plan_session import GoalSession, bare_outcome, goal_request_id
+from timely_llm_ros.ros.server.robot_directory import twins_message
 from timely_llm_ros.ros.server.runtime import ServerRuntime
 
 SHUTDOWN_MESSAGE = "server shutting down (or cleaning up); send the goal again when it is active"
@@ -222,8 +223,7 @@ class GoalIntake:
             # the robots' clients, has crashed on their duplicate answers): refused before anything is generated
             twins = runtime.directory.live_executors(req.agent_id)
             if twins > 1:
-                msg = (f"{twins} executors serve /{req.agent_id}/execute_segment, so each would run every segment; "
-                       "give each robot's executor its own namespace and stop the others")
+                msg = twins_message(req.agent_id, twins)
                 node.get_logger().error(f"[{session.req_id}] {msg}")
                 session.end(bare_outcome(session, ErrorCode.EXECUTOR_UNAVAILABLE, msg))
                 return

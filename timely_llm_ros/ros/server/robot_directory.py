@@ -27,6 +27,12 @@ from timely_llm_ros.core.capabilities import DEFAULT_PLAN_RULE, RobotStatus
 from timely_llm_ros.ros.executor_status import STATUS_TOPIC, status_from_msg, status_qos
 
 
+def twins_message(agent: str, count: int) -> str:
+    """Why a goal or segment for an agent with ``count`` > 1 live executors is refused."""
+    return (f"{count} executors serve /{agent}/execute_segment, so each would run every segment; "
+            "give each robot's executor its own namespace and stop the others")
+
+
 @dataclass
 class _Entry:
     subscription: object
@@ -145,6 +151,7 @@ class RobotDirectory:
             if entry is None:
                 return
             now = time.monotonic()
+            twins = info.alive_count > 1 >= entry.writers
             entry.writers = info.alive_count
             if info.alive_count > 0 and entry.alive is not True:
                 if entry.alive is False and info.not_alive_count_change < 0:   # the same writer is back
@@ -159,6 +166,9 @@ class RobotDirectory:
                 check.daemon = True
                 check.start()
             self._changed.notify_all()
+        if twins:
+            self._node.get_logger().error(f"{twins_message(agent, info.alive_count)}; its goals and segments are "
+                                          "refused until only one is left")
         if restarted:
             self._on_lost(agent)
 

@@ -30,6 +30,7 @@ from timely_llm_ros.core.execution import SegmentStatus
 from timely_llm_ros.core.request import Segment
 from timely_llm_ros.ros.action_client import ActionClient, deep_queues
 from timely_llm_ros.ros.conversions import execute_goal, plan_error_code, skill_from_msg
+from timely_llm_ros.ros.server.robot_directory import twins_message
 
 Post = Callable[[Callable], None]
 R = ExecuteSegment.Result
@@ -57,10 +58,11 @@ class SegmentDispatcher:
     """One ActionClient per robot namespace; segments are sent and withdrawn as the scheduler says."""
 
     def __init__(self, node: Node, post: Post, group: CallbackGroup, log_timing: bool = False,
-                 alive: Callable[[str], bool | None] = lambda agent: None) -> None:
+                 alive: Callable[[str], bool | None] = lambda agent: None,
+                 live_executors: Callable[[str], int] = lambda agent: 0) -> None:
         """group: the callback group of the per-agent ActionClients (mutually exclusive: their responses,
-        feedback and results are handled one at a time); alive: whether an agent's executor is alive (the robot
-        directory's, from its status's liveliness)."""
+        feedback and results are handled one at a time); alive: whether an agent's executor is alive, and
+        live_executors: how many live ones publish its status (the robot directory's, from that liveliness)."""
         self._node = node
         self.log_timing = log_timing
         self._post = post
@@ -68,6 +70,7 @@ class SegmentDispatcher:
         self._clients: dict[str, ActionClient] = {}
         self._confirmed: dict[str, tuple] = {}   # agent -> identity of the executor that answered our handshake
         self._alive = alive
+        self._live_executors = live_executors
         # agent -> why its executor is gone, from its loss until it is alive again: a segment for it meanwhile is
         # refused at once, not left to time out (executor_ack_timeout_s) one plan after another
         self._lost: dict[str, str] = {}
@@ -156,6 +159,12 @@ class SegmentDispatcher:
                 return
             with self._lock:    # back: the same process, or a restarted one whose status has come
                 self._lost.pop(agent, None)
+        # a second executor under the name (started mid-plan, or seen only after the goal's own check) would run
+        # this segment too: refused before it is sent
+        twins = self._live_executors(agent)
+        if twins > 1:
+            self._refused(key, f"segment {seg.index} was not sent: {twins_message(agent, twins)}")
+            return
         try:
             future = self.client(agent).send_goal_async(execute_goal(req_id, seg, preempts),
                                                         feedback_callback=lambda msg: self._on_feedback_msg(key))
