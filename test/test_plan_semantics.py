@@ -178,6 +178,21 @@ def test_a_goal_without_text_runs_its_skill_list_as_sent(robots):
         ("tc", ["10"]), ("iv", ["keys"]), ("tu", ["10"])]
 
 
+@pytest.mark.parametrize("skills, says", [
+    ([Skill(name="tc", args=[])], "tc (turn_cw) takes 1 argument(s), got 0 in skill 1 of the goal's list"),
+    ([Skill(name="tc", args=["10"]), Skill(name="mf", args=["far"])],
+     "mf argument 1 must be int, got 'far' in skill 2 of the goal's list"),
+])
+def test_a_skill_list_with_a_wrong_call_is_refused_before_any_of_it_runs(robots, skills, says):
+    """A client's skill list (no text) is checked as its text would be: nothing of it runs, and the result says
+    which call is wrong, instead of a skill function failing on arguments it cannot take."""
+    goal = ExecuteSegment.Goal(request_id="bad_list", index=0, expected_duration=1.0, skills=skills)
+    handle = wait(robots["sem_empty"].client.send_goal_async(goal), 20.0)
+    result = wait(robots["sem_empty"].client.result_async(handle), 30.0).result
+    assert result.error_code == R.FAILED and not result.executed_skills
+    assert f"segment 0 is no valid drone skill list: {says}" in result.error_message, result.error_message
+
+
 @pytest.mark.parametrize("param, says", [
     ("robot_type:=rover", "robot_type 'rover' has no skill set; known: arm, chat, drone"),
     ("scene:=nowhere", "scene 'nowhere': no such file"),

@@ -252,22 +252,30 @@ class _Parser:
                     break
                 self.i += 1
         self._expect(")", f"to close the call to {name.text}")
-        _check(name.text, name.pos, values, self.skills, self.problems)
+        _check(name.text, f"at offset {name.pos}", values, self.skills, self.problems)
         return SkillCall(name.text, tuple(values))
 
 
-def _check(name: str, pos: int, values: list[Any], skills: Mapping[str, SkillSpec], problems: list[str]) -> None:
-    """Append what is wrong with a call of skill ``name`` at offset ``pos`` with these argument values."""
+def call_problems(call: SkillCall, skills: Mapping[str, SkillSpec], where: str) -> list[str]:
+    """What is wrong with one call given as a skill and its literal arguments (a goal's skill list, not text): the
+    parser's own checks of a call; ``where`` says where it stands ("in skill 2 of the list")."""
+    problems: list[str] = []
+    _check(call.name, where, list(call.args), skills, problems)
+    return problems
+
+
+def _check(name: str, where: str, values: list[Any], skills: Mapping[str, SkillSpec], problems: list[str]) -> None:
+    """Append what is wrong with a call of skill ``name`` with these argument values (``where``: "at offset 12")."""
     spec = skills.get(name)
     if spec is None:
-        problems.append(f"unknown skill {name!r} at offset {pos}")
+        problems.append(f"unknown skill {name!r} {where}")
         return
     if len(values) != len(spec.args):
-        problems.append(f"{name} ({spec.long}) takes {len(spec.args)} argument(s), got {len(values)} at offset {pos}")
+        problems.append(f"{name} ({spec.long}) takes {len(spec.args)} argument(s), got {len(values)} {where}")
         return
     for k, (kind, value) in enumerate(zip(spec.args, values), 1):
         if not _fits(kind, value):
-            problems.append(f"{name} argument {k} must be {shown_kind(kind)}, got {value!r} at offset {pos}")
+            problems.append(f"{name} argument {k} must be {shown_kind(kind)}, got {value!r} {where}")
 
 
 def _plain_value(text: str) -> Any:
@@ -296,7 +304,7 @@ def _parse_simple(text: str, skills: Mapping[str, SkillSpec], forms: tuple[str, 
     call = SkillCall(name, tuple(values))
     stmt: Statement = Assign(var, call) if var is not None else Return(call) if ret else call
     result = ParseResult([call], program=[stmt])
-    _check(name, m.start("name"), values, skills, result.problems)
+    _check(name, f"at offset {m.start('name')}", values, skills, result.problems)
     return result
 
 

@@ -143,7 +143,8 @@ class SkillExecutorNode(Node):
                             error_message=f"this robot has no skill(s) {unknown}; it has {self.skills.names()}")
         elif seg.problem:
             job.verdict = R(success=False, error_code=R.FAILED,
-                            error_message=f"segment {job.index} is no valid {self.robot_type} plan text: {seg.problem}")
+                            error_message=f"segment {job.index} is no valid {self.robot_type} "
+                                          f"{'plan text' if goal.text.strip() else 'skill list'}: {seg.problem}")
         with self._cv:
             self._jobs[bytes(handle.goal_id.uuid)] = job
             if job.verdict is None and self._stopping:

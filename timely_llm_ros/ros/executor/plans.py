@@ -16,7 +16,7 @@ from timely_llm_ros.core.request import SkillCall
 from timely_llm_ros.core.robot_types import load_robot_types
 from timely_llm_ros.core.skills import SkillSet, load_skill_sets
 from timely_llm_ros.core.skills.interpreter import PlanState
-from timely_llm_ros.core.skills.minispec import parse
+from timely_llm_ros.core.skills.minispec import call_problems, parse
 from timely_llm_ros.core.skills.program import Statement
 
 
@@ -63,7 +63,11 @@ def segment_program(skill_set: SkillSet, text: str, sent_calls: Sequence[SkillCa
     """Parse a segment's text with the robot's language; a goal without text (an old client) or a prose skill set
     (chat: its segments are replies, each one call of its say skill) runs the goal's skill list."""
     if skill_set.mode != "statements" or not text.strip():
-        return SegmentProgram(list(sent_calls), list(sent_calls))
+        # a skill list is checked as its calls' text would be (arity, argument kinds): a wrong one is refused, not
+        # handed to a skill function; one the language lacks is the executor's to name (UNKNOWN_SKILL)
+        problems = [p for k, call in enumerate(sent_calls, 1) if call.name in skill_set.skills
+                    for p in call_problems(call, skill_set.skills, f"in skill {k} of the goal's list")]
+        return SegmentProgram(list(sent_calls), list(sent_calls), "; ".join(problems))
     result = parse(text, skill_set.skills, skill_set.statement_forms)
     return SegmentProgram(result.program, result.skills, "; ".join(result.problems))
 
