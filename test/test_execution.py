@@ -168,7 +168,19 @@ def test_acks_and_execution_deadlines_fail_a_silent_robot_with_their_codes():
     assert tr.expired(6.6) == []
     [late] = tr.expired(7.1)
     assert (late.req_id, late.index, late.code, late.later) == ("a", 0, ErrorCode.EXECUTOR_TIMEOUT, (1,))
+    assert late.message.endswith("after it started; check the robot")
     assert tr.segment("a", 1).status == SegmentStatus.NOT_RUN
+
+
+def test_a_timeout_of_a_segment_the_robot_never_said_it_runs_says_so():
+    """Accepted, but no feedback: its start is the tracker's guess, and the message does not claim it started."""
+    tr, clock = _tracker(ack_timeout_s=2.0, exec_timeout_s=5.0)
+    tr.add_plan("a", "drone_1", 1.0, _View(), stream=True)
+    tr.add_segment("a", _seg(0, 0.0, est=1.0))
+    tr.accepted("a", 0, 0.5)
+    [late] = tr.expired(6.6)
+    assert late.code == ErrorCode.EXECUTOR_TIMEOUT
+    assert "after it was due to start (the robot sent no feedback that it runs)" in late.message
 
 
 def test_a_failed_segment_makes_the_later_ones_not_run_and_withdraws_those_at_the_robot():

@@ -47,6 +47,7 @@ class TrackedSegment:
     deadline: float | None = None           # ack deadline while SENT, execution deadline once started
     deadline_code: ErrorCode = ErrorCode.NONE
     robot_refusal: str = ""                 # the robot's NOT_RUN message, while an earlier segment's result decides
+    reported: bool = False                  # the robot's feedback has said it runs (else its start is provisional)
 
     @property
     def index(self) -> int:

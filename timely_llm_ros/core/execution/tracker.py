@@ -162,6 +162,7 @@ class ExecutionTracker:
         """The robot's first feedback for the segment: its real start."""
         s = self.segment(req_id, index)
         if s is not None and s.status in OUT:
+            s.reported = True
             self._start(s, t)
             self._refresh_plan(req_id)
 
@@ -245,9 +246,11 @@ class ExecutionTracker:
                        f"executor_ack_timeout_s ({self.ack_timeout_s:.1f} s); check that the robot's executor is "
                        "running")
             else:
+                since = "it started" if s.reported else \
+                    "it was due to start (the robot sent no feedback that it runs)"
                 msg = (f"the executor of {robot} did not finish segment {index} within its worst-case time "
-                       f"({s.seg.bound_exec_s:.1f} s) + executor_timeout_s ({self.exec_timeout_s:.1f} s) after it "
-                       "started; check the robot")
+                       f"({s.seg.bound_exec_s:.1f} s) + executor_timeout_s ({self.exec_timeout_s:.1f} s) after "
+                       f"{since}; check the robot")
             out.append(self._expire(s, s.deadline_code, msg, now))
         return out
 
