@@ -1,7 +1,6 @@
 """Helpers for tests that run real nodes as separate processes and talk to them over DDS on loopback."""
 from __future__ import annotations
 
-import gc
 import os
 import signal
 import subprocess
@@ -12,7 +11,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import pytest
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.context import Context
@@ -136,15 +134,6 @@ def start_executor(agent: str, robot_type: str, time_scale: float, group: int | 
                        "executor ready", group)
     node.wait_ready()
     return node
-
-
-@pytest.fixture(scope="module")
-def leaves_ros_graph():
-    """For a module that makes server nodes in this process: once it is done, collect them. A destroyed server node
-    stays in the ROS graph (its DDS participant held by the node's reference cycles) until the cycle collector frees
-    it, and a later test on the same domain, e.g. a fleet bringup, would see two nodes named /timely_server."""
-    yield
-    gc.collect()
 
 
 class Spun:

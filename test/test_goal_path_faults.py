@@ -23,9 +23,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 from timely_llm_ros.action import Plan  # noqa: E402
 
 from ros_harness import Spun, plan_client, poll_until, wait_until  # noqa: E402
-from ros_harness import leaves_ros_graph  # noqa: E402,F401  (the fixture below)
 
-pytestmark = pytest.mark.usefixtures("leaves_ros_graph")   # its server nodes leave the ROS graph
 
 R = Plan.Result
 AGENT = "drone_f"

@@ -16,9 +16,6 @@ from rclpy.parameter import Parameter  # noqa: E402
 from timely_llm_ros.core.request import PlanRequest  # noqa: E402
 from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
 from waiting import wait_until  # noqa: E402
-from ros_harness import leaves_ros_graph  # noqa: E402,F401  (the fixture below)
-
-pytestmark = pytest.mark.usefixtures("leaves_ros_graph")   # its server nodes leave the ROS graph
 
 
 def _evicted_share(policy: str, live_policy: str | None) -> dict[str, float]:

@@ -22,9 +22,7 @@ from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 
 from ros_harness import PlanClient, start_executor, wait  # noqa: E402
-from ros_harness import leaves_ros_graph  # noqa: E402,F401  (the fixture below)
 
-pytestmark = pytest.mark.usefixtures("leaves_ros_graph")   # its server nodes leave the ROS graph
 from timely_llm_ros.action import ExecuteSegment  # noqa: E402
 
 AGENT = "keep_1"

@@ -68,6 +68,7 @@ class PlanServerNode(LifecycleNode):
         self.events = SchedulerEvents(self, self.intake)
         # while no engine is loaded the scheduler thread is not there to publish /diagnostics: ERROR from here
         self._unloaded_timer = self.create_timer(p.state_period_s, self.state.publish_unloaded)
+        self._freed = False              # shutdown() destroyed the action server
         self.action_server = ActionServer(self, Plan, "plan", execute_callback=self.intake.answer,
                                     goal_callback=lambda goal: GoalResponse.ACCEPT,
                                     handle_accepted_callback=self.intake.on_accepted,
@@ -169,8 +170,18 @@ class PlanServerNode(LifecycleNode):
             time.sleep(0.3)  # the result responses leave on the executor's thread
 
     def shutdown(self) -> None:
-        """Free ROS entities that destroy_node does not destroy (after the executor stopped)."""
-        self.action_server.destroy()
+        """Free ROS entities that rclpy's destroy_node does not destroy (after the executor stopped; idempotent)."""
+        if not self._freed:
+            self._freed = True
+            self.action_server.destroy()
+
+    def destroy_node(self) -> None:
+        """Also frees what rclpy leaves to the cycle collector, the /plan action server and the LifecycleNode's state
+        machine, which hold the node's handle and so its context's DDS participant: else the node would stay in the
+        ROS graph of a process that embeds it (a server made again there, or a fleet on its domain, sees two)."""
+        self.shutdown()
+        super().destroy_node()
+        self._state_machine.destroy_when_not_in_use()
 
     # ------------------------------------------------------------------ what the other modules ask
     def lifecycle_state(self) -> str:
