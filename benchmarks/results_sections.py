@@ -158,7 +158,7 @@ SECTIONS: tuple[Section, ...] = (
         "SmolLM2's tokenizer over 300 distinct object lists (cache misses, beside the library's floor in the same "
         "run); the mask's share of a SmolLM2 decode step at batch 1, 8 and 16 (every row constrained against the same "
         "tokens forced without a grammar, steps paired and alternated; target at most 3%); the embedded planner on "
-        "all 321 evaluation tasks without and with its grounded grammar (INVALID_PLAN, hallucinated objects); "
+        "every dev and test evaluation task without and with its grounded grammar (INVALID_PLAN, hallucinated objects); "
         "SmolLM2's grounded plans for 10 test tasks, for reading.",
         "benchmarks/grammar.py", (), cost="regular", minutes=30),
     Section(
