@@ -17,6 +17,7 @@ ended (goal_intake.py), so the node spins on one thread (an rclpy SingleThreaded
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 import tracemalloc
@@ -69,6 +70,9 @@ class PlanServerNode(LifecycleNode):
         # while no engine is loaded the scheduler thread is not there to publish /diagnostics: ERROR from here
         self._unloaded_timer = self.create_timer(p.state_period_s, self.state.publish_unloaded)
         self._freed = False              # shutdown() destroyed the action server
+        self._namesakes = 0              # other action servers of /plan seen by the last check
+        self._namesake_timer = self.create_timer(2.0, self._watch_namesakes,
+                                                 callback_group=MutuallyExclusiveCallbackGroup())
         self.action_server = ActionServer(self, Plan, "plan", execute_callback=self.intake.answer,
                                     goal_callback=lambda goal: GoalResponse.ACCEPT,
                                     handle_accepted_callback=self.intake.on_accepted,
@@ -182,6 +186,33 @@ class PlanServerNode(LifecycleNode):
         self.shutdown()
         super().destroy_node()
         self._state_machine.destroy_when_not_in_use()
+
+    # ------------------------------------------------------------------ another server on the same action
+    def _other_plan_servers(self) -> int:
+        """How many other action servers the ROS graph lists for this server's /plan (each would answer every goal
+        sent to it: two planners would plan, and send segments, for the same goal)."""
+        topic = self.resolve_topic_name("plan") + "/_action/status"
+        try:
+            return max(0, self.count_publishers(topic) - 1)
+        except Exception:   # the graph cannot be read (the context is going down): no check
+            return 0
+
+    def _namesake_message(self, others: int) -> str:
+        plan = self.resolve_topic_name("plan")
+        domain = os.environ.get("ROS_DOMAIN_ID") or "0 (ROS_DOMAIN_ID unset)"
+        return (f"{others} other action server(s) serve {plan} on ROS domain {domain}, so every goal sent there "
+                "would be planned twice; stop the other server, or give this one a namespace (-r __ns:=/site_b) "
+                "or a ROS domain of its own (a server killed in the last ~20 s stays listed until DDS drops it)")
+
+    def _watch_namesakes(self) -> None:
+        """Timer: say so once when another server of /plan appears (and when it is gone). Only said: a killed
+        server stays in the graph for a while, so refusing to serve would also stop a restarted one."""
+        others = self._other_plan_servers()
+        if others and not self._namesakes:
+            self.get_logger().error(self._namesake_message(others))
+        elif self._namesakes and not others:
+            self.get_logger().info(f"{self.resolve_topic_name('plan')} has one server again")
+        self._namesakes = others
 
     # ------------------------------------------------------------------ what the other modules ask
     def lifecycle_state(self) -> str:
