@@ -168,6 +168,33 @@ def test_a_second_executor_under_one_name_is_refused_before_anything_runs(fleet)
     _check_done(*again.result(), again)
 
 
+def test_an_executor_stopped_mid_plan_reports_what_ran_and_never_blames_a_segment_that_waited(fleet):
+    """SIGINT to a robot's executor while segment 0 runs and segment 1 waits there: the robot ends segment 1
+    NOT_RUN at once and segment 0 FAILED once its skill in progress stopped, so the goal ends EXECUTION_FAILED at
+    segment 0 with the skills it ran, and no later segment counts as run."""
+    import re
+    import signal
+
+    client, _ = fleet
+    robot = start_executor("arm_stopped", "arm", 1.0, params=("log_timing:=true",))
+    try:
+        run = client.send(**dict(ARM_TASK, agent_id="arm_stopped", urgency_class="", ert=30.0, alpha=-0.1,
+                                 beta=1.0))
+        assert poll_until(lambda: any(re.search(r"segment timing \S+ 1 received", line) for line in robot.lines)
+                          and run.wait_for(lambda fb: fb.state == "executing", 0.1), 60, 0.05), \
+            "segment 1 never reached the robot while segment 0 ran"
+        robot.proc.send_signal(signal.SIGINT)
+        status, result = run.result(30)
+        assert robot.proc.wait(15) == 0
+    finally:
+        robot.stop()
+    assert result.error_code == R.EXECUTION_FAILED, (result.error_code, result.error_message)
+    assert result.error_message.startswith("segment 0 failed: executor shutting down"), result.error_message
+    first, *later = result.segments
+    assert first.executed_skills and first.exec_time > 0
+    assert not any(s.executed or s.executed_skills for s in later)
+
+
 def test_cancel_during_generation(fleet):
     client, _ = fleet
     run = client.send(**dict(ARM_TASK, max_new_tokens=0))

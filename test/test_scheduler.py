@@ -179,6 +179,25 @@ def test_executor_failure_ends_the_request_with_its_code():
     assert engine.memory().generations == 0
 
 
+def test_a_later_segment_failing_unrun_while_an_earlier_one_runs_waits_for_that_ones_result():
+    """A robot that ends a waiting segment FAILED (no skill run) before the running one's result arrives, as an
+    executor going down may: the request fails at the running segment, with what it ran, not at the waiting one."""
+    sched, engine, clock = make()
+    sched.submit(request("a", "mf(50);tc(90);mb(20);"))
+    sent = []
+    while len(sent) < 2 and sched.busy():
+        sent += [ev.segment.index for ev in sched.step() if isinstance(ev, SegmentReady)]
+    sched.on_execution_started("a", 0, clock())
+    early = sched.on_execution_finished("a", 1, clock() + 0.1, ok=False, error="executor shutting down")
+    assert not [ev for ev in early if isinstance(ev, RequestFinished)]
+    events = sched.on_execution_finished("a", 0, clock() + 0.2, ok=False, error="executor shutting down",
+                                         executed=[SkillCall("mf", (50,))])
+    outcome = next(ev.outcome for ev in events if isinstance(ev, RequestFinished))
+    assert outcome.error_code == ErrorCode.EXECUTION_FAILED
+    assert outcome.message.startswith("segment 0 failed: executor shutting down"), outcome.message
+    assert [s.executed_skills for s in outcome.segments[:2]] == [[SkillCall("mf", (50,))], []]
+
+
 def test_unknown_robot_type_and_duplicate_ids_are_rejected():
     sched, _, _ = make()
     with pytest.raises(RequestError) as err:

@@ -241,6 +241,12 @@ class PlanScheduler:
         tracked = self.execution.segment(req_id, index)
         if track is None or tracked is None or tracked.status not in OUT:
             return self._drain()
+        if not ok and ended is None and code == ErrorCode.EXECUTION_FAILED and not executed \
+                and self.execution.earlier_out(req_id, index):
+            # a robot runs a plan's segments in order, so one that fails having run nothing while an earlier one is
+            # still out never started (an executor ending what waited, e.g. as it shuts down): the earlier one's
+            # result decides, as for NOT_RUN, and the plan's failure is not blamed on this one
+            ended = SegmentStatus.NOT_RUN
         if ended == SegmentStatus.NOT_RUN:
             if not self.execution.not_run(req_id, index, t, error) and not track.preempted:
                 self._failed(track, tracked.seg, error or "the robot did not run it", code, t)

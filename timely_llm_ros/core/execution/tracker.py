@@ -211,6 +211,11 @@ class ExecutionTracker:
                 return None
         return None
 
+    def earlier_out(self, req_id: str, index: int) -> bool:
+        """Whether a segment of the plan before ``index`` is still out at the robot (sent, accepted or running)."""
+        plan = self._plans.get(req_id)
+        return plan is not None and any(x.status in OUT for x in plan.segments[:index])
+
     def not_run(self, req_id: str, index: int, t: float, message: str) -> bool:
         """The robot ended the segment NOT_RUN. True when an earlier segment of the plan is still out (its result
         decides what happens); False when none is: the refusal is the plan's failure."""
@@ -218,7 +223,7 @@ class ExecutionTracker:
         s = self.segment(req_id, index)
         if plan is None or s is None or s.status not in OUT:
             return True
-        earlier_out = any(x.status in OUT for x in plan.segments[:index])
+        earlier_out = self.earlier_out(req_id, index)
         s.status, s.deadline, s.seg.ok = SegmentStatus.NOT_RUN, None, False
         s.robot_refusal = message if earlier_out else ""
         self._leave_line(plan, s, t)

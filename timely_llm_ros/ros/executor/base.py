@@ -55,6 +55,7 @@ R = ExecuteSegment.Result
 F = ExecuteSegment.Feedback
 # ExecuteSegment has no SHUTDOWN constant on this branch's interface: FAILED with a message that says so.
 SHUTDOWN_MESSAGE = "executor shutting down"
+NOT_RUN_SHUTDOWN = "not run: the executor shut down before its turn"
 
 
 class _SkillError(Exception):
@@ -148,7 +149,7 @@ class SkillExecutorNode(Node):
         with self._cv:
             self._jobs[bytes(handle.goal_id.uuid)] = job
             if job.verdict is None and self._stopping:
-                job.verdict = R(success=False, error_code=R.FAILED, error_message=SHUTDOWN_MESSAGE)
+                job.verdict = R(success=False, error_code=R.NOT_RUN, error_message=NOT_RUN_SHUTDOWN)
             preempted = self._plans.admit(job, bool(goal.preempts)) if job.verdict is None else []
             # decided here: once the lock is released, the plan's running segment may end and give this queued
             # segment its NOT_RUN verdict and start it itself (an orphan); reading job.verdict later starts it twice
@@ -236,9 +237,9 @@ class SkillExecutorNode(Node):
         if handle.is_cancel_requested:
             handle.canceled()
             return R(success=False, error_code=R.CANCELLED, error_message="cancelled while queued")
-        if self._stopping:
+        if self._stopping:      # it waited here and never started: NOT_RUN (the running one ends FAILED)
             handle.abort()
-            return R(success=False, error_code=R.FAILED, error_message=SHUTDOWN_MESSAGE)
+            return R(success=False, error_code=R.NOT_RUN, error_message=NOT_RUN_SHUTDOWN)
         return self._run(job)
 
     # ------------------------------------------------------------------ running a segment
@@ -355,7 +356,7 @@ class SkillExecutorNode(Node):
 
     # ------------------------------------------------------------------ shutdown
     def begin_shutdown(self) -> None:
-        """Stop taking segments; running and queued ones end (FAILED 'executor shutting down')."""
+        """Stop taking segments: the running one ends FAILED ('executor shutting down'), queued ones NOT_RUN."""
         with self._cv:
             self._stopping = True
             running = self._running
