@@ -1,6 +1,8 @@
 """PlanScheduler behaviour, driven by the simulated engine on a virtual clock."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from timely_llm_ros.core.errors import ErrorCode, RequestError
@@ -214,6 +216,20 @@ def test_plan_without_executable_skill_fails_clearly():
     _, finished = run_to_end(sched, clock)
     assert finished["a"].error_code == ErrorCode.GENERATION_FAILED
     assert "no executable" in finished["a"].message
+
+
+def test_a_plan_at_its_token_cap_names_the_cap_it_hit():
+    """A goal with max_new_tokens 0 gets the server's cap: the message names that cap (not "0"), and a plan that
+    reaches it inside its first open block says so, and what to do, instead of only "no executable skill"."""
+    sched, _, clock = make()
+    sched.submit(dataclasses.replace(request("long", plan="mf(50);" * 200), max_new_tokens=0))
+    sched.submit(dataclasses.replace(request("open", plan="5{" + "mf(50);" * 200 + "}"), max_new_tokens=0))
+    _, finished = run_to_end(sched, clock)
+    cap = sched.skill_sets["drone"].max_plan_tokens
+    assert finished["long"].error_code == ErrorCode.PLAN_TOO_LONG
+    assert f"plan hit the {cap}-token cap" in finished["long"].message, finished["long"].message
+    assert finished["open"].error_code == ErrorCode.GENERATION_FAILED
+    assert f"within the plan's {cap}-token cap" in finished["open"].message, finished["open"].message
 
 
 def test_plan_that_stops_parsing_ends_early_with_invalid_plan():

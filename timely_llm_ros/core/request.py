@@ -141,9 +141,13 @@ class Generation:
         n = self.tokens_in_segment
         longest = self.max_segment_tokens if self.max_segment_tokens is not None else segment_tokens
         if self.open_block and n >= longest:
-            cap = self.max_new_tokens if self.max_new_tokens is not None else self.req.max_new_tokens
-            return max(cap - len(self.output_ids), 1)
+            return max(self.token_cap - len(self.output_ids), 1)
         return max(segment_tokens - n, 1)
+
+    @property
+    def token_cap(self) -> int:
+        """The most tokens this generation may produce (its own cap, else its request's)."""
+        return self.max_new_tokens if self.max_new_tokens is not None else self.req.max_new_tokens
 
     def first_start(self, ready: float) -> float:
         """When the robot can start the plan's first segment if it is there at `ready`: not before the robot is

@@ -628,8 +628,12 @@ class PlanScheduler:
         gen = track.gen
         self._stop_generation(track)
         if not gen.segments:
+            why = (f" within the plan's {gen.token_cap}-token cap (its text stopped inside a statement or an open "
+                   "block; raise the goal's max_new_tokens, or use a model that plans this robot type)") if capped \
+                else ""
             self._finish(track, RequestState.FAILED, ErrorCode.GENERATION_FAILED,
-                         f"the model produced no executable {gen.req.robot_type} skill: {gen.text.strip()[:120]!r}")
+                         f"the model produced no executable {gen.req.robot_type} skill{why}: "
+                         f"{gen.text.strip()[:120]!r}")
             return
         tail = getattr(track.segmenter, "pending", "")
         if tail.strip() and not capped and not getattr(track.segmenter, "error", None):
@@ -644,7 +648,7 @@ class PlanScheduler:
                                              gen_finished=t, est_exec_s=times.expected, worst_exec_s=times.worst))
         if capped and track.error is None:
             track.error = (ErrorCode.PLAN_TOO_LONG,
-                           f"plan hit the {gen.req.max_new_tokens}-token cap before it ended; executed what was complete")
+                           f"plan hit the {gen.token_cap}-token cap before it ended; executed what was complete")
         self._set_state(gen, RequestState.EXECUTING)
         self._emit(self.execution.generation_done(gen.req_id))
         self._maybe_complete(track, t)
