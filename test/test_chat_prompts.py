@@ -4,6 +4,7 @@ keeps its raw prompts and limits."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,6 +29,7 @@ from timely_llm_ros.paths import default_model_dir
 SMOL = model_spec("smollm2")
 EMBEDDED = model_spec("embedded")
 SKILLS = load_skill_sets()
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +141,16 @@ def test_the_embedded_planner_keeps_its_raw_prompts_and_its_limits(embedded):
     # an entry asking for a chat template its tokenizer lacks gets the raw prompt, and the log says so
     asked = model_setup(dataclasses.replace(EMBEDDED, chat_template=True), embedded, SKILLS)
     assert not asked.prompts.chat and any("no chat template" in line for line in asked.describe())
+
+
+def test_a_robot_type_the_embedded_planner_was_never_trained_on_gets_a_warning(embedded):
+    """The embedded planner knows only the plans of its corpus's robot types: for a team's rover the configure log
+    warns, and says what to use instead; the package's own robot types get no warning."""
+    own = model_setup(EMBEDDED, embedded, SKILLS)
+    assert own.warnings == ()
+    rover = load_skill_sets(REPO / "examples" / "rover" / "skills")
+    with_rover = model_setup(EMBEDDED, embedded, {**SKILLS, **rover})
+    [warning] = with_rover.warnings
+    assert "was trained only on drone, arm, chat plans: for rover it has never seen the skills" in warning
+    assert "make adapt" in warning
+    assert model_setup(SMOL, embedded, {**SKILLS, **rover}).warnings == ()     # a general model: no such claim

@@ -85,6 +85,7 @@ class Stack:
         about = engine.describe()
         lines = [("info", f"engine {self.options.engine.kind} ({type(engine).__name__}){': ' if about else ''}{about}")]
         lines += [("info", line) for line in self.setup.describe(self.options.engine.kind)]
+        lines += [("warning", line) for line in self.setup.warnings]
         if self.fit is None or self.class_check is None:
             return lines + [("info", "hardware_fit is false: the policies use the configured step-time constants and "
                                      "the urgency classes are not checked against this engine")]

@@ -79,6 +79,8 @@ class ModelSpec:
     engine: str = ""                     # "": llamacpp for a GGUF entry, transformers for a folder
     interrupts: str = "auto"             # layer: the entry counts on steps cut short between decoder layers (the
                                          # configure log warns where the engine gives less); auto: what it gives
+    robot_types: tuple[str, ...] = ()    # a model trained only on these robot types' plans (the embedded
+                                         # planner): the configure log warns for every other one; (): a general model
 
     def __post_init__(self) -> None:
         if bool(self.path) == (self.gguf is not None):
@@ -136,7 +138,7 @@ class ModelSpec:
         if not isinstance(cfg, Mapping):
             raise ValueError(f"{where}: model {name!r} must be a mapping")
         known = {"path", "gguf", "dtype", "chat_template", "add_bos", "grammar", "limits", "prefix_cache_mb", "adapter",
-                 "engine", "interrupts"}
+                 "engine", "interrupts", "robot_types"}
         unknown = sorted(set(cfg) - known)
         if unknown:
             raise ValueError(f"{where}: model {name!r} has unknown fields {unknown}; known: {sorted(known)}")
@@ -151,7 +153,8 @@ class ModelSpec:
                        grammar=bool(cfg.get("grammar", True)), limits=limits,
                        prefix_cache_mb=None if cfg.get("prefix_cache_mb") is None else float(cfg["prefix_cache_mb"]),
                        adapter=str(cfg.get("adapter") or ""),
-                       engine=str(cfg.get("engine") or ""), interrupts=str(cfg.get("interrupts", "auto")))
+                       engine=str(cfg.get("engine") or ""), interrupts=str(cfg.get("interrupts", "auto")),
+                       robot_types=tuple(str(t) for t in (cfg.get("robot_types") or ())))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: model {name!r}: malformed entry ({exc!r})") from None
         except ValueError as exc:

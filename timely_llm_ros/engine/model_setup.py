@@ -48,6 +48,7 @@ class ModelSetup:
     limits: dict[str, EffectiveLimits]
     kv_bytes_per_token: float
     notes: tuple[str, ...] = ()             # what the composer had to decide against the entry (logged)
+    warnings: tuple[str, ...] = ()          # what a team should act on (logged as warnings)
 
     def warm_up_prompts(self) -> list[list[int]]:
         """Prompts to run once at start-up: every robot type's with a chat template (each one's shared system
@@ -146,4 +147,16 @@ def model_setup(spec: ModelSpec, engine: Engine, skill_sets: Mapping[str, SkillS
                       f"{type(engine).__name__} cannot do: {interrupts_instead(engine)}")
     limits = effective_limits(spec, skill_sets, engine.encode, encode_reference or reference_encode())
     return ModelSetup(spec, prompts, with_limits(skill_sets, limits), limits,
-                      float(engine.memory().kv_bytes_per_token), tuple(notes))
+                      float(engine.memory().kv_bytes_per_token), tuple(notes), untrained_warnings(spec, skill_sets))
+
+
+def untrained_warnings(spec: ModelSpec, skill_sets: Mapping[str, SkillSet]) -> tuple[str, ...]:
+    """A model trained only on some robot types' plans (the entry's robot_types) cannot plan for the others: it
+    never saw their skills (grounded decoding keeps its plans to them, but not to the task)."""
+    others = [n for n in skill_sets if spec.robot_types and n not in spec.robot_types]
+    if not others:
+        return ()
+    return (f"model {spec.name} was trained only on {', '.join(spec.robot_types)} plans: for {', '.join(others)} it "
+            "has never seen the skills, so expect GENERATION_FAILED or plans that do not do the task; serve those "
+            "robots with an instruct model (model:=smollm2, or a team's own in config/models.yaml), adapted to "
+            "their skill set with make adapt (docs/robots.md)",)
