@@ -7,7 +7,7 @@ rover's pose --, and ``halt()``. The base class parses each segment with the ski
 (conditionals, loops, variables, returns), so the same plan takes different branches in different rooms.
 
     python examples/rover/rover_executor.py --ros-args -r __ns:=/rover_1 -p skills_dir:=examples/rover \\
-        -p scene:=examples/rover/scenes/living_room_cat.yaml
+        -p scene:=examples/rover/scenes/lounge_cat.yaml
 """
 from __future__ import annotations
 

@@ -235,9 +235,9 @@ class GoalIntake:
         if not session.hand_over(lambda: runtime.loop.post(lambda s: node.events.submit(s, req, session))):
             return      # its client cancelled it meanwhile: on_cancel ends it
         runtime.loop.announce(req)      # an engine step in flight may end early for it (policy parameter interrupt)
+        tuf = req.urgency or f"ert {req.tuf.ert:g} s, alpha {req.tuf.alpha:g}, beta {req.tuf.beta:g}"
         node.get_logger().info(f"[{session.req_id}] {req.agent_id} ({req.robot_type}, "
-                               f"{req.urgency or 'custom TUF'}{'' if req.constrained else ', unconstrained'}): "
-                               f"{req.task!r}")
+                               f"{tuf}{'' if req.constrained else ', unconstrained'}): {req.task!r}")
 
     def _log_outcome(self, session: GoalSession, outcome) -> None:
         log = self._node.get_logger()
