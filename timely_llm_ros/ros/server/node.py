@@ -49,6 +49,9 @@ _DEEP = QoSProfile(depth=4096, reliability=ReliabilityPolicy.RELIABLE)
 class PlanServerNode(LifecycleNode):
     """Serves /plan (timely_llm_ros/action/Plan) for many robots with one engine."""
 
+    action_server: ActionServer | None = None     # None until __init__ makes it (a bad parameter stops it first)
+    _freed = False                                # shutdown() destroyed the action server
+
     def __init__(self, **kwargs) -> None:
         super().__init__("timely_server", **kwargs)
         self.params: ServerParams = declare_server_params(self)
@@ -69,7 +72,6 @@ class PlanServerNode(LifecycleNode):
         self.events = SchedulerEvents(self, self.intake)
         # while no engine is loaded the scheduler thread is not there to publish /diagnostics: ERROR from here
         self._unloaded_timer = self.create_timer(p.state_period_s, self.state.publish_unloaded)
-        self._freed = False              # shutdown() destroyed the action server
         self._namesakes = 0              # other action servers of /plan seen by the last check
         self._namesake_timer = self.create_timer(2.0, self._watch_namesakes,
                                                  callback_group=MutuallyExclusiveCallbackGroup())
@@ -174,8 +176,9 @@ class PlanServerNode(LifecycleNode):
             time.sleep(0.3)  # the result responses leave on the executor's thread
 
     def shutdown(self) -> None:
-        """Free ROS entities that rclpy's destroy_node does not destroy (after the executor stopped; idempotent)."""
-        if not self._freed:
+        """Free ROS entities that rclpy's destroy_node does not destroy (after the executor stopped; idempotent, and
+        safe for a node whose __init__ failed before making them: a bad parameter)."""
+        if not self._freed and self.action_server is not None:
             self._freed = True
             self.action_server.destroy()
 
@@ -185,7 +188,9 @@ class PlanServerNode(LifecycleNode):
         ROS graph of a process that embeds it (a server made again there, or a fleet on its domain, sees two)."""
         self.shutdown()
         super().destroy_node()
-        self._state_machine.destroy_when_not_in_use()
+        machine = getattr(self, "_state_machine", None)
+        if machine is not None:
+            machine.destroy_when_not_in_use()
 
     # ------------------------------------------------------------------ another server on the same action
     def _other_plan_servers(self) -> int:
