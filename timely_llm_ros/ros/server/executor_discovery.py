@@ -101,13 +101,12 @@ class ExecutorDiscovery:
                 again = [] if found else [w for w in waiters if not w[0]() and now < w[1]]
                 if again:
                     self._waiting[agent] = again
+            answered = [w for w in waiters if w not in again]
             if again and not self._submit(agent):    # the pool is gone (cleanup): every goal waiting is answered
                 with self._lock:
-                    waiters += [w for w in self._waiting.pop(agent, []) if w not in waiters]
-                again = []
-            for _, _, then in waiters:
-                if not any(then is w[2] for w in again):
-                    then(found)
+                    answered += self._waiting.pop(agent, [])
+            for _, _, then in answered:
+                then(found)
 
     def _submit(self, agent: str) -> bool:
         """Start the agent's lookup on the pool; False when the pool is gone (cleanup)."""
