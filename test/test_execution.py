@@ -41,6 +41,22 @@ def test_a_plans_segments_run_strictly_in_order_and_a_missing_one_is_waited_for(
     assert q.next() is None and q.current_plan == "a"
 
 
+def test_a_segment_whose_predecessor_never_arrived_is_named_and_once_ended_frees_the_robot():
+    q = RobotQueue()
+    q.arrive("a", 0, "a0")
+    q.arrive("a", 2, "a2")
+    q.arrive("n", 3, "n3")                   # a plan never seen, from its segment 3
+    assert q.missing_predecessor() == [("n3", [0, 1, 2])]   # a2 waits for a1, which has not arrived either, but
+    assert _run_all(q) == ["a0"]                             # a0 is here until it ends
+    assert q.missing_predecessor() == [("a2", [1]), ("n3", [0, 1, 2])]
+    q.arrive("b", 0, "b0")                   # a holds the robot while a2 waits: b cannot start
+    assert q.next() is None and q.missing_predecessor() == [("a2", [1]), ("n3", [0, 1, 2])]
+    q.remove("a2")                           # the executor gives up on it after its bound
+    q.end("a", 2, Ended.NOT_RUN)
+    assert _run_all(q) == ["b0"]
+    assert q.arrive("a", 1, "a1").refused is not None   # the robot left plan a
+
+
 def test_a_plan_stops_at_a_failed_segment_and_its_replan_continues_the_numbering():
     q = RobotQueue()
     for i in range(3):

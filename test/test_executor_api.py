@@ -321,6 +321,31 @@ def test_two_plans_for_one_robot_never_interleave_and_the_robot_does_not_go_back
     assert node.proc.returncode == 0 and "Traceback" not in node.output(), node.output()[-3000:]
 
 
+def test_a_segment_whose_predecessor_never_arrives_ends_not_run_and_frees_the_robot():
+    """A hand-written client sends plan a's segments 0 and 1, then 3 (never 2), and plan b's segment 0; and a
+    plan n from its segment 2 only. Without a bound a3 held the robot for plan a for ever and b never ran; after
+    predecessor_timeout_s a3 and n2 end NOT_RUN, naming what never came, and b runs."""
+    node = _start("timely_llm_ros.ros.executor.node", "gap", "robot_type:=drone", "time_scale:=0.25",
+                  "log_timing:=true", "predecessor_timeout_s:=1.5")
+    client = _Client("gap")
+    try:
+        assert all(client.result(client.send(_segment("a", k, ("mf", 20))))[1].success for k in (0, 1))
+        t0 = time.monotonic()
+        gap, stray, other = (client.send(_segment("a", 3, ("mf", 20))), client.send(_segment("n", 2, ("mf", 20))),
+                             client.send(_segment("b", 0, ("mf", 20))))
+        for handle, missing in ((gap, "segment 2 of"), (stray, "segment 0, 1 of")):
+            status, result = client.result(handle, 15.0)
+            assert status == GoalStatus.STATUS_ABORTED and result.error_code == R.NOT_RUN, result
+            assert missing in result.error_message and "predecessor_timeout_s" in result.error_message
+        assert time.monotonic() - t0 >= 1.5
+        assert client.result(other, 15.0)[1].success
+        assert [key for key, _, _ in runs_on_robot(node.output())] == [("a", 0), ("a", 1), ("b", 0)]
+    finally:
+        client.close()
+        node.stop()
+    assert node.proc.returncode == 0 and "Traceback" not in node.output(), node.output()[-3000:]
+
+
 def test_urgent_preempts_interrupts_the_running_skill_and_the_plans_segments_end_preempted():
     """plan_rule urgent_preempts: a segment sent with preempts stops plan a in its skill in progress, as a cancel
     would (a0's first skill never ends on its own here: hang_probability 1), a's queued and later segments end

@@ -9,7 +9,9 @@ the executor base node and the simulator's robots each hold one per robot).
 - A plan's segments run strictly in index order: segment k runs once k-1 has ended here. After a segment ended
   without success (failed, cancelled, refused, not run), the plan's next segment is the lowest index above it (the
   new plan after a failure continues the request's numbering). A missing predecessor is never skipped: segments
-  that will not run are the server's to withdraw (cancel).
+  that will not run are the server's to withdraw (cancel). A segment whose predecessor has not arrived at all
+  (``missing_predecessor``) is the executor's to end NOT_RUN after a bound: the server sends in order, so only a
+  hand-written client can leave one waiting for a segment it never sends.
 - A plan stops at a segment that did not succeed or that returned: its later segments waiting here end NOT_RUN
   (after a return also those that arrive later). A segment that ends while an earlier one of its plan still runs or
   waits here (refused on arrival, or cancelled while it waited) does not stop the earlier ones: they run in order,
@@ -216,6 +218,18 @@ class RobotQueue(Generic[Item]):
         first = min(mine, key=lambda q: q.index)
         rec = self._plans[plan]
         return first if first.index == rec.floor + 1 or (rec.restart and first.index > rec.floor) else None
+
+    def missing_predecessor(self) -> list[tuple[Item, list[int]]]:
+        """Waiting segments that cannot run because an earlier segment of their plan has neither ended here nor
+        arrived (none of the plan runs or waits here below them), each with the indices it waits for."""
+        stuck = []
+        for q in self.waiting:
+            rec = self._plans[q.plan]
+            if q.index == rec.floor + 1 or (rec.restart and q.index > rec.floor):
+                continue
+            if not self._earlier_here(q.plan, rec.floor, q.index):
+                stuck.append((q.item, [k for k in range(rec.floor + 1, q.index) if k not in rec.early]))
+        return stuck
 
     def end(self, plan: str, index: int, ended: Ended) -> list[Item]:
         """A segment of `plan` ended (ran, or ended without running). Returns the plan's later segments waiting here

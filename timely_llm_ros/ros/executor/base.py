@@ -21,7 +21,8 @@ module); the base serves ``<namespace>/execute_segment`` and handles the rest:
 - cancel: the running skill sees ``ctx.cancelled`` (``ctx.sleep`` raises), ``halt()`` is called, CANCELLED;
 - FAILED when a skill raises; execution_time measured from the moment the segment starts running;
 - a plan stops at a segment that did not succeed: its later segments waiting here end NOT_RUN at once; a plan the
-  robot left for another ends NOT_RUN for its segments that come after;
+  robot left for another ends NOT_RUN for its segments that come after; a segment whose plan's earlier segment never
+  arrives ends NOT_RUN after ``predecessor_timeout_s``;
 - status: ExecutorStatus on ``<namespace>/executor_status`` (robot type, skills, plan rule, idle/busy/stopping, the
   running plan and segment, segments waiting), latched with a liveliness lease, on every change (and every
   ``status_period_s`` when set; ros/executor_status.py): the server checks goals against it and notices a killed
@@ -74,6 +75,7 @@ class SkillExecutorNode(Node):
                                                                              p.queue_size, p.plan_rule)
         self.feedback_period_s, self.shutdown_grace_s, self.log_timing = (p.feedback_period_s, p.shutdown_grace_s,
                                                                           p.log_timing)
+        self.predecessor_timeout_s = p.predecessor_timeout_s
         self.skill_set = skill_set_for(self.robot_type, self.skills_dir or None)
         self.robot_type = self.skill_set.name
         self.skills = SkillRegistry()
@@ -189,6 +191,7 @@ class SkillExecutorNode(Node):
                     if self._stopping or w.item.handle.is_cancel_requested:
                         self._plans.queue.remove(w.item)
                         start.append(w.item)
+                start += self._plans.give_up_waiting(self.predecessor_timeout_s)
                 if self._running is None and not self._stopping:
                     job = self._plans.queue.next()
                     if job is not None:

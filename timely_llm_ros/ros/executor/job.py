@@ -25,6 +25,7 @@ class SegmentJob:
                                   # PREEMPTED), or while it waited (NOT_RUN, PREEMPTED)
     queued: bool = False          # it waited in the robot's queue (RobotQueue)
     preempted_by: str = ""        # a more urgent plan took the robot: stop its skill now
+    arrived: float = field(default_factory=time.monotonic)
     started: float | None = None
     executed: list[SkillCall] = field(default_factory=list)   # calls started, with argument values
     lock: threading.Lock = field(default_factory=threading.Lock)

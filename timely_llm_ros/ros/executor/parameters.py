@@ -17,6 +17,7 @@ class ExecutorParams:
     shutdown_grace_s: float
     log_timing: bool
     status_period_s: float
+    predecessor_timeout_s: float
 
 
 def _float_range(lo: float, hi: float) -> list[FloatingPointRange]:
@@ -56,4 +57,8 @@ def declare_executor_params(node: Node, robot_type: str) -> ExecutorParams:
                                 "executor_status is published on every change and, when > 0, again every this many "
                                 "seconds (its liveliness does not depend on it; each tick costs an idle robot's host "
                                 "CPU)", floating_point_range=_float_range(0.0, 3600.0)),
+        predecessor_timeout_s=declare("predecessor_timeout_s", 10.0,
+                                      "a segment whose plan's earlier segment has not arrived ends NOT_RUN after "
+                                      "waiting this many seconds (the server sends in order; 0: wait for ever)",
+                                      floating_point_range=_float_range(0.0, 3600.0)),
     )

@@ -3,6 +3,8 @@
 the executor base node holds its lock."""
 from __future__ import annotations
 
+import time
+
 from timely_llm_ros.action import ExecuteSegment
 
 from timely_llm_ros.core.execution import Ended, RobotQueue
@@ -49,6 +51,27 @@ class RobotPlans:
         self._log.info(f"[{arrival.preempted_plan}] preempted by plan {job.request_id}: segments "
                        f"{[j.index for j in stopped]} end PREEMPTED")
         return arrival.preempted
+
+    def give_up_waiting(self, timeout_s: float) -> list[SegmentJob]:
+        """Waiting segments whose plan's earlier segment has not arrived ``timeout_s`` after they did: taken out of
+        the queue with a NOT_RUN verdict, to be started (0: they wait for ever)."""
+        if timeout_s <= 0 or not self.queue.waiting:
+            return []
+        now = time.monotonic()
+        given_up = []
+        for job, missing in self.queue.missing_predecessor():
+            if now - job.arrived < timeout_s:
+                continue
+            self.queue.remove(job)
+            named = ", ".join(str(k) for k in missing)
+            job.verdict = R(success=False, error_code=R.NOT_RUN,
+                            error_message=f"not run: segment {named} of this plan never reached this robot within "
+                                          f"{timeout_s:g} s (predecessor_timeout_s); a plan's segments run in index "
+                                          "order, so send them from its first one")
+            self._log.warning(f"[{job.request_id}] segment {job.index} not run: segment {named} of its plan never "
+                              f"arrived within {timeout_s:g} s")
+            given_up.append(job)
+        return given_up
 
     def ended(self, job: SegmentJob, result: ExecuteSegment.Result | None) -> list[SegmentJob]:
         """The plan after this segment's end: its later segments waiting here end NOT_RUN when it did not succeed or
