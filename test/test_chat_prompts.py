@@ -154,3 +154,20 @@ def test_a_robot_type_the_embedded_planner_was_never_trained_on_gets_a_warning(e
     assert "was trained only on drone, arm, chat plans: for rover it has never seen the skills" in warning
     assert "make adapt" in warning
     assert model_setup(SMOL, embedded, {**SKILLS, **rover}).warnings == ()     # a general model: no such claim
+
+
+def test_limits_below_a_robot_types_own_worked_examples_get_a_warning(embedded):
+    """A team's skill set whose max_segment_tokens is under its own examples' longest segment (the newcomer's
+    conveyor: "first segment 21 tokens" against a bound of 10) is warned about at configure, naming where to raise
+    it. The package's own skill sets get no warning (the test above): a segment holding a loop or conditional
+    outgrows the bound by design."""
+    rover = load_skill_sets(REPO / "examples" / "rover" / "skills")["rover"]
+    tight = {**SKILLS, "rover": rover.with_limits(2, 3)}
+    warnings = [w for w in model_setup(EMBEDDED, embedded, tight).warnings if "was trained only" not in w]
+    assert len(warnings) == 2, warnings
+    assert "robot type rover: max_segment_tokens 2 is below the" in warnings[0]
+    assert "in the rover skill set" in warnings[0]
+    assert "max_plan_tokens 3 is below the" in warnings[1] and "PLAN_TOO_LONG" in warnings[1]
+    entry = dataclasses.replace(EMBEDDED, limits={"drone": TokenLimits(1, 200)})
+    [by_entry] = model_setup(entry, embedded, SKILLS).warnings
+    assert "robot type drone: max_segment_tokens 1" in by_entry and "the model entry's limits" in by_entry

@@ -40,7 +40,7 @@ def texts(segments):
 def test_shipped_skill_sets_have_documented_sizes(sets):
     assert {"drone", "arm", "chat"} <= set(sets)
     assert sets["drone"].max_segment_tokens == 10
-    assert sets["arm"].max_segment_tokens == 20 and sets["chat"].max_segment_tokens == 20
+    assert sets["arm"].max_segment_tokens == 20 and sets["chat"].max_segment_tokens == 30
     assert all(s.max_plan_tokens == 200 for s in sets.values())
     assert sets["drone"].mode == "statements" and sets["chat"].mode == "sentence"
     assert sets["drone"].exec_profile == "drone"

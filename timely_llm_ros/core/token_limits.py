@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from timely_llm_ros.core.models import ModelSpec, TokenLimits
+from timely_llm_ros.core.skills.program import Conditional, Loop
+from timely_llm_ros.core.skills.segment import ParsedSegment
 from timely_llm_ros.core.skills.skill_set import SkillSet
 
 Encode = Callable[[str], list[int]]
@@ -41,12 +43,17 @@ class EffectiveLimits:
                 f" {how}")
 
 
-def segment_texts(skill_set: SkillSet, plan: str) -> list[str]:
-    """The texts of the executable segments the robot type's segmenter cuts the plan into."""
+def segments(skill_set: SkillSet, plan: str) -> list[ParsedSegment]:
+    """The executable segments the robot type's segmenter cuts the plan into."""
     segmenter = skill_set.segmenter()
     parsed = segmenter.feed(plan)
     tail = segmenter.finish()
-    return [s.text for s in parsed + ([tail] if tail is not None else [])]
+    return parsed + ([tail] if tail is not None else [])
+
+
+def segment_texts(skill_set: SkillSet, plan: str) -> list[str]:
+    """The texts of the executable segments the robot type's segmenter cuts the plan into."""
+    return [s.text for s in segments(skill_set, plan)]
 
 
 def derive_limits(skill_set: SkillSet, encode: Encode, encode_reference: Encode) -> tuple[TokenLimits, float]:
@@ -85,6 +92,34 @@ def effective_limits(spec: ModelSpec, skill_sets: Mapping[str, SkillSet], encode
             limits, ratio = derive_limits(skill_set, encode, encode_reference)
             out[name] = EffectiveLimits(limits, "derived", ratio)
     return out
+
+
+def short_limit_warnings(limits: Mapping[str, EffectiveLimits], skill_sets: Mapping[str, SkillSet],
+                         encode: Encode) -> tuple[str, ...]:
+    """A limit below what the robot type's own worked examples need, in the model's tokens (one sentence each): a
+    max_segment_tokens under their longest segment that could be cut at it (one with no loop or conditional: a block
+    outgrows the bound by design, core/admission.py) makes admission and the hardware fit count a segment's
+    generation short; a max_plan_tokens under their longest plan ends such plans PLAN_TOO_LONG. Derived limits
+    never are below either."""
+    out = []
+    for name, eff in limits.items():
+        skill_set = skill_sets.get(name)
+        if skill_set is None or not skill_set.examples or eff.source == "derived":
+            continue
+        plans = [ex.plan for ex in skill_set.examples]
+        segment = max((len(encode(seg.text.strip())) for p in plans for seg in segments(skill_set, p)
+                       if not any(isinstance(st, (Loop, Conditional)) for st in seg.program)), default=0)
+        plan = max(len(encode(p)) for p in plans)
+        where = ("the model entry's limits" if eff.source == "model entry"
+                 else f"max_segment_tokens / max_plan_tokens in the {name} skill set")
+        if segment > eff.limits.max_segment_tokens:
+            out.append(f"robot type {name}: max_segment_tokens {eff.limits.max_segment_tokens} is below the "
+                       f"{segment} tokens of its worked examples' longest segment without a block, so admission and the hardware fit "
+                       f"count a segment's generation short; raise it in {where}")
+        if plan > eff.limits.max_plan_tokens:
+            out.append(f"robot type {name}: max_plan_tokens {eff.limits.max_plan_tokens} is below the {plan} tokens "
+                       f"of its longest worked example plan, so such plans end PLAN_TOO_LONG; raise it in {where}")
+    return tuple(out)
 
 
 def with_limits(skill_sets: Mapping[str, SkillSet], limits: Mapping[str, EffectiveLimits]) -> dict[str, SkillSet]:

@@ -15,7 +15,8 @@ from typing import Mapping
 from timely_llm_ros.core.models import ModelSpec
 from timely_llm_ros.core.prompting import ChatPrompts, EncodeChat, PromptEncoder, RawPrompts
 from timely_llm_ros.core.skills.skill_set import SkillSet
-from timely_llm_ros.core.token_limits import EffectiveLimits, Encode, effective_limits, with_limits
+from timely_llm_ros.core.token_limits import (EffectiveLimits, Encode, effective_limits, short_limit_warnings,
+                                              with_limits)
 from timely_llm_ros.core.engine import Engine
 
 
@@ -147,7 +148,8 @@ def model_setup(spec: ModelSpec, engine: Engine, skill_sets: Mapping[str, SkillS
                       f"{type(engine).__name__} cannot do: {interrupts_instead(engine)}")
     limits = effective_limits(spec, skill_sets, engine.encode, encode_reference or reference_encode())
     return ModelSetup(spec, prompts, with_limits(skill_sets, limits), limits,
-                      float(engine.memory().kv_bytes_per_token), tuple(notes), untrained_warnings(spec, skill_sets))
+                      float(engine.memory().kv_bytes_per_token), tuple(notes),
+                      untrained_warnings(spec, skill_sets) + short_limit_warnings(limits, skill_sets, engine.encode))
 
 
 def untrained_warnings(spec: ModelSpec, skill_sets: Mapping[str, SkillSet]) -> tuple[str, ...]:
