@@ -244,6 +244,25 @@ def test_plan_that_stops_parsing_ends_early_with_invalid_plan():
     assert engine.memory().generations == 0
 
 
+def test_a_plan_that_stops_parsing_before_any_segment_never_says_it_is_executing():
+    """Nothing was sent to the robot: the request goes from generating straight to its INVALID_PLAN result; one
+    whose first segment is out says executing while that segment runs."""
+    sched, _, clock = make()
+    sched.submit(request("none", plan="zz(3);" + "mf(10);" * 30))
+    sched.submit(request("one", plan="mf(50);zz(3);" + "mf(10);" * 30))
+    states: dict[str, list] = {"none": [], "one": []}
+    events: list = []
+    while sched.busy():
+        events += sched.step()
+    for ev in events:
+        if isinstance(ev, StateChanged):
+            states[ev.req_id].append(ev.state)
+    assert RequestState.EXECUTING not in states["none"], states["none"]
+    assert states["one"][-1] == RequestState.EXECUTING
+    assert {ev.req_id: ev.outcome.error_code for ev in events if isinstance(ev, RequestFinished)} == \
+        {"none": ErrorCode.INVALID_PLAN}
+
+
 def test_prompt_longer_than_the_model_context_is_rejected_before_the_engine():
     sched, engine, _ = make()
     engine.max_context = 64

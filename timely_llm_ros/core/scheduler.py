@@ -514,7 +514,7 @@ class PlanScheduler:
         if not gen.finished_generating:
             track.generation_cut = True
             self._stop_generation(track)
-            self._set_state(gen, RequestState.EXECUTING)
+            self._executing_if_out(track)
         self._maybe_complete(track, t)
 
     def _failed(self, track: Track, seg: Segment, error: str, code: ErrorCode, t: float) -> None:
@@ -621,8 +621,14 @@ class PlanScheduler:
             track.error = (ErrorCode.INVALID_PLAN, f"the model's plan stopped parsing as {gen.req.robot_type} "
                            f"skills: {track.segmenter.error}{sent}")
         self._stop_generation(track)
-        self._set_state(gen, RequestState.EXECUTING)
+        self._executing_if_out(track)
         self._maybe_complete(track, t)
+
+    def _executing_if_out(self, track: Track) -> None:
+        """Its generation stopped early: EXECUTING while segments of it are at the robot; with none out the request
+        ends now (_maybe_complete), and its feedback never says executing."""
+        if self.execution.outstanding(track.gen.req_id):
+            self._set_state(track.gen, RequestState.EXECUTING)
 
     def _generation_done(self, track: Track, t: float, capped: bool) -> None:
         gen = track.gen
