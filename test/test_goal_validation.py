@@ -114,3 +114,45 @@ def test_object_names_in_quotes_reach_the_plan_without_their_quotation_marks():
                                    context="table: \"red\" mug, 'blue' block, cat's bowl", urgency_class="normal"),
                         "r1", 0.0, {"drone": object()}, CLASSES)
     assert set(req.scene_objects) >= {"red mug", "blue block", "cat's bowl"}, req.scene_objects
+
+
+CONVEYOR = """name: conveyor
+mode: statements
+statement_forms: [call]
+max_segment_tokens: 10
+place_labels: [line, Aisle]
+fixed_place_labels: [stations]
+skills:
+  - {short: pk, args: [object], kind: action, in_scene: true, movable: true}
+  - {short: pl, args: [object], kind: action, in_scene: true}
+"""
+
+
+def test_a_robot_types_own_context_labels_name_its_place_and_its_fixed_places(tmp_path):
+    """A conveyor's "line: 3" says where it is, "stations: ..." lists places things go into: with the skill set's
+    place_labels and fixed_place_labels neither 3 nor the line is an object a plan may name, and a station is never
+    lifted; without them (the drone) the same context lists 3 as an object."""
+    from timely_llm_ros.core.skills import load_skill_sets
+
+    (tmp_path / "conveyor.yaml").write_text(CONVEYOR)
+    conveyor = load_skill_sets(tmp_path)["conveyor"]
+    context = "line: 3; aisle: b; parts: bolt, hex nut; stations: scrap bin"
+    fields = GoalFields(agent_id="conveyor_1", robot_type="conveyor", task="move the bolt to the scrap bin",
+                        urgency_class="normal", context=context)
+    req = validate_goal(fields, "r1", 0.0, {"conveyor": conveyor}, CLASSES)
+    assert req.scene_objects == ("bolt", "hex nut", "scrap bin") and req.fixed_places == ("scrap bin",)
+    assert "3" not in req.objects and "b" not in req.objects
+    plain = validate_goal(GoalFields(**{**fields.__dict__, "robot_type": "drone", "agent_id": "drone_1"}), "r2", 0.0,
+                          {"drone": object()}, CLASSES)
+    assert plain.scene_objects == ("3", "b", "bolt", "hex nut", "scrap bin") and plain.fixed_places == ()
+
+
+def test_a_context_label_given_both_meanings_is_refused_naming_it(tmp_path):
+    (tmp_path / "conveyor.yaml").write_text(CONVEYOR.replace("[stations]", "[stations, line]"))
+    from timely_llm_ros.core.skills import load_skill_sets
+
+    with pytest.raises(ValueError, match=r"conveyor.yaml: context label\(s\) \['line'\]"):
+        load_skill_sets(tmp_path)
+    (tmp_path / "conveyor.yaml").write_text(CONVEYOR.replace("[line, Aisle]", "line"))
+    with pytest.raises(ValueError, match="place_labels is a list of context labels"):
+        load_skill_sets(tmp_path)

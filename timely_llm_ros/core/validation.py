@@ -8,7 +8,7 @@ from typing import Mapping
 
 from timely_llm_ros.core.errors import ErrorCode, RequestError
 from timely_llm_ros.core.request import MAX_PLAN_CALLS, PlanRequest
-from timely_llm_ros.core.skills.context import (fixed_places, grounded_objects, hazard_sides, scene_objects,
+from timely_llm_ros.core.skills.context import (NO_LABELS, fixed_places, grounded_objects, hazard_sides, scene_objects,
                                                 task_hazards)
 from timely_llm_ros.core.tuf import TimeUtility
 
@@ -115,16 +115,17 @@ def validate_goal(goal: GoalFields, req_id: str, arrival: float, robot_types: Ma
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             raise RequestError(ErrorCode.INVALID_TIME_REQUIREMENT, f"{name} must be a finite number >= 0 "
                                f"(0 = not given), got {v!r}")
-    objects = grounded_objects(goal.context, task, tuple(goal.objects))
+    labels = getattr(robot_types.get(goal.robot_type), "context_labels", NO_LABELS)   # its contexts' own labels
+    objects = grounded_objects(goal.context, task, tuple(goal.objects), labels)
     hazards = task_hazards(task, objects)
     return PlanRequest(req_id=req_id, agent_id=agent, robot_type=goal.robot_type, task=task, tuf=tuf,
                        arrival=arrival, context=goal.context.strip(), urgency=goal.urgency_class,
                        max_new_tokens=goal.max_new_tokens, task_type=goal.urgency_class or "custom",
                        time_budget_s=goal.time_budget, tpot_slo_ms=goal.tpot_slo_ms, ttft_slo_ms=goal.ttft_slo_ms,
                        constrained=grammar and not goal.unconstrained, max_calls=limits.max_plan_calls,
-                       objects=objects, hazards=hazards, hazard_sides=hazard_sides(goal.context, hazards),
-                       scene_objects=scene_objects(goal.context, tuple(goal.objects)) if objects else (),
-                       fixed_places=fixed_places(goal.context) if objects else ())
+                       objects=objects, hazards=hazards, hazard_sides=hazard_sides(goal.context, hazards, labels),
+                       scene_objects=scene_objects(goal.context, tuple(goal.objects), labels) if objects else (),
+                       fixed_places=fixed_places(goal.context, labels) if objects else ())
 
 
 def _time_requirement(goal: GoalFields, classes: Mapping[str, TimeUtility]) -> TimeUtility:

@@ -8,7 +8,8 @@ The context convention (docs/robots.md), sections separated by ';':
 - ``label: a, b, c`` lists objects a, b and c (``table: red cube, blue bowl``, ``places: drawer, tray``); the
   labels in ``PLACE_LABELS`` name where the robot is instead (``room: kitchen``): their value is no object; the
   labels in ``FIXED_PLACE_LABELS`` (``places``, ``bins``, ...) list fixed places things go into, which a robot
-  never lifts (``fixed_places``);
+  never lifts (``fixed_places``). A skill set adds its own of both (``place_labels``, ``fixed_place_labels``:
+  ``ContextLabels``), so a conveyor's ``line: 3`` names where it is, not an object;
 - a section without a label describes one object and where it is: ``lamp on the right, 50 cm away`` is the object
   ``lamp`` to the robot's right at 50 cm (``RELATIONS`` lists the directions read);
 - anything else (free text) lists nothing.
@@ -74,6 +75,30 @@ _WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
 
 
 @dataclass(frozen=True)
+class ContextLabels:
+    """The section labels a robot type's contexts use beyond the convention's: ``places`` name where the robot is
+    (as ``room``), ``fixed_places`` list fixed places things go into (as ``bins``). Each holds normalised labels."""
+
+    places: frozenset[str] = frozenset()
+    fixed_places: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, places=(), fixed_places=()) -> "ContextLabels":
+        """From a skill set's lists (any case and spacing); ValueError for a label in both."""
+        p = frozenset(normalise_name(str(x)) for x in places or () if normalise_name(str(x)))
+        f = frozenset(normalise_name(str(x)) for x in fixed_places or () if normalise_name(str(x)))
+        both = sorted(p & f | (p & FIXED_PLACE_LABELS) | (f & frozenset(PLACE_LABELS)))
+        if both:
+            raise ValueError(f"context label(s) {both} would both name where the robot is (place_labels, or "
+                             f"{', '.join(PLACE_LABELS)}) and list fixed places (fixed_place_labels, or "
+                             f"{', '.join(sorted(FIXED_PLACE_LABELS))}): give each label one meaning")
+        return cls(p, f)
+
+
+NO_LABELS = ContextLabels()
+
+
+@dataclass(frozen=True)
 class Placement:
     """An object an unlabelled section places: its direction from the robot and its distance (cm, None if not
     given)."""
@@ -91,13 +116,14 @@ class SceneContext:
     place: str = ""
     placements: tuple[Placement, ...] = ()
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()   # (label, its objects) for each labelled section
+    fixed_labels: frozenset[str] = FIXED_PLACE_LABELS       # the labels that list fixed places (with the robot's)
 
     @property
     def fixed_places(self) -> tuple[str, ...]:
-        """The objects listed only under a FIXED_PLACE_LABELS label (in order): places things go into. A name the
-        context also lists as an item elsewhere is not one."""
-        items = {o for label, group in self.groups if label not in FIXED_PLACE_LABELS for o in group}
-        return tuple(dict.fromkeys(o for label, group in self.groups if label in FIXED_PLACE_LABELS
+        """The objects listed only under a fixed-place label (in order): places things go into. A name the context
+        also lists as an item elsewhere is not one."""
+        items = {o for label, group in self.groups if label not in self.fixed_labels for o in group}
+        return tuple(dict.fromkeys(o for label, group in self.groups if label in self.fixed_labels
                                    for o in group if o not in items))
 
 
@@ -114,9 +140,10 @@ def normalise_name(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=512)
-def parse_context(context: str) -> SceneContext:
-    """Read a goal's context by the convention in the module docstring. Cached: validating a goal asks its objects,
-    scene, fixed places and hazards' sides of the same context, and the result is immutable."""
+def parse_context(context: str, labels: ContextLabels = NO_LABELS) -> SceneContext:
+    """Read a goal's context by the convention in the module docstring, with a robot type's own ``labels``. Cached:
+    validating a goal asks its objects, scene, fixed places and hazards' sides of the same context, and the result
+    is immutable."""
     objects: list[str] = []
     groups: list[tuple[str, tuple[str, ...]]] = []
     placements: list[Placement] = []
@@ -129,7 +156,7 @@ def parse_context(context: str) -> SceneContext:
             label = normalise_name(label)
             items = [normalise_name(i) for i in re.split(r",|\band\b", rest)]
             items = [i for i in items if i and len(i.split()) <= MAX_OBJECT_WORDS]
-            if label in PLACE_LABELS:
+            if label in PLACE_LABELS or label in labels.places:
                 place = place or (items[0] if items else "")
                 continue
             groups.append((label, tuple(items)))
@@ -140,7 +167,7 @@ def parse_context(context: str) -> SceneContext:
             placements.append(placed)
             objects.append(placed.name)
     seen: dict[str, None] = dict.fromkeys(o for o in objects if o)
-    return SceneContext(tuple(seen), place, tuple(placements), tuple(groups))
+    return SceneContext(tuple(seen), place, tuple(placements), tuple(groups), FIXED_PLACE_LABELS | labels.fixed_places)
 
 
 def _placement(section: str) -> Placement | None:
@@ -160,14 +187,14 @@ def _placement(section: str) -> Placement | None:
     return None
 
 
-def context_objects(context: str) -> tuple[str, ...]:
+def context_objects(context: str, labels: ContextLabels = NO_LABELS) -> tuple[str, ...]:
     """The objects a context lists (labelled sections' items and placed objects), in order, each once."""
-    return parse_context(context).objects
+    return parse_context(context, labels).objects
 
 
-def fixed_places(context: str) -> tuple[str, ...]:
+def fixed_places(context: str, labels: ContextLabels = NO_LABELS) -> tuple[str, ...]:
     """The fixed places a context lists (``places: drawer, tray`` gives drawer and tray): SceneContext.fixed_places."""
-    return parse_context(context).fixed_places
+    return parse_context(context, labels).fixed_places
 
 
 def task_phrases(task: str, max_words: int = 3) -> tuple[str, ...]:
@@ -190,16 +217,19 @@ def task_phrases(task: str, max_words: int = 3) -> tuple[str, ...]:
     return tuple(out)
 
 
-def scene_objects(context: str, explicit: tuple[str, ...] = ()) -> tuple[str, ...]:
+def scene_objects(context: str, explicit: tuple[str, ...] = (), labels: ContextLabels = NO_LABELS
+                  ) -> tuple[str, ...]:
     """The objects a goal says are in its robot's scene: ``explicit`` (its own list) or else its context's."""
-    return tuple(dict.fromkeys(normalise_name(o) for o in explicit if normalise_name(o))) or context_objects(context)
+    return (tuple(dict.fromkeys(normalise_name(o) for o in explicit if normalise_name(o)))
+            or context_objects(context, labels))
 
 
-def grounded_objects(context: str, task: str, explicit: tuple[str, ...] = ()) -> tuple[str, ...]:
+def grounded_objects(context: str, task: str, explicit: tuple[str, ...] = (), labels: ContextLabels = NO_LABELS
+                     ) -> tuple[str, ...]:
     """The names a grounded plan may put in an object slot: the scene's objects (scene_objects) plus the task's
     phrases (something to look for need not be in view yet); () when neither the goal nor its context lists any
     object (slots stay free). A skill marked ``in_scene`` takes only the scene's own (core/skills/grammar.py)."""
-    listed = scene_objects(context, explicit)
+    listed = scene_objects(context, explicit, labels)
     if not listed:
         return ()
     return tuple(dict.fromkeys(listed + task_phrases(task)))
@@ -230,7 +260,7 @@ def _sends_to(before: str) -> bool:
     return cue is not None and not _NEGATED.search(before[: cue.start()])
 
 
-def hazard_sides(context: str, hazards: tuple[str, ...]) -> tuple[str, ...]:
+def hazard_sides(context: str, hazards: tuple[str, ...], labels: ContextLabels = NO_LABELS) -> tuple[str, ...]:
     """The sides of the robot (DIRECTIONS) on which the context places one of ``hazards`` (``task_hazards``'
     names): "lamp on the right, 50 cm away" with the lamp a hazard gives ("right",). Grounded decoding leaves out
     the skills that move the robot to these sides (a skill's ``moves``), so a plan told to keep clear of the lamp
@@ -238,4 +268,5 @@ def hazard_sides(context: str, hazards: tuple[str, ...]) -> tuple[str, ...]:
     if not hazards:
         return ()
     kept_away = {normalise_name(h) for h in hazards}
-    return tuple(dict.fromkeys(p.direction for p in parse_context(context).placements if p.name in kept_away))
+    return tuple(dict.fromkeys(p.direction for p in parse_context(context, labels).placements
+                               if p.name in kept_away))

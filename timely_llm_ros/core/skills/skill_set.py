@@ -10,6 +10,7 @@ import yaml
 
 from timely_llm_ros.paths import config_dir
 from timely_llm_ros.core.request import SkillCall
+from timely_llm_ros.core.skills.context import NO_LABELS, ContextLabels
 from timely_llm_ros.core.skills.minispec import FORMS, parse
 from timely_llm_ros.core.skills.program import MAX_PLAN_CALLS
 from timely_llm_ros.core.skills.prompt import DEFAULT_TEMPLATE, build_prompt
@@ -37,7 +38,8 @@ class SkillSet:
     def __init__(self, name: str, mode: str, skills: list[SkillSpec], exec_profile: str,
                  max_segment_tokens: int, max_plan_tokens: int, prompt_template: str = DEFAULT_TEMPLATE,
                  statement_forms: tuple[str, ...] = FORMS, min_words: int = 10, description: str = "",
-                 examples: tuple[WorkedExample, ...] = (), prompt_examples: str = "turns") -> None:
+                 examples: tuple[WorkedExample, ...] = (), prompt_examples: str = "turns",
+                 context_labels: ContextLabels = NO_LABELS) -> None:
         if mode not in MODES:
             raise ValueError(f"skill set {name!r}: mode must be one of {MODES}, got {mode!r}")
         bad = [f for f in statement_forms if f not in FORMS]
@@ -70,6 +72,7 @@ class SkillSet:
         self.description = description.strip()
         self.examples = tuple(examples)
         self.prompt_examples = prompt_examples
+        self.context_labels = context_labels    # its contexts' own labels (core/skills/context.py)
         for i, ex in enumerate(self.examples):
             problems = self.validate_plan(ex.plan)
             if problems or not self.parse_skills(ex.plan):
@@ -147,11 +150,26 @@ class SkillSet:
                 description=str(cfg.get("description", "") or ""),
                 examples=examples,
                 prompt_examples=str(cfg.get("prompt_examples", "turns")),
+                context_labels=_labels(cfg, where),
             )
         except KeyError as exc:
             raise ValueError(f"{where}: missing required field {exc}") from None
         except (TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: malformed skill set ({exc})") from None
+
+
+def _labels(cfg: Mapping[str, Any], where: str) -> ContextLabels:
+    """The skill set's own context labels (place_labels, fixed_place_labels: lists of words)."""
+    lists = {}
+    for key in ("place_labels", "fixed_place_labels"):
+        value = cfg.get(key) or []
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where}: {key} is a list of context labels, such as [line, aisle]; got {value!r}")
+        lists[key] = value
+    try:
+        return ContextLabels.of(lists["place_labels"], lists["fixed_place_labels"])
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def _example(entry: Any, where: str) -> WorkedExample:
