@@ -114,8 +114,8 @@ def short_limit_warnings(limits: Mapping[str, EffectiveLimits], skill_sets: Mapp
                  else f"max_segment_tokens / max_plan_tokens in the {name} skill set")
         if segment > eff.limits.max_segment_tokens:
             out.append(f"robot type {name}: max_segment_tokens {eff.limits.max_segment_tokens} is below the "
-                       f"{segment} tokens of its worked examples' longest segment without a block, so admission and the hardware fit "
-                       f"count a segment's generation short; raise it in {where}")
+                       f"{segment} tokens of its worked examples' longest segment without a block, so admission and "
+                       f"the hardware fit count a segment's generation short; raise it in {where}")
         if plan > eff.limits.max_plan_tokens:
             out.append(f"robot type {name}: max_plan_tokens {eff.limits.max_plan_tokens} is below the {plan} tokens "
                        f"of its longest worked example plan, so such plans end PLAN_TOO_LONG; raise it in {where}")
