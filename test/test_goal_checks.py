@@ -211,6 +211,23 @@ def test_hallucinated_arguments_are_object_arguments_naming_nothing_in_the_scene
     assert judged(FIND_SCARF, "s('scarf');g('scarf');tp();").hallucinated == ()   # out of view, but in the scene
 
 
+def test_a_skill_sets_own_context_labels_decide_what_is_in_the_scene(tmp_path):
+    """A team's arm skill set with ``place_labels: [cell]``: "cell: 4" names where the arm is, so a plan that scans
+    for "4" names nothing in the scene, as grounded decoding would have it; the package's arm reads 4 as an item."""
+    import yaml
+
+    from timely_llm_ros.paths import config_dir
+
+    arm = yaml.safe_load((config_dir() / "skills" / "arm.yaml").read_text(encoding="utf-8"))
+    (tmp_path / "arm.yaml").write_text(yaml.safe_dump({**arm, "place_labels": ["cell"]}))
+    team_arm = load_skill_sets(tmp_path)["arm"]
+    t = task("arm", "cell: 4; table: cup; places: tray", "put the cup on the tray", Placed((("cup", "tray"),)))
+    plan = "sc('4');tk('cup');gt('tray');dr();"
+    assert check_goal(t, plan, team_arm).hallucinated == ("4",)
+    assert check_goal(t, plan, SETS["arm"]).hallucinated == ()
+    assert check_goal(t, plan, team_arm).achieved
+
+
 def test_a_plan_the_server_stopped_neither_parses_nor_runs_nor_achieves():
     check = check_goal(FIND_SCARF, "s('scarf');g('scarf');tp();", SETS["drone"], ended=False)
     assert (check.parses, check.runs, check.achieved) == (False, False, False) and check.why() == "does not parse"

@@ -118,3 +118,22 @@ def test_a_destination_the_context_does_not_list_is_added_as_a_fixture():
 
 def test_scene_objects_are_every_variants_objects():
     assert scene_objects("drone", "room: hall; objects: lamp", Either(("keys", "wallet"))) == {"lamp", "keys", "wallet"}
+
+
+def test_a_skill_sets_own_context_labels_shape_the_arm_scene_as_grounded_decoding_reads_it():
+    """A team's arm whose contexts say "cell: 4" (where it is) and "racks: ..." (places things go into): with the
+    skill set's labels the scene has no object "4" and the racks are fixtures; read with the standard labels the
+    same context puts 4 and the rack on the table as items. The fleet's scene staging reads it the same way."""
+    from timely_llm_ros.core.skills.context import ContextLabels
+    from timely_llm_ros.ros.fleet.scene_staging import StagedTask
+
+    labels = ContextLabels.of(places=["cell"], fixed_places=["racks"])
+    context = "cell: 4; bench: bolt, hex nut; racks: parts rack"
+    scene = context_scene("arm", context, labels=labels)
+    assert [o.name for o in scene.objects.values() if not o.fixture] == ["bolt", "hex nut"]
+    assert [o.name for o in scene.objects.values() if o.fixture] == ["parts rack"]
+    plain = context_scene("arm", context)
+    assert "4" in plain.objects and not plain.objects["parts rack"].fixture
+    staged = StagedTask.build("arm", {"task": "rack the bolt", "context": context,
+                                      "goal": {"placed": {"bolt": "parts rack"}}}, labels)
+    assert staged.scene.objects["parts rack"].fixture and "4" not in staged.scene.objects

@@ -131,10 +131,11 @@ def check_goal(task: EvalTask, plan: str, skill_set: SkillSet, ended: bool = Tru
     if skill_set.name != task.robot_type:
         raise ValueError(f"task {task.id} is a {task.robot_type} task, checked with the {skill_set.name} skill set")
     text = plan.strip()
-    scenes = task_scenes(task.robot_type, task.scene, task.goal)
+    labels = skill_set.context_labels     # the skill set's own context labels, as grounded decoding reads them
+    scenes = task_scenes(task.robot_type, task.scene, task.goal, labels)
     objects = {name for _, scene in scenes for name in scene.objects}
     hallucinated = hallucinated_arguments(skill_set, text, objects)
-    roles = task.goal.roles(parse_context(task.scene).objects)
+    roles = task.goal.roles(parse_context(task.scene, labels).objects)
     calls = plan_calls(text)
     roles_ok = all(role_ok(r, calls) for r in roles) if roles else None
     parses = ended and bool(text) and not skill_set.validate_plan(text)

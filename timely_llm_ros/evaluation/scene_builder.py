@@ -1,5 +1,7 @@
 """Scenes built from a task's context (core/skills/context.py reads it, as grounded decoding does) and its goal
-condition's variants (evaluation/goals.py), for the drone and for the arm.
+condition's variants (evaluation/goals.py), for the drone and for the arm. A skill set's own context labels
+(``place_labels``, ``fixed_place_labels``: core/skills/context.py ``ContextLabels``) are read as grounded decoding
+reads them: pass the robot type's ``SkillSet.context_labels``.
 
 The drone (start: the origin, 1 m up, facing +x):
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import math
 
-from timely_llm_ros.core.skills.context import SceneContext, parse_context
+from timely_llm_ros.core.skills.context import NO_LABELS, ContextLabels, SceneContext, parse_context
 from timely_llm_ros.evaluation.goals import GoalCondition, Placed, Target, Variant
 from timely_llm_ros.evaluation.scene import Pose, Scene, SceneObject
 
@@ -47,9 +49,9 @@ _DIRECTIONS = {"front": (1.0, 0.0, 0.0), "behind": (-1.0, 0.0, 0.0), "left": (0.
                "right": (0.0, -1.0, 0.0), "above": (0.0, 0.0, 1.0), "below": (0.0, 0.0, -1.0)}
 
 
-def context_scene(robot_type: str, context: str, name: str = "") -> Scene:
-    """The scene a context describes, before any condition adds to it."""
-    read = parse_context(context)
+def context_scene(robot_type: str, context: str, name: str = "", labels: ContextLabels = NO_LABELS) -> Scene:
+    """The scene a context describes (read with ``labels``), before any condition adds to it."""
+    read = parse_context(context, labels)
     if robot_type == "arm":
         return _arm_scene(read, name)
     placed = {p.name for p in read.placements}
@@ -82,9 +84,10 @@ def _arm_scene(read: SceneContext, name: str) -> Scene:
     return Scene(objects, Pose(0.0, 0.0, 0.3, 0.0), name=name or "context", known=set(objects))
 
 
-def variant_scene(robot_type: str, context: str, goal: GoalCondition, variant: Variant) -> Scene:
+def variant_scene(robot_type: str, context: str, goal: GoalCondition, variant: Variant,
+                  labels: ContextLabels = NO_LABELS) -> Scene:
     """The context's scene with one variant's targets added (a listed target moved where the variant puts it)."""
-    scene = context_scene(robot_type, context, variant.name)
+    scene = context_scene(robot_type, context, variant.name, labels)
     if robot_type == "arm":
         destinations = {d for _, d in goal.placements if isinstance(d, str)} if isinstance(goal, Placed) else set()
         for obj in goal.objects():
@@ -104,15 +107,16 @@ def variant_scene(robot_type: str, context: str, goal: GoalCondition, variant: V
     return scene
 
 
-def task_scenes(robot_type: str, context: str, goal: GoalCondition) -> list[tuple[Variant, Scene]]:
+def task_scenes(robot_type: str, context: str, goal: GoalCondition, labels: ContextLabels = NO_LABELS
+                ) -> list[tuple[Variant, Scene]]:
     """Every variant the goal asks for, with its scene (fresh: nothing has happened in it)."""
-    listed = parse_context(context).objects
-    return [(v, variant_scene(robot_type, context, goal, v)) for v in goal.variants(listed)]
+    listed = parse_context(context, labels).objects
+    return [(v, variant_scene(robot_type, context, goal, v, labels)) for v in goal.variants(listed)]
 
 
-def scene_objects(robot_type: str, context: str, goal: GoalCondition) -> set[str]:
+def scene_objects(robot_type: str, context: str, goal: GoalCondition, labels: ContextLabels = NO_LABELS) -> set[str]:
     """Every object of the task's scenes, over all its variants: what a plan may name without hallucinating."""
-    return {name for _, scene in task_scenes(robot_type, context, goal) for name in scene.objects}
+    return {name for _, scene in task_scenes(robot_type, context, goal, labels) for name in scene.objects}
 
 
 def _add_to_table(scene: Scene, name: str, fixture: bool) -> None:

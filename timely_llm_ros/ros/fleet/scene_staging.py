@@ -5,21 +5,22 @@ evaluation/goals.py), fleet_workload builds the scene the task's context describ
 the condition's first variant: its targets there) and sets it as the robot's simulated scene (parameter ``scene`` of
 ``<agent>/executor``, which the simulated executor takes between plans). After the plan's result it replays the
 skills the robot reports it ran on that scene and judges the goal on it, with the value the robot returned: the
-outcome table's "achieved" column. A robot without a settable scene (a real or kinematic executor) is not staged and
+outcome table's "achieved" column. Contexts are read with their robot type's own labels (``place_labels``,
+``fixed_place_labels`` of its skill set), as the server's grounded decoding reads them. A robot without a settable scene (a real or kinematic executor) is not staged and
 its plans are not judged ("?").
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 import yaml
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
 
-from timely_llm_ros.core.skills.context import parse_context
+from timely_llm_ros.core.skills.context import NO_LABELS, ContextLabels, parse_context
 from timely_llm_ros.evaluation.goal_checks import judge_robot_run
 from timely_llm_ros.evaluation.goals import GoalCondition, Variant, read_goal
 from timely_llm_ros.evaluation.scene import Scene
@@ -42,11 +43,13 @@ class StagedTask:
     scene: Scene
 
     @classmethod
-    def build(cls, robot_type: str, task: dict) -> "StagedTask":
-        """The scene of a task entry (task, context, goal); ValueError names what is wrong with its goal."""
+    def build(cls, robot_type: str, task: dict, labels: ContextLabels = NO_LABELS) -> "StagedTask":
+        """The scene of a task entry (task, context, goal), its context read with ``labels``; ValueError names what
+        is wrong with its goal."""
         goal = read_goal(task["goal"])
-        variant = goal.variants(parse_context(task.get("context", "")).objects)[0]
-        return cls(robot_type, goal, variant, variant_scene(robot_type, task.get("context", ""), goal, variant))
+        context = task.get("context", "")
+        variant = goal.variants(parse_context(context, labels).objects)[0]
+        return cls(robot_type, goal, variant, variant_scene(robot_type, context, goal, variant, labels))
 
     def judge(self, result, error: str = "") -> str:
         """'yes', or 'no: why', for a Plan result (its segments' executed skills and returned value)."""
@@ -58,10 +61,12 @@ class StagedTask:
 
 class SceneStager:
     """Sets each agent's simulated scene before a task with a goal (one SetParameters client per agent, made at once
-    so that discovery runs while the fleet starts)."""
+    so that discovery runs while the fleet starts). ``labels``: each robot type's context labels (its skill set's
+    ``context_labels``; a type not in it reads the standard ones)."""
 
-    def __init__(self, node: Node, agents: list[str]) -> None:
+    def __init__(self, node: Node, agents: list[str], labels: Mapping[str, ContextLabels] | None = None) -> None:
         self._node = node
+        self._labels = dict(labels or {})
         self._clients = {a: node.create_client(SetParameters, f"{a}/executor/set_parameters") for a in agents}
         self._unavailable: set[str] = set()
 
@@ -74,7 +79,7 @@ class SceneStager:
             return None
         log = self._node.get_logger()
         try:
-            staged = StagedTask.build(robot_type, task)
+            staged = StagedTask.build(robot_type, task, self._labels.get(robot_type, NO_LABELS))
         except (ValueError, KeyError) as exc:
             log.warning(f"{agent}: task {task.get('task')!r}: goal not judged: {exc}")
             return None

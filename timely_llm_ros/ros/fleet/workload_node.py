@@ -39,6 +39,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile
 from timely_llm_ros.action import Plan
 from timely_llm_ros.msg import SchedulerState
 
+from timely_llm_ros.core.robot_types import load_robot_types
 from timely_llm_ros.evaluation.workload.bag import load_any
 from timely_llm_ros.evaluation.workload.generator import Workload
 from timely_llm_ros.paths import config_dir
@@ -132,6 +133,10 @@ class FleetWorkloadNode(Node):
                                                "tasks file), set its robot's simulated scene (<agent>/executor "
                                                "parameter scene) to the one its context describes, and judge the "
                                                "plan's result in it (the table's achieved column)")).value
+        skills_dir = self.declare_parameter(
+            "skills_dir", "", d(description="a team's folder of skill sets (skills/*.yaml), as given to the server: "
+                                            "staged scenes read each robot type's contexts with its skill set's own "
+                                            "labels (place_labels, fixed_place_labels); empty = the package's")).value
         self.server_state_topic = self.declare_parameter(
             "server_state_topic", "timely_server/state",
             d(description="the server's latched SchedulerState topic (its executors_pending)")).value
@@ -169,7 +174,11 @@ class FleetWorkloadNode(Node):
         self._others_generating = threading.Event()
         self._sent_by_agent: dict[str, int] = {}
         self.timeline = TimelineRecorder(self, names) if self.events_csv and self.workload is None else None
-        self.stager = SceneStager(self, names) if judge_goals and self.workload is None else None
+        self.stager = None
+        if judge_goals and self.workload is None:
+            with _parameter("skills_dir"):
+                sets = load_robot_types(skills_dir or None).skill_sets
+            self.stager = SceneStager(self, names, {name: s.context_labels for name, s in sets.items()})
 
     def _on_state(self, msg: SchedulerState) -> None:
         self._pending = list(msg.executors_pending)
