@@ -3,7 +3,7 @@
     PYTHONPATH=. .venv/bin/python tools/plan_branches.py [--model PATH]
 
 The plans are what the planner generates for the tasks of config/fleet_tasks.yaml (the scheduler with the embedded
-planner, dry: no robot). Each drone and arm plan then runs, without ROS, as the simulated executor runs it
+planner, dry: no robot; each goal validated and grounded as the server does). Each drone and arm plan then runs, without ROS, as the simulated executor runs it
 (evaluation/scene_run.py: the server's segments, the robot's interpreter, skills answered by the scene) in the empty room
 and in every scene of config/scenes that holds an object the plan names.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -23,12 +22,11 @@ sys.path.insert(0, str(REPO))
 from timely_llm_ros.core.composition import PolicyChoice  # noqa: E402
 from timely_llm_ros.core.exec_time import load_exec_models  # noqa: E402
 from timely_llm_ros.core.models import model_spec  # noqa: E402
-from timely_llm_ros.core.request import PlanRequest  # noqa: E402
 from timely_llm_ros.evaluation.scene import Scene, load_scene  # noqa: E402
 from timely_llm_ros.evaluation.scene_run import run_plan  # noqa: E402
-from timely_llm_ros.core.dry_run import plan_dry  # noqa: E402
+from timely_llm_ros.core.dry_run import dry_request, plan_dry  # noqa: E402
 from timely_llm_ros.core.skills import SkillSet, load_skill_sets  # noqa: E402
-from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
+from timely_llm_ros.core.validation import GoalFields  # noqa: E402
 from timely_llm_ros.paths import config_dir  # noqa: E402
 
 
@@ -41,11 +39,10 @@ def generate_plans(tasks: list[tuple[str, dict]], model_path: str | None) -> lis
     sched = build_stack(StackOptions(model=model_spec("embedded"), policy=PolicyChoice("fcfs", max_batch=1),
                                      warm_up=False), load_skill_sets(), load_exec_models(), engine=engine).scheduler
     plans = []
-    for i, (robot_type, entry) in enumerate(tasks):
-        req = PlanRequest(req_id=f"t{i}", agent_id=f"{robot_type}_1", robot_type=robot_type, task=entry["task"],
-                          context=entry.get("context", ""), tuf=DEFAULT_URGENCY_CLASSES[entry["urgency"]],
-                          arrival=time.monotonic(), urgency=entry["urgency"])
-        outcome = plan_dry(sched, req)
+    for robot_type, entry in tasks:     # each goal as the server would take it: grounded, under the entry's grammar
+        goal = GoalFields(agent_id=f"{robot_type}_1", robot_type=robot_type, task=entry["task"],
+                          context=entry.get("context", ""), urgency_class=entry["urgency"])
+        outcome = plan_dry(sched, dry_request(goal, sched.skill_sets, model_spec("embedded").grammar))
         plans.append(outcome.plan_text.strip())
     return plans
 

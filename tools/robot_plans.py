@@ -1,6 +1,7 @@
 """The plans a model writes for a robot type's tasks, as the server would have it write them (its prompts, its limits,
-its grammar when the model entry decodes under one): a markdown table, to check a skill set's descriptions and
-worked examples before robots run them (docs/robots.md).
+each goal validated and grounded in its scene as the server does, under its grammar when the model entry decodes
+under one): a markdown table, to check a skill set's descriptions and worked examples before robots run them
+(docs/robots.md). A task the server would refuse shows its error code.
 
     PYTHONPATH=. .venv/bin/python tools/robot_plans.py rover examples/rover/tasks.yaml --skills-dir examples/rover
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -19,11 +19,20 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from timely_llm_ros.core.composition import PolicyChoice  # noqa: E402
+from timely_llm_ros.core.dry_run import dry_request, plan_dry  # noqa: E402
+from timely_llm_ros.core.errors import RequestError  # noqa: E402
 from timely_llm_ros.core.models import model_spec  # noqa: E402
 from timely_llm_ros.core.request import PlanRequest  # noqa: E402
 from timely_llm_ros.core.robot_types import load_robot_types  # noqa: E402
-from timely_llm_ros.core.dry_run import plan_dry  # noqa: E402
-from timely_llm_ros.core.tuf import DEFAULT_URGENCY_CLASSES  # noqa: E402
+from timely_llm_ros.core.validation import GoalFields  # noqa: E402
+
+
+def task_request(robot_type: str, entry: dict, skill_sets: dict, grammar: bool) -> PlanRequest:
+    """The server's request for a task entry {scene, task} sent by robot ``<robot_type>_1`` in the normal class;
+    RequestError where the server would refuse it."""
+    goal = GoalFields(agent_id=f"{robot_type}_1", robot_type=robot_type, task=str(entry["task"]),
+                      context=str(entry.get("scene", "")), urgency_class="normal")
+    return dry_request(goal, skill_sets, grammar)
 
 
 def plan_tasks(robot_type: str, tasks: list[dict], skills_dir: str, model: str) -> list[tuple[str, str]]:
@@ -39,12 +48,12 @@ def plan_tasks(robot_type: str, tasks: list[dict], skills_dir: str, model: str) 
                         {robot_type: types.skill_sets[robot_type]}, types.exec_models)
     skill_set, scheduler = stack.setup.skill_sets[robot_type], stack.scheduler
     out = []
-    for i, entry in enumerate(tasks):
-        req = PlanRequest(req_id=f"t{i}", agent_id=f"{robot_type}_1", robot_type=robot_type, task=str(entry["task"]),
-                          context=str(entry.get("scene", "")), tuf=DEFAULT_URGENCY_CLASSES["normal"],
-                          arrival=time.monotonic(), urgency="normal", max_new_tokens=skill_set.max_plan_tokens,
-                          constrained=spec.grammar and skill_set.mode == "statements")
-        outcome = plan_dry(scheduler, req)
+    for entry in tasks:
+        try:
+            outcome = plan_dry(scheduler, task_request(robot_type, entry, {robot_type: skill_set}, spec.grammar))
+        except RequestError as err:
+            out.append(("", f"{err.code.name}: {err.message}"))
+            continue
         out.append((outcome.plan_text.strip(), outcome.error_code.name))
     return out
 
