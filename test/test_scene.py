@@ -156,6 +156,7 @@ def test_a_drop_above_an_object_stacks_on_it_and_above_a_fixture_puts_it_in():
     ((("tk", "red cube"), ("tk", "blue cube")), "already holds 'red cube'"),
     ((("gt", "bin"), ("pi", "bin")), "cannot lift it"),
     ((("gt", "kale"),), "no such object on the table"),
+    ((("sc", "red cube"), ("sc", "wrench")), "found no wrench"),      # a scan finds what is there, nothing else
     ((("tk", "red cube"), ("gt", "red cube")), "it is in the gripper"),
     ((("tk", "red cube"), ("gt", "blue cube"), ("dr",), ("tk", "blue cube")), "rest on 'blue cube'"),
 ])

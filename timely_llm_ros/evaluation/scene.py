@@ -16,6 +16,7 @@ What a skill needs to succeed, with a real robot in mind (a ``strict`` scene rai
 
 - drone goto ``g(x)``: the drone knows where x is: its context listed x (``known``) or its camera has seen x during
   the plan (a scan that found it, or x in view). It cannot fly to what it has never seen.
+- arm scan ``sc(x)``: x is on the table (or is a fixture): a scan finds what is there and nothing else.
 - arm goto ``gt(x)``: x is on the table (or is a fixture) and not in the gripper.
 - arm pick ``pi(x)``: the gripper is above x (within ``GRASP_TOLERANCE_M``), holds nothing, x is not a fixture and
   nothing rests on x; ``tk(x)`` is goto and pick in one motion.
@@ -406,10 +407,16 @@ class Scene:
             below = self.objects[below].on
         return chain
 
-    def arm_scan(self, name: str) -> None:
-        """sc: look over the table; an object on it becomes known (one that is not there is simply not found)."""
-        if name in self.objects:
-            self.known.add(name)
+    def arm_scan(self, name: str) -> bool:
+        """sc: look over the table; an object on it becomes known. One that is not there is not found: the scan
+        fails (SkillImpossible in a strict scene), so a plan for something its table lacks stops before it moves
+        anything else."""
+        if name not in self.objects:
+            if self.strict:
+                raise SkillImpossible(f"sc({name!r}): looked over the table and found no {name}")
+            return False
+        self.known.add(name)
+        return True
 
 
 def _field_value(key: str, value: Any) -> Any:

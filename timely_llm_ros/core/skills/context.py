@@ -227,12 +227,16 @@ def scene_objects(context: str, explicit: tuple[str, ...] = (), labels: ContextL
 def grounded_objects(context: str, task: str, explicit: tuple[str, ...] = (), labels: ContextLabels = NO_LABELS
                      ) -> tuple[str, ...]:
     """The names a grounded plan may put in an object slot: the scene's objects (scene_objects) plus the task's
-    phrases (something to look for need not be in view yet); () when neither the goal nor its context lists any
-    object (slots stay free). A skill marked ``in_scene`` takes only the scene's own (core/skills/grammar.py)."""
+    phrases (something to look for need not be in view yet), less those that are part of a listed name ("fruit"
+    with a "fruit basket" listed: the basket goes by its whole name, and no fruit is meant by it); () when neither
+    the goal nor its context lists any object (slots stay free). A skill marked ``in_scene`` takes only the scene's
+    own (core/skills/grammar.py)."""
     listed = scene_objects(context, explicit, labels)
     if not listed:
         return ()
-    return tuple(dict.fromkeys(listed + task_phrases(task)))
+    parts = {" ".join(words[i:j]) for words in (name.split() for name in listed)
+             for i in range(len(words)) for j in range(i + 1, len(words) + 1)}
+    return tuple(dict.fromkeys(listed + tuple(p for p in task_phrases(task) if p not in parts)))
 
 
 def task_hazards(task: str, names: tuple[str, ...]) -> tuple[str, ...]:
