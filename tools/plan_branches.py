@@ -3,9 +3,10 @@
     PYTHONPATH=. .venv/bin/python tools/plan_branches.py [--model PATH]
 
 The plans are what the planner generates for the tasks of config/fleet_tasks.yaml (the scheduler with the embedded
-planner, dry: no robot; each goal validated and grounded as the server does). Each drone and arm plan then runs, without ROS, as the simulated executor runs it
-(evaluation/scene_run.py: the server's segments, the robot's interpreter, skills answered by the scene) in the empty room
-and in every scene of config/scenes that holds an object the plan names.
+planner, dry: no robot; each goal validated and grounded as the server does). Each drone and arm plan then runs,
+without ROS, as the simulated executor runs it (evaluation/scene_run.py: the server's segments, the robot's
+interpreter, skills answered by the scene) in the empty room and in every scene of config/scenes that holds an
+object the plan names.
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ the condition's first variant: its targets there) and sets it as the robot's sim
 ``<agent>/executor``, which the simulated executor takes between plans). After the plan's result it replays the
 skills the robot reports it ran on that scene and judges the goal on it, with the value the robot returned: the
 outcome table's "achieved" column. Contexts are read with their robot type's own labels (``place_labels``,
-``fixed_place_labels`` of its skill set), as the server's grounded decoding reads them. A robot without a settable scene (a real or kinematic executor) is not staged and
-its plans are not judged ("?").
+``fixed_place_labels`` of its skill set), as the server's grounded decoding reads them. A robot without a settable
+scene (a real or kinematic executor) is not staged and its plans are not judged ("?").
 """
 from __future__ import annotations
 
