@@ -11,8 +11,9 @@ import pytest
 from timely_llm_ros.core.skills import load_skill_sets
 from timely_llm_ros.evaluation.evalset import EvalTask, load_eval_tasks
 from timely_llm_ros.evaluation.goal_checks import check_goal, goal_rates, hallucinated_arguments
-from timely_llm_ros.evaluation.goals import (Approach, Avoid, Check, Either, FlightPath, GoalCondition, PhotosAround,
-                                             Photograph, Placed, Tool, answer_polarity, names_object, read_goal)
+from timely_llm_ros.evaluation.goals import (Approach, Avoid, Check, Either, FlightPath, GoalCondition, Missing,
+                                             PhotosAround, Photograph, Placed, Tool, answer_polarity, names_object,
+                                             read_goal)
 
 SETS = load_skill_sets()
 
@@ -189,6 +190,32 @@ AT = task("arm", "table: cup, pen", "move the cup to (30, 40)", Placed((("cup", 
 def test_arm_goals_are_the_final_placements(t, plan, achieved, runs):
     check = judged(t, plan)
     assert (check.achieved, check.runs) == (achieved, runs), check.why()
+
+
+NO_WRENCH = task("arm", "table: red cube, blue bowl; places: tray", "put the wrench in the tray", Missing("wrench"))
+
+
+@pytest.mark.parametrize("plan, achieved, runs", [
+    ("sc('wrench');", True, True),                                                 # the scan finds none: stop
+    ("sc('wrench');gt('red cube');pi('red cube');gt('tray');dr();", True, True),   # it stops before the lift
+    ("sc('red cube');", True, True),                                               # moves nothing
+    ("gt('red cube');pi('red cube');gt('tray');dr();", False, True),               # moves another object
+    ("tk('red cube');", False, True),                                              # holds one
+    ("sc('hammer');", False, False),            # a scan for something else the table lacks is a plain failure
+])
+def test_an_object_the_table_lacks_is_looked_for_and_nothing_moves(plan, achieved, runs):
+    check = judged(NO_WRENCH, plan)
+    assert (check.achieved, check.runs) == (achieved, runs), check.why()
+    assert "wrench" not in check.hallucinated              # the object the task names is no hallucination
+
+
+def test_a_missing_object_stays_missing_from_the_scene_and_must_be_sought():
+    assert judged(NO_WRENCH, "sc('wrench');").roles is True
+    assert judged(NO_WRENCH, "sc('red cube');").roles is False
+    check = judged(NO_WRENCH, "sc('wrench');")
+    assert check.runs_by_variant[0].ended_with.startswith("failed: sc('wrench')")   # the robot's own report
+    with pytest.raises(ValueError, match="listed"):
+        Missing("red cube").variants(["red cube", "blue bowl"])
 
 
 def test_roles_count_what_a_plan_does_with_each_key_object_not_that_it_names_it():

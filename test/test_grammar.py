@@ -170,14 +170,17 @@ def test_no_move_goes_to_the_side_where_the_scene_places_a_hazard(accepts):
 
 def test_a_skill_marked_in_scene_takes_only_what_the_scene_lists(accepts):
     """The arm's goto, pick and take are in_scene (its table is what the context lists): "put the wrench in the blue
-    bowl" with no wrench listed gives the phrase 'wrench', which the arm may scan for (the scan then fails at the
-    robot, and the plan stops) but neither go to nor pick; the listed objects stay open to all of them."""
+    bowl" with no wrench listed gives the phrase 'wrench', which the arm may scan for but neither go to nor pick; the
+    scan searches, so the plan ends with it (on a table that lacks the wrench nothing else may run); the listed
+    objects stay open to all of them."""
     scene, task = "table: red cube, blue bowl", "put the wrench in the blue bowl"
     objects, listed = grounded_objects(scene, task), scene_objects(scene)
     assert "wrench" in objects and "wrench" not in listed
     grammar = plan_grammar(ARM, objects=objects, scene=listed)
     assert accepts(grammar, "sc('red cube');gt('red cube');pi('red cube');gt('blue bowl');dr();")
-    assert accepts(grammar, "sc('wrench');gt('red cube');pi('red cube');gt('blue bowl');dr();")
+    assert accepts(grammar, "sc('wrench');") and accepts(grammar, "tk('red cube');dr();sc('wrench');")
+    assert not accepts(grammar, "sc('wrench');gt('red cube');pi('red cube');gt('blue bowl');dr();")
+    assert not accepts(grammar, "sc('wrench')") and not accepts(grammar, "sc('wrench'); ")
     for outside in ("tk('red cube');gt('wrench');dr();", "gt('wrench');pi('wrench');dr();", "tk('wrench');dr();"):
         assert not accepts(grammar, outside) and accepts(plan_grammar(ARM, objects=objects), outside), outside
     assert plan_grammar(ARM, objects=listed, scene=listed) == plan_grammar(ARM, objects=listed)   # nothing to narrow

@@ -7,9 +7,11 @@ Five measures per plan:
 - parses:        the robot's skill set validates the whole plan, and the server ended it without an error (a plan
                  the server stopped, INVALID_PLAN or PLAN_TOO_LONG, does not parse here);
 - runs:          it parses and ran to its end (or returned) in every variant without a run-time error on the robot
-                 (a skill it cannot do there, a query about what it does not see, a type error);
+                 (a skill it cannot do there, a query about what it does not see, a type error), or ended where the
+                 task asks it to (the arm's scan finding no object that the table lacks: ``missing``);
 - hallucinated:  the object arguments (the skills' ``object``/``target`` slots) that name nothing in the task's
-                 scene, over all its variants (read from the text, so plans that do not parse count too);
+                 scene, over all its variants, nor an object its goal condition names (read from the text, so plans
+                 that do not parse count too);
 - roles:         every key object plays its role (the condition's ``roles``: picked, dropped into, approached,
                  sought, measured; not merely mentioned), read from the plan's calls; None when the task gives no
                  object a role (avoid, loops, a tool that is not there);
@@ -38,7 +40,8 @@ MEASURES = ("parses", "runs", "hallucinated", "roles", "achieved")
 
 @dataclass(frozen=True)
 class VariantRun:
-    """One variant's run: its name, what the robot ended with (one line), its run-time error and the verdict."""
+    """One variant's run: its name, what the robot ended with (one line), its run-time error ("" when none, or when
+    it is the end the task asks for) and the verdict."""
 
     variant: str
     ended_with: str
@@ -90,9 +93,10 @@ def hallucinated_arguments(skill_set: SkillSet, plan: str, scene_objects: Iterab
 
 
 def judge_outcome(goal: GoalCondition, variant: Variant, outcome: Outcome) -> Verdict:
-    """The condition's verdict on one run; a run-time error is a failure whatever the scene shows."""
+    """The condition's verdict on one run; a run-time error is a failure whatever the scene shows, unless it is the
+    end the task asks for (``right_stop``: the arm's scan finding no object the table lacks)."""
     verdict = goal.judge(outcome, variant)
-    if outcome.error:
+    if outcome.error and not goal.right_stop(outcome):
         return Verdict(False, f"failed on the robot: {outcome.error}", verdict.moved_toward)
     return verdict
 
@@ -133,7 +137,7 @@ def check_goal(task: EvalTask, plan: str, skill_set: SkillSet, ended: bool = Tru
     text = plan.strip()
     labels = skill_set.context_labels     # the skill set's own context labels, as grounded decoding reads them
     scenes = task_scenes(task.robot_type, task.scene, task.goal, labels)
-    objects = {name for _, scene in scenes for name in scene.objects}
+    objects = {name for _, scene in scenes for name in scene.objects} | set(task.goal.objects())
     hallucinated = hallucinated_arguments(skill_set, text, objects)
     roles = task.goal.roles(parse_context(task.scene, labels).objects)
     calls = plan_calls(text)
@@ -144,7 +148,8 @@ def check_goal(task: EvalTask, plan: str, skill_set: SkillSet, ended: bool = Tru
     runs: list[VariantRun] = []
     for variant, scene in scenes:
         outcome, ended_with = run_in_scene(skill_set, text, scene)
-        runs.append(VariantRun(variant.name, ended_with, outcome.error, judge_outcome(task.goal, variant, outcome)))
+        error = "" if task.goal.right_stop(outcome) else outcome.error
+        runs.append(VariantRun(variant.name, ended_with, error, judge_outcome(task.goal, variant, outcome)))
     no_error = not any(r.error for r in runs)
     return GoalCheck(True, no_error, hallucinated, roles_ok, all(r.verdict.achieved for r in runs),
                      any(r.verdict.moved_toward for r in runs), tuple(runs))

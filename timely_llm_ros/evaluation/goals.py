@@ -33,7 +33,8 @@ Drone (config/skills/drone.yaml):
 
 Arm (config/skills/arm.yaml): ``{placed: {X: D, Y: [x, y]}, unmoved: [Z]}``: at the end X rests on D (in D, when D
 is a fixture such as a bin or basket, directly or on something in it), Y rests on the table within 3 cm of (x, y)
-cm, nothing named is left in the gripper, and Z is where it was.
+cm, nothing named is left in the gripper, and Z is where it was. ``{missing: X}``: X is not on the table; the arm
+moves nothing and holds nothing, and a scan that finds no X is the plan's right end (the robot reports it cannot).
 
 Each condition also gives its objects' roles (``roles``): what a plan must do with each key object, read from its
 calls (``role_ok``): approached (the drone's goto), sought (a scan, a visibility check or a goto), measured (a
@@ -136,7 +137,7 @@ class Role:
 
 
 # the project's drone and arm skills that give an object each role (config/skills/drone.yaml, arm.yaml)
-ROLE_SKILLS = {"approached": {"g"}, "sought": {"s", "iv", "g"}, "measured": {"od"}, "picked": {"pi", "tk"}}
+ROLE_SKILLS = {"approached": {"g"}, "sought": {"s", "iv", "g", "sc"}, "measured": {"od"}, "picked": {"pi", "tk"}}
 _GRIPPER_MOVES = ("dr", "gt", "mv", "tk")
 
 
@@ -196,6 +197,11 @@ class GoalCondition(ABC):
     def roles(self, listed: Collection[str]) -> tuple[Role, ...]:
         """What a plan must do with the task's key objects (() when the task gives no object a role)."""
         return ()
+
+    def right_stop(self, outcome: Outcome) -> bool:
+        """Whether the run's run-time error is the end this task asks for (the robot reporting that it cannot do
+        the task); False for every condition but ``missing``."""
+        return False
 
     @abstractmethod
     def to_config(self) -> dict[str, Any]:
@@ -571,6 +577,45 @@ class Placed(GoalCondition):
         return body
 
 
+@dataclass(frozen=True)
+class Missing(GoalCondition):
+    """The task names an object its table lacks: the arm moves nothing, holds nothing, and its scan for the object
+    is what ends the plan (or the plan ends without moving anything). A plan that moves a listed object instead
+    fails, whatever it was asked."""
+
+    key: ClassVar[str] = "missing"
+    robot_type: ClassVar[str] = "arm"
+    target: str
+
+    def objects(self) -> tuple[str, ...]:
+        return (self.target,)
+
+    def variants(self, listed: Collection[str]) -> list[Variant]:
+        if normalise_name(self.target) in _as_listed(listed):
+            raise ValueError(f"missing: {self.target!r} is listed in the task's context")
+        return [Variant(f"no {self.target}", (), frozenset())]
+
+    def judge(self, outcome: Outcome, variant: Variant) -> Verdict:
+        scene, start = outcome.end, outcome.start
+        if scene.holding is not None:
+            return Verdict(False, f"holds the {scene.holding} instead")
+        for name, before in start.objects.items():
+            after = scene.objects[name]
+            if (before.x, before.y, before.on) != (after.x, after.y, after.on):
+                return Verdict(False, f"moved the {name} instead")
+        return Verdict(True)
+
+    def right_stop(self, outcome: Outcome) -> bool:
+        not_found = outcome.end.log.not_found
+        return bool(not_found) and normalise_name(not_found[-1]) == normalise_name(self.target)
+
+    def roles(self, listed: Collection[str]) -> tuple[Role, ...]:
+        return (Role((self.target,), "sought"),)
+
+    def to_config(self) -> dict[str, Any]:
+        return {self.key: self.target}
+
+
 # ---- reading the YAML form
 def _text(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
@@ -641,6 +686,7 @@ _READERS: dict[str, tuple[frozenset[str], Callable[[Mapping[str, Any]], GoalCond
     "photos_around": (frozenset({"photos_around"}), lambda c: PhotosAround(_read_count(c["photos_around"]))),
     "path": (frozenset({"path"}), _read_path),
     "placed": (frozenset({"placed", "unmoved"}), _read_placed),
+    "missing": (frozenset({"missing"}), lambda c: Missing(_text(c["missing"], "missing"))),
 }
 
 
@@ -662,9 +708,9 @@ def read_goal(cfg: Any) -> GoalCondition:
 def goal_kinds() -> dict[str, type[GoalCondition]]:
     """The condition classes by YAML key."""
     return {cls.key: cls for cls in (Photograph, Either, Check, Tool, Avoid, Approach, PhotosAround, FlightPath,
-                                     Placed)}
+                                     Placed, Missing)}
 
 
-__all__ = ["Approach", "Avoid", "Check", "Either", "GoalCondition", "Outcome", "FlightPath", "PhotosAround", "Photograph",
+__all__ = ["Approach", "Avoid", "Check", "Either", "GoalCondition", "Missing", "Outcome", "FlightPath", "PhotosAround", "Photograph",
            "Placed", "Role", "Target", "Tool", "Variant", "Verdict", "answer_polarity", "closest_approach",
            "goal_kinds", "names_object", "read_goal", "role_ok"]

@@ -120,6 +120,7 @@ class SceneLog:
     turned_abs_deg: float = 0.0      # sum of their sizes
     picked: list[str] = field(default_factory=list)
     drops: list[tuple[str, str | None]] = field(default_factory=list)   # (object, what it went onto; None: table)
+    not_found: list[str] = field(default_factory=list)   # arm: what a scan looked for and the table lacked
 
 
 @dataclass
@@ -412,6 +413,7 @@ class Scene:
         fails (SkillImpossible in a strict scene), so a plan for something its table lacks stops before it moves
         anything else."""
         if name not in self.objects:
+            self.log.not_found.append(name)
             if self.strict:
                 raise SkillImpossible(f"sc({name!r}): looked over the table and found no {name}")
             return False

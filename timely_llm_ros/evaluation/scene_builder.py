@@ -90,8 +90,8 @@ def variant_scene(robot_type: str, context: str, goal: GoalCondition, variant: V
     scene = context_scene(robot_type, context, variant.name, labels)
     if robot_type == "arm":
         destinations = {d for _, d in goal.placements if isinstance(d, str)} if isinstance(goal, Placed) else set()
-        for obj in goal.objects():
-            if obj not in scene.objects:
+        for obj in goal.objects():          # those the variant has there (a missing object stays missing)
+            if obj in variant.present and obj not in scene.objects:
                 _add_to_table(scene, obj, fixture=obj in destinations)
         return scene
     hidden = iter(HIDDEN_BEARINGS_DEG)

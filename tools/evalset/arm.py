@@ -7,14 +7,14 @@ import random
 from typing import Callable
 
 from timely_llm_ros.evaluation.evalset import EvalTask
-from timely_llm_ros.evaluation.goals import Placed
+from timely_llm_ros.evaluation.goals import GoalCondition, Missing, Placed
 
 HEADER = """\
 # Plan-quality evaluation set, arm (one skill call per statement, config/skills/arm.yaml). Written by
 # tools/evalset/make_evalset.py from the tables of tools/evalset/arm.py (dev, test) and tools/evalset/heldout_arm.py
 # (heldout): edit those and run it again rather than editing this file (test/test_evalset.py checks every plan).
 # Fields as in drone.yaml; every goal is a placement: placed {object: where it ends (a name or [x, y] cm)} and
-# unmoved [objects that stay where they are].
+# unmoved [objects that stay where they are], or missing: X (X is not on the table: nothing may move).
 # Reference plan conventions (the project's, as in the LRTrace traces 9-11):
 #   pick and place X onto/into D:  gt('X');pi('X');gt('D');dr();
 #   stacking:          sc() every block in the order the task names them, then bottom-up for each level above
@@ -25,6 +25,7 @@ HEADER = """\
 #                      vegetable basket.
 #   put X in P:        sc('X'); then pick and place X into P (for each object named, in task order).
 #   move X to (x, y):  sc('X');gt('X');pi('X');mv(x, y);dr();  (for each object named, in task order).
+#   an X the table lacks (kind absent, goal missing: X): sc('X'); the scan finds no X and the arm moves nothing.
 """
 
 
@@ -32,7 +33,7 @@ def q(text: str) -> str:
     return f"'{text}'"
 
 
-def draft(kind: str, urgency: str, scene: str, task: str, plan: str, goal: Placed, key_objects: tuple[str, ...] = (),
+def draft(kind: str, urgency: str, scene: str, task: str, plan: str, goal: GoalCondition, key_objects: tuple[str, ...] = (),
           key_skills: tuple[str, ...] = ()) -> EvalTask:
     """An arm task before make_evalset gives it its id and split."""
     return EvalTask(id="", robot_type="arm", kind=kind, split="", urgency=urgency, scene=scene, task=task, plan=plan,
@@ -211,7 +212,20 @@ def arm_at(rng: random.Random) -> EvalTask:
     return draft("place_at", "normal", f"table: {', '.join(table)}", task, plan, goal, tuple(objs), ("mv",))
 
 
+def arm_absent(rng: random.Random) -> EvalTask:
+    """Put or move an object the table lacks: the scan finds no such object and the plan stops there."""
+    obj = rng.choice(ITEMS)
+    table = rng.sample([i for i in ITEMS if i != obj], rng.randint(2, 4))
+    if rng.random() < 0.6:
+        place = rng.choice(CONTAINERS)
+        scene, task = f"table: {', '.join(table)}; places: {place}", rng.choice(INTO1).format(o=obj, p=place)
+    else:
+        x, y = rng.randrange(0, 60, 5), rng.randrange(0, 60, 5)
+        scene, task = f"table: {', '.join(table)}", rng.choice(AT1).format(o=obj, x=x, y=y)
+    return draft("absent", "normal", scene, task, f"sc({q(obj)});", Missing(obj), (obj,))
+
+
 KINDS: list[tuple[Callable[[random.Random], EvalTask], int]] = [
     (arm_stack2, 10), (arm_stack3, 22), (arm_tower4, 10), (arm_clean, 26), (arm_clean_trash, 14), (arm_sort, 26),
-    (arm_sort_only, 14), (arm_into, 18), (arm_at, 16),
+    (arm_sort_only, 14), (arm_into, 18), (arm_at, 16), (arm_absent, 9),
 ]

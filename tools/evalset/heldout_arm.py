@@ -2,7 +2,8 @@
 (tools/evalset/arm.py) and from every prompt, worked example and training corpus (test/test_heldout_isolation.py
 checks that none of those draws from them). The plans follow the conventions in tools/evalset/arm.py's HEADER; every
 kind of the dev/test tables is represented: stacking odd objects, clearing a workbench (scraps, tools and fasteners
-to their places), sorting bakery and cheese, putting kitchen things into places and at coordinates.
+to their places), sorting bakery and cheese, putting kitchen things into places and at coordinates, and asking for
+a kitchen thing the table lacks.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import random
 from typing import Callable
 
 from timely_llm_ros.evaluation.evalset import EvalTask
-from timely_llm_ros.evaluation.goals import Placed
+from timely_llm_ros.evaluation.goals import Missing, Placed
 from tools.evalset.arm import draft, q
 
 # ------------------------------------------------------------------ tables
@@ -159,7 +160,20 @@ def at(rng: random.Random) -> EvalTask:
     return draft("place_at", "normal", f"table: {', '.join(table)}", task, plan, goal, tuple(objs), ("mv",))
 
 
+def absent(rng: random.Random) -> EvalTask:
+    """Stow or park a kitchen thing the table lacks: the scan finds none and the plan stops there."""
+    obj = rng.choice(KITCHEN)
+    table = rng.sample([k for k in KITCHEN if k != obj], rng.randint(2, 3))
+    if rng.random() < 0.6:
+        spot = rng.choice(SPOTS)
+        scene, task = f"table: {', '.join(table)}; places: {spot}", rng.choice(INTO1).format(o=obj, p=spot)
+    else:
+        x, y = rng.randrange(5, 60, 5), rng.randrange(5, 60, 5)
+        scene, task = f"table: {', '.join(table)}", rng.choice(AT1).format(o=obj, x=x, y=y)
+    return draft("absent", "normal", scene, task, f"sc({q(obj)});", Missing(obj), (obj,))
+
+
 KINDS: list[tuple[Callable[[random.Random], EvalTask], int]] = [
     (stack2, 5), (stack3, 6), (tower4, 5), (clean, 8), (clean_trash, 5), (sort, 7), (sort_only, 5), (into, 7),
-    (at, 6),
+    (at, 6), (absent, 6),
 ]

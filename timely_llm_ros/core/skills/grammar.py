@@ -29,7 +29,9 @@ wander:
   the robot is and what it holds (``_Hold``): a grasping skill only with nothing held, a releasing one only with
   something held, a skill with an ``after`` (a pick) only on the object the named skill (a goto) last went to with
   no move since, no object slot on what is held, and never a lift of, or a drop onto, a thing something was
-  dropped onto. Past about 36 objects the parameter has no room and these rules are left out;
+  dropped onto; a skill that ``searches`` (the arm's scan) for an object the scene does not list ends the plan:
+  on a table that lacks it, nothing that follows could be about it. Past about 36 objects the parameter has no
+  room and these rules are left out;
 - **statement forms** the skill set allows: a call ``sk(...);``, an assignment ``_1=query(...);`` (a query with a
   declared ``returns``), a return ``->value;`` (it ends its block, or the plan), a loop ``N{...}`` and a conditional
   ``?condition{...}``; simple statements end in ';', a block may be followed by one; blocks are never empty and nest
@@ -188,8 +190,9 @@ def grammar_text(skill_set: SkillSet, spec: GrammarSpec) -> str:
     if spec.max_calls < 1:
         raise ValueError(f"max_calls must be >= 1, got {spec.max_calls}")
     narrowed = {short: names for short, names in slots.items() if names != spec.objects}
+    unlisted = tuple(o for o in spec.objects if o not in spec.scene) if spec.scene else ()
     return _Builder(specs, skill_set.statement_forms, spec.objects, max_statements(spec.max_plan_tokens),
-                    spec.max_calls, narrowed, sighted).text()
+                    spec.max_calls, narrowed, sighted, unlisted).text()
 
 
 def _sighted(specs: list[SkillSpec], forms: tuple[str, ...], spec: GrammarSpec) -> tuple[str, ...]:
@@ -370,7 +373,7 @@ class _Builder:
 
     def __init__(self, skills: list[SkillSpec], forms: tuple[str, ...], objects: tuple[str, ...],
                  statements: int, max_calls: int, narrowed: dict[str, tuple[str, ...]] | None = None,
-                 sighted: tuple[str, ...] = ()) -> None:
+                 sighted: tuple[str, ...] = (), unlisted: tuple[str, ...] = ()) -> None:
         self.actions = [s for s in skills if s.is_action]
         self.queries = [s for s in skills if not s.is_action]
         self.typed = {kind: [s for s in self.queries if s.returns == kind] for kind in KIND_CODES}
@@ -389,6 +392,7 @@ class _Builder:
         self._heads: dict[tuple[str, ...], str] = {}     # skill names -> the lexeme of their calls' heads
         self.hold = _Hold.of(self.actions, objects, self.narrowed) if self.depth == 0 else None
         self.sighted = sighted if self.conditionals else ()   # see _sight
+        self.unlisted = unlisted       # the objects the request names but its scene does not list (a search ends)
         self.sight_heads = tuple(s.short for s in self.queries if s.in_view)
         self._held: list[Rule] = []      # the rules _hold_actions made (the hold_* rules)
         if self.hold and all(s.after or s.releases for s in self.actions):
@@ -591,6 +595,12 @@ class _Builder:
                 self._held.append((args, [(f"{_lit(_quoted(o))} {close}::{update}", cond)
                                           for o, update, cond in objects]))
                 can = _any(*(cond for *_, cond in objects))
+            elif skill.searches:     # looks for its object: one the scene does not list ends the plan with ");"
+                slot = self._slot(skill)
+                ends = [(_lit(_quoted(o) + ");"), "") for o in slot if o in self.unlisted]
+                goes_on = [(f"{_lit(_quoted(o))} {close}", h.is_not(h.held, o)) for o in slot if o not in self.unlisted]
+                self._held.append((args, goes_on + ends))
+                can = "" if ends else _any(*(cond for _, cond in goes_on))
             elif skill.args:                                                # names nothing it holds
                 slot = self._slot(skill) if "object" in skill.args else ()
                 parts = [f"hold_o{k}" if kind == "object" else kind for kind in skill.args]

@@ -53,6 +53,10 @@ class SkillSpec:
     in_view: bool = False             # a bool query whose True means its object is in view (a drone's is_visible):
                                       # grounded decoding lets a skill that approaches take an object the scene
                                       # does not list only inside ?<this>('x')==True{...} (core/skills/grammar.py)
+    searches: bool = False            # an action that looks for its object and fails where the scene lacks it (an
+                                      # arm's scan): on an object the context does not list (one the task names),
+                                      # grounded decoding ends the plan with it, so nothing else runs on a scene
+                                      # that lacks the object (core/skills/grammar.py)
 
     @property
     def is_action(self) -> bool:
@@ -74,7 +78,7 @@ class SkillSpec:
     @classmethod
     def from_config(cls, entry: Mapping[str, Any], where: str) -> "SkillSpec":
         """Build from one YAML entry {short, long, args, kind, returns, arg_names, description, approaches,
-        in_scene, movable, moves, grasps, releases, after, still, in_view};
+        in_scene, movable, moves, grasps, releases, after, still, in_view, searches};
         ValueError says what is wrong and where."""
         try:
             short = str(entry["short"])
@@ -93,6 +97,7 @@ class SkillSpec:
             after = entry.get("after")
             still = entry.get("still", False)
             in_view = entry.get("in_view", False)
+            searches = entry.get("searches", False)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: a skill needs at least 'short' ({exc})") from None
         if not short.isidentifier() or short.startswith("_") or short in ("True", "False"):
@@ -133,6 +138,12 @@ class SkillSpec:
             raise ValueError(f"{where}: skill {short!r} has in_view: true: it must be a query with one object argument "
                              f"that returns bool (args: [object], returns: bool), got a {kind} with args {list(args)} "
                              f"returning {returns}")
+        if not isinstance(searches, bool):
+            raise ValueError(f"{where}: skill {short!r} searches must be true or false, got {searches!r}")
+        if searches and (kind != "action" or args != ("object",) or in_scene or grasps or releases):
+            raise ValueError(f"{where}: skill {short!r} has searches: true: it must be an action with one object "
+                             "argument (args: [object]) that may name what the scene does not list (not in_scene) "
+                             "and neither grasps nor releases")
         if (grasps or after is not None) and (args != ("object",) or kind != "action"):
             raise ValueError(f"{where}: skill {short!r} has {'grasps' if grasps else 'after'}: it must be an action "
                              f"with one object argument (args: [object]), got a {kind} with args {list(args)}")
@@ -142,4 +153,4 @@ class SkillSpec:
         if after is not None and (not isinstance(after, str) or after == short):
             raise ValueError(f"{where}: skill {short!r} after must name another skill of the set, got {after!r}")
         return cls(short, long, args, kind, returns, arg_names, description, approaches, in_scene, movable, moves,
-                   grasps, releases, after, still, in_view)
+                   grasps, releases, after, still, in_view, searches)
