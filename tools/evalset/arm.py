@@ -212,17 +212,23 @@ def arm_at(rng: random.Random) -> EvalTask:
     return draft("place_at", "normal", f"table: {', '.join(table)}", task, plan, goal, tuple(objs), ("mv",))
 
 
-def arm_absent(rng: random.Random) -> EvalTask:
-    """Put or move an object the table lacks: the scan finds no such object and the plan stops there."""
-    obj = rng.choice(ITEMS)
-    table = rng.sample([i for i in ITEMS if i != obj], rng.randint(2, 4))
+def absent(rng: random.Random, items: list[str], places: list[str], into: list[str], at: list[str],
+           others: tuple[int, int], low: int) -> EvalTask:
+    """Put (into one of ``places``) or move (to a point of at least ``low`` cm) one of ``items`` that the table
+    lacks, the table holding ``others`` of the rest: the scan finds no such object and the plan stops there."""
+    obj = rng.choice(items)
+    table = rng.sample([i for i in items if i != obj], rng.randint(*others))
     if rng.random() < 0.6:
-        place = rng.choice(CONTAINERS)
-        scene, task = f"table: {', '.join(table)}; places: {place}", rng.choice(INTO1).format(o=obj, p=place)
+        place = rng.choice(places)
+        scene, task = f"table: {', '.join(table)}; places: {place}", rng.choice(into).format(o=obj, p=place)
     else:
-        x, y = rng.randrange(0, 60, 5), rng.randrange(0, 60, 5)
-        scene, task = f"table: {', '.join(table)}", rng.choice(AT1).format(o=obj, x=x, y=y)
+        x, y = rng.randrange(low, 60, 5), rng.randrange(low, 60, 5)
+        scene, task = f"table: {', '.join(table)}", rng.choice(at).format(o=obj, x=x, y=y)
     return draft("absent", "normal", scene, task, f"sc({q(obj)});", Missing(obj), (obj,))
+
+
+def arm_absent(rng: random.Random) -> EvalTask:
+    return absent(rng, ITEMS, CONTAINERS, INTO1, AT1, (2, 4), 0)
 
 
 KINDS: list[tuple[Callable[[random.Random], EvalTask], int]] = [

@@ -11,7 +11,8 @@ import random
 from typing import Callable
 
 from timely_llm_ros.evaluation.evalset import EvalTask
-from timely_llm_ros.evaluation.goals import Missing, Placed
+from timely_llm_ros.evaluation.goals import Placed
+from tools.evalset import arm
 from tools.evalset.arm import draft, q
 
 # ------------------------------------------------------------------ tables
@@ -162,15 +163,7 @@ def at(rng: random.Random) -> EvalTask:
 
 def absent(rng: random.Random) -> EvalTask:
     """Stow or park a kitchen thing the table lacks: the scan finds none and the plan stops there."""
-    obj = rng.choice(KITCHEN)
-    table = rng.sample([k for k in KITCHEN if k != obj], rng.randint(2, 3))
-    if rng.random() < 0.6:
-        spot = rng.choice(SPOTS)
-        scene, task = f"table: {', '.join(table)}; places: {spot}", rng.choice(INTO1).format(o=obj, p=spot)
-    else:
-        x, y = rng.randrange(5, 60, 5), rng.randrange(5, 60, 5)
-        scene, task = f"table: {', '.join(table)}", rng.choice(AT1).format(o=obj, x=x, y=y)
-    return draft("absent", "normal", scene, task, f"sc({q(obj)});", Missing(obj), (obj,))
+    return arm.absent(rng, KITCHEN, SPOTS, INTO1, AT1, (2, 3), 5)
 
 
 KINDS: list[tuple[Callable[[random.Random], EvalTask], int]] = [
