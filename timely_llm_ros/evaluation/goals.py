@@ -606,8 +606,12 @@ class Missing(GoalCondition):
         return Verdict(True)
 
     def right_stop(self, outcome: Outcome) -> bool:
+        """The run stopped at a scan that found no X: a strict scene raises at the first scan that finds nothing,
+        so that scan is the error's source when it is the last one logged (a scene that is not strict raises
+        nothing there, and its errors are the plan's)."""
         not_found = outcome.end.log.not_found
-        return bool(not_found) and normalise_name(not_found[-1]) == normalise_name(self.target)
+        return (bool(outcome.error) and outcome.end.strict and bool(not_found)
+                and normalise_name(not_found[-1]) == normalise_name(self.target))
 
     def roles(self, listed: Collection[str]) -> tuple[Role, ...]:
         return (Role((self.target,), "sought"),)
