@@ -4,6 +4,7 @@ exactly as the server does (validated, grounded in its context, under the gramma
 under one), so that what a tool shows is what a robot would be sent."""
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from typing import Mapping
@@ -12,17 +13,24 @@ from timely_llm_ros.core.events import RequestFinished, SegmentReady
 from timely_llm_ros.core.outcome import RequestOutcome
 from timely_llm_ros.core.request import PlanRequest
 from timely_llm_ros.core.scheduler import PlanScheduler
+from timely_llm_ros.core.tuf import TimeUtility
 from timely_llm_ros.core.urgency import load_urgency_classes
 from timely_llm_ros.core.validation import GoalFields, validate_goal
 
 _ids = itertools.count()
 
 
+@functools.lru_cache(maxsize=1)
+def _package_classes() -> Mapping[str, TimeUtility]:
+    """The package's urgency classes (config/urgency_classes.yaml), read once per process."""
+    return load_urgency_classes()
+
+
 def dry_request(goal: GoalFields, robot_types: Mapping[str, object], grammar: bool) -> PlanRequest:
     """The server's request for ``goal`` (core/validation.py ``validate_goal``, the package's urgency classes):
     grounded in its context's objects, constrained when ``grammar`` (the model entry's ``grammar``) and the goal
     is not ``unconstrained``. RequestError, with the server's code and message, for a goal it would refuse."""
-    return validate_goal(goal, f"dry-{next(_ids)}", time.monotonic(), robot_types, load_urgency_classes(),
+    return validate_goal(goal, f"dry-{next(_ids)}", time.monotonic(), robot_types, _package_classes(),
                          grammar=grammar)
 
 

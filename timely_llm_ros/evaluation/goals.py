@@ -525,6 +525,12 @@ class FlightPath(GoalCondition):
 PLACE_TOLERANCE_M = 0.03
 
 
+def _moved(start: Scene, end: Scene, name: str) -> bool:
+    """Whether the object is anywhere else at the end, or rests on something else, than at the start."""
+    before, after = start.objects[name], end.objects[name]
+    return (before.x, before.y, before.on) != (after.x, after.y, after.on)
+
+
 @dataclass(frozen=True)
 class Placed(GoalCondition):
     key: ClassVar[str] = "placed"
@@ -557,8 +563,7 @@ class Placed(GoalCondition):
                     return Verdict(False, f"the {obj} is at ({100 * o.x:.0f}, {100 * o.y:.0f}) cm"
                                    + (f" on the {o.on}" if o.on else "") + f", not at {dest}")
         for obj in self.unmoved:
-            before, after = start.objects[obj], scene.objects[obj]
-            if scene.holding == obj or (before.x, before.y, before.on) != (after.x, after.y, after.on):
+            if scene.holding == obj or _moved(start, scene, obj):
                 return Verdict(False, f"moved the {obj}, which was to stay")
         return Verdict(True)
 
@@ -599,9 +604,8 @@ class Missing(GoalCondition):
         scene, start = outcome.end, outcome.start
         if scene.holding is not None:
             return Verdict(False, f"holds the {scene.holding} instead")
-        for name, before in start.objects.items():
-            after = scene.objects[name]
-            if (before.x, before.y, before.on) != (after.x, after.y, after.on):
+        for name in start.objects:
+            if _moved(start, scene, name):
                 return Verdict(False, f"moved the {name} instead")
         return Verdict(True)
 

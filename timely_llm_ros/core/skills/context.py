@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import Iterable
 
 PLACE_LABELS = ("room", "location", "area", "site", "zone", "place")
 # labels whose objects are fixed places things go into (a bin, a basket, a drawer): put into, never lifted
@@ -83,7 +84,7 @@ class ContextLabels:
     fixed_places: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, places=(), fixed_places=()) -> "ContextLabels":
+    def of(cls, places: Iterable[object] = (), fixed_places: Iterable[object] = ()) -> "ContextLabels":
         """From a skill set's lists (any case and spacing); ValueError for a label in both."""
         p = frozenset(normalise_name(str(x)) for x in places or () if normalise_name(str(x)))
         f = frozenset(normalise_name(str(x)) for x in fixed_places or () if normalise_name(str(x)))
