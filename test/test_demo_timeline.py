@@ -42,8 +42,8 @@ def run(tmp_path_factory):
             "step_trace_csv": str(folder / "steps.csv")}},
         "/**/executor": {"ros__parameters": {"time_scale": 0.1}},
         "/**/fleet_workload": {"ros__parameters": {
-            # round robin over the tasks: drone_2 (the second agent) takes the urgent one
-            "agents": ["arm_1:arm", "drone_2:drone", "drone_1:drone"], "requests_per_agent": 1,
+            # tasks dealt in order per robot type: drone_2 (the second drone) takes the second, urgent, one
+            "agents": ["arm_1:arm", "drone_1:drone", "drone_2:drone"], "requests_per_agent": 1,
             "tasks_file": str(folder / "tasks.yaml"), "stagger_s": 0.0, "contention_agent": "drone_2",
             "events_csv": str(folder / "events.csv")}},
     }))

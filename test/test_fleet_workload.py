@@ -165,3 +165,23 @@ def test_a_stop_while_a_scene_is_being_set_sends_no_goal_and_ends_the_run_at_onc
     rows = list(csv.DictReader(open(tmp_path / "results.csv", encoding="utf-8")))
     assert [(r["status"], r["message"]) for r in rows] == [("not sent", "stopped before the goal was sent")], out
     assert "ghost_1" not in server.output(), server.output()[-3000:]    # /plan never had the goal
+
+
+def test_the_demo_deals_each_robot_type_its_tasks_in_order_without_repeats():
+    """make demo's agents and tasks: every task of a type is sent once before any is sent again, and drone_2's
+    first goal, the demo's contention goal (config/demo_fleet.yaml), is an urgent one."""
+    from timely_llm_ros.paths import config_dir
+    from timely_llm_ros.ros.fleet.workload_node import parse_agents
+
+    params = yaml.safe_load((config_dir() / "demo_fleet.yaml").read_text(encoding="utf-8"))
+    workload = params["/**/fleet_workload"]["ros__parameters"]
+    tasks = yaml.safe_load((config_dir() / "fleet_tasks.yaml").read_text(encoding="utf-8"))
+    agents = parse_agents(workload["agents"], tasks, workload["requests_per_agent"])
+    for robot_type, pool in tasks.items():
+        sent = [t["task"] for a in agents if a.robot_type == robot_type for t in a.tasks]
+        assert len(set(sent)) == min(len(sent), len(pool)), (robot_type, sent)
+    contention = next(a for a in agents if a.name == workload["contention_agent"])
+    assert contention.tasks[0]["urgency"] == "urgent", contention.tasks[0]
+    # past the end of its list a type starts over
+    again = parse_agents(["arm_1:arm", "arm_2:arm", "arm_3:arm"], {"arm": [{"task": "a"}, {"task": "b"}]}, 1)
+    assert [a.tasks[0]["task"] for a in again] == ["a", "b", "a"]

@@ -67,9 +67,11 @@ class AgentSpec:
 
 
 def parse_agents(entries: list[str], tasks: dict, per_agent: int) -> list[AgentSpec]:
-    """'drone_1:drone' entries -> agents, each given `per_agent` tasks of its robot type (round robin)."""
+    """'drone_1:drone' entries -> agents, each given `per_agent` tasks of its robot type, dealt in the file's order:
+    the j-th agent of a type takes tasks j*per_agent onwards, so no task repeats until the type's list runs out."""
     agents = []
-    for i, entry in enumerate(entries):
+    dealt: dict[str, int] = {}          # robot type -> tasks dealt so far
+    for entry in entries:
         name, _, robot_type = entry.partition(":")
         if not robot_type:
             raise ValueError(f"agent entry {entry!r} must look like 'drone_1:drone'")
@@ -77,7 +79,9 @@ def parse_agents(entries: list[str], tasks: dict, per_agent: int) -> list[AgentS
         if not pool:
             raise ValueError(f"no tasks for robot type {robot_type!r} in the tasks file (it has: "
                              f"{', '.join(map(str, tasks)) or 'none'})")
-        chosen = [pool[(i + k) % len(pool)] for k in range(per_agent)]
+        start = dealt.get(robot_type, 0)
+        chosen = [pool[(start + k) % len(pool)] for k in range(per_agent)]
+        dealt[robot_type] = start + per_agent
         agents.append(AgentSpec(name, robot_type, chosen))
     return agents
 
