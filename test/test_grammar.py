@@ -119,6 +119,9 @@ def test_a_skill_that_approaches_never_takes_what_the_task_says_to_keep_away_fro
     assert task_hazards("put the knife away", ("knife", "drawer")) == ()              # "away" alone is no hazard
     assert task_hazards("don't fly into the wasp", objects) == ("wasp",)
     assert task_hazards("don't approach the wasp", objects) == ("wasp",)
+    for escape in ("break away from the wasp", "the wasp is diving at you, swerve away", "dart away, wasp!"):
+        assert task_hazards(escape, objects) == ("wasp",), escape          # verbs of escape, with "away"
+    assert task_hazards("throw away the wasp trap", ("wasp trap", "bin")) == ()     # a thing thrown away is no hazard
 
 
 def test_a_skill_that_approaches_goes_to_an_unlisted_object_only_inside_a_block_that_saw_it_in_view(accepts):

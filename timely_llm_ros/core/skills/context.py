@@ -55,7 +55,8 @@ very just only also too again still now more most less least as such own same ot
 # about meaning, not about any evaluation set: keeping away, collisions and contact, danger.
 AVOID_CUES = re.compile(r"""\b(?:
     avoid\w* | evad\w* | dodg\w* | escap\w* | retreat\w* | flee\w* | shun\w*
-  | (?:stay|get|keep|move|fly|pull|veer|back|turn|steer|go|drift|head|run|hover)\s+away
+  | (?:stay|get|keep|move|fly|pull|veer|back|turn|steer|go|drift|head|run|hover|break|peel|swerve|dart|dash|bolt
+     |race|rush|speed|zip|scoot|climb|dive|duck|edge|slip|sheer|shy|spring|jump|sprint|zoom)\s+away
   | away\s+from | clear\s+of | get\s+clear | keep\s+clear | move\s+clear | stay\s+clear | back\s+off | move\s+off
   | keep\s+off | keep\s+out | stay\s+out | out\s+of\s+the\s+way | move\s+aside | step\s+aside | wide\s+berth
   | distance | collision\w* | collid\w* | crash\w* | hit | hitting | bump\w* | touch\w* | run\s+into | fly\s+into
