@@ -317,7 +317,7 @@ DEMO_PLANS = {   # one plan per demo task (config/fleet_tasks.yaml) that does it
                        "gt('trash bin');dr();", "tk('paper');gt('drawer');dr();"),
     "sort the fruits and vegetables": ("tk('apple');gt('fruit basket');dr();tk('carrot');gt('vegetable basket');"
                                        "dr();tk('banana');gt('fruit basket');dr();", "gt('apple');gt('carrot');dr();"),
-    "move the cup to x 40, y 20": ("sc('cup');gt('cup');pi('cup');mv(40, 20);dr();", "gt('cup');pi('cup');mv(20, 40);dr();"),
+    "put the cup at (40, 20)": ("sc('cup');gt('cup');pi('cup');mv(40, 20);dr();", "gt('cup');pi('cup');mv(20, 40);dr();"),
 }
 
 
