@@ -13,7 +13,7 @@ from transformers import GenerationConfig, LlamaForCausalLM
 
 from timely_llm_ros.adapt.adapter import AdapterMismatch, merged_folder
 from timely_llm_ros.adapt.corpus import build_corpus
-from timely_llm_ros.adapt.train import TrainConfig, encode_examples, train_adapter
+from timely_llm_ros.adapt.train import TrainConfig, encode_examples, steps_in_budget, train_adapter
 from timely_llm_ros.core.models import ModelSpec
 from timely_llm_ros.core.skills import load_skill_sets
 from timely_llm_ros.engine.factory import make_engine
@@ -64,6 +64,20 @@ def test_a_few_steps_give_an_adapter_in_the_standard_format_that_changes_the_out
     ids = torch.tensor([plain.tokenizer.encode("scene: table: red cube\ntask: pick up the red cube\nplan:")])
     with torch.no_grad():
         assert not torch.allclose(plain.model(ids).logits, adapted.model(ids).logits, atol=1e-4)
+
+
+def test_the_time_budget_plans_steps_that_fit_and_recovers_from_a_slow_first_estimate():
+    # 100 s left at 1 s a step, 10 steps in: 110 steps fit of 800 planned
+    assert steps_in_budget(800, 800, 10, 100.0, 1.0) == 110
+    # a slow first estimate (the steps that refreshed a shared prompt) planned 110; steps measured faster since
+    # then, still early in the plan: the count grows back, to the planned steps at most
+    assert steps_in_budget(800, 110, 20, 1000.0, 1.0) == 800
+    assert steps_in_budget(800, 110, 20, 300.0, 1.0) == 320
+    # past the first quarter it only shrinks: a faster step does not lengthen the cosine schedule mid-run
+    assert steps_in_budget(800, 500, 300, 1000.0, 1.0) == 500
+    assert steps_in_budget(800, 500, 300, 100.0, 1.0) == 400
+    # a spent budget still plans the step after this one
+    assert steps_in_budget(800, 500, 300, -5.0, 1.0) == 301
 
 
 def test_training_continues_from_an_adapter_and_a_checkpoint_is_a_loadable_adapter(tiny):

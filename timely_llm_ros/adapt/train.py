@@ -191,6 +191,18 @@ class Schedule:
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done))
 
 
+def steps_in_budget(planned: int, current: int, step: int, left_s: float, per_step_s: float) -> int:
+    """How many steps a run plans, ``step`` steps in with ``left_s`` seconds of its budget left, at the mean step
+    time so far: never more than ``planned`` nor fewer than ``step + 1``. The first steps are a noisy estimate (a
+    step that refreshes a shared prompt costs more than one that does not), so for the first quarter of the plan
+    the count may grow back as well as shrink (the cosine schedule has barely begun); after that it only shrinks,
+    when the budget would be overrun."""
+    fits = min(planned, step + int(max(0.0, left_s) / max(per_step_s, 1e-9)))
+    if fits < current or (fits > current and step <= planned // 4):
+        return max(step + 1, fits)
+    return current
+
+
 def resolve_precision(asked: str, device) -> str:
     """The compute type of the training forward: ``bf16`` (autocast; the adapter's weights and the optimizer stay
     float32) or ``fp32``. ``auto`` takes bf16 on a GPU that supports it and on a CPU with native bf16 dot products
@@ -343,11 +355,11 @@ def train_adapter(spec: ModelSpec, config: TrainConfig) -> AdapterInfo:
             timed_steps += 1
         if timed_steps >= 3:
             per_step = (now - timed_from) / timed_steps
-            fits = step + int((budget_s - (now - loop_start)) / per_step)
-            if fits < schedule.total:
-                if timed_steps == 3:
-                    log.info("time budget %.0f min: %d steps fit of the %d planned", config.minutes, fits, planned)
-                schedule.total = max(step + 1, fits)
+            total = steps_in_budget(planned, schedule.total, step, budget_s - (now - loop_start), per_step)
+            if (timed_steps == 3 and total < planned) or abs(total - schedule.total) > 0.05 * schedule.total:
+                log.info("time budget %.0f min: %d steps fit of the %d planned (%.1f s a step)", config.minutes,
+                         total, planned, per_step)
+            schedule.total = total
         if now - last_log >= config.log_every_s or step == schedule.total or step == 1:
             rate = tokens / max(1e-9, now - last_log)
             per = (now - loop_start) / step
