@@ -70,6 +70,7 @@ from timely_llm_ros.core.models import model_spec  # noqa: E402
 from timely_llm_ros.core.skills import load_skill_sets  # noqa: E402
 from timely_llm_ros.core.skills.grammar import plan_grammar  # noqa: E402
 from timely_llm_ros.engine.factory import make_engine  # noqa: E402
+from timely_llm_ros.engine.llamacpp.native import model_params  # noqa: E402
 from timely_llm_ros.engine.model_setup import model_setup  # noqa: E402
 from timely_llm_ros.engine.models import weights_folder  # noqa: E402
 from timely_llm_ros.engine.transformers import token_choice  # noqa: E402
@@ -91,7 +92,8 @@ class Bare:
 
         self.l = llama_cpp
         llama_cpp.llama_backend_init()
-        self.model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), llama_cpp.llama_model_default_params())
+        # the engine's model parameters (on an Intel AMX CPU, llama.cpp's defaults crash a prefill: native.py)
+        self.model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), model_params(llama_cpp))
         p = llama_cpp.llama_context_default_params()
         p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max = n_seq * context, context, 512, n_seq
         p.n_outputs_max = n_seq

@@ -82,6 +82,35 @@ def _strlen_abort_callback(llama_cpp: Any) -> Any:
     return ctypes.cast(libc.strlen, llama_cpp.ggml_abort_callback)
 
 
+def cpu_has_amx() -> bool:
+    """Whether this CPU has Intel AMX: /proc/cpuinfo names ``amx_int8`` (False where there is no such file)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return any(line.startswith("flags") and " amx_int8" in line for line in f)
+    except OSError:
+        return False
+
+
+def model_params(llama_cpp, gpu_layers: int = 0):
+    """llama.cpp's model parameters for this machine: its defaults, ``gpu_layers`` layers offloaded, and on an Intel
+    AMX CPU no extra weight buffer types. There llama.cpp (as llama-cpp-python 0.3.36 builds it with GGML_NATIVE)
+    repacks the weights into AMX buffers, and a decode of more than one token over them segfaults (measured on a
+    2-core Xeon: a 40-token prefill of SmolLM2's Q4_1 file, in the bare low-level API too); plain CPU buffers run
+    the same file correctly there. Other CPUs keep the defaults (their repacked buffers are llama.cpp's fast path)."""
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = int(gpu_layers)
+    if hasattr(params, "use_extra_bufts") and cpu_has_amx():
+        if not _amx_said:
+            log.info("llamacpp: this CPU has Intel AMX: weights stay in plain CPU buffers (llama.cpp's AMX buffers "
+                     "crash a multi-token decode in this build)")
+            _amx_said.append(True)
+        params.use_extra_bufts = False
+    return params
+
+
+_amx_said: list[bool] = []
+
+
 class GgufModel:
     """A GGUF file loaded by llama.cpp (weights as stored), with its vocabulary and shape."""
 
@@ -94,8 +123,7 @@ class GgufModel:
         except (GgufHeaderError, OSError) as exc:
             raise EngineError(f"llamacpp: cannot read {self.path}: {exc}") from exc
         llama_cpp = lib()
-        params = llama_cpp.llama_model_default_params()
-        params.n_gpu_layers = int(gpu_layers)
+        params = model_params(llama_cpp, gpu_layers)
         _recent.clear()
         self.ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.ptr:
