@@ -100,15 +100,10 @@ def model_params(llama_cpp, gpu_layers: int = 0):
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = int(gpu_layers)
     if hasattr(params, "use_extra_bufts") and cpu_has_amx():
-        if not _amx_said:
-            log.info("llamacpp: this CPU has Intel AMX: weights stay in plain CPU buffers (llama.cpp's AMX buffers "
-                     "crash a multi-token decode in this build)")
-            _amx_said.append(True)
+        log.info("llamacpp: this CPU has Intel AMX: weights stay in plain CPU buffers (llama.cpp's AMX buffers "
+                 "crash a multi-token decode in this build)")
         params.use_extra_bufts = False
     return params
-
-
-_amx_said: list[bool] = []
 
 
 class GgufModel:
