@@ -1,6 +1,6 @@
-"""The demo's timeline comes from a real run: a short fleet (one arm, two drones) whose urgent drone goal is held back
-until the others' first plans are generating, the server's step trace and the workload's events, and the
-picture drawn from them says who was suspended while the urgent request waited for its first segment."""
+"""The demo's timeline comes from a real run: a short fleet (one arm, one drone) whose urgent drone goal is held back
+until the arm's first plan is generating, the server's step trace and the workload's events, and the picture drawn
+from them says who was suspended while the urgent request waited for its first segment."""
 from __future__ import annotations
 
 import csv
@@ -20,41 +20,45 @@ from timely_llm_ros.core.step_trace import read_step_trace  # noqa: E402
 TASKS = {
     "arm": [{"task": "clean the desk", "context": "desk: paper, can, tissue; places: trash bin, drawer, tray",
              "urgency": "normal"}],
-    "drone": [{"task": "look for the cat", "context": "room: living room; objects: sofa, lamp, plant",
-               "urgency": "normal"},
-              {"task": "prevent a collision with the pole", "context": "pole on the left, 40 cm away",
+    "drone": [{"task": "prevent a collision with the pole", "context": "pole on the left, 40 cm away",
                "urgency": "urgent"}],
 }
+# The shipped classes with every time stretched 10x (ert x10, alpha /10): the same order of urgency, but a machine that
+# takes most of a second for one first segment (SmolLM2 on one slow thread, under the other tests' load) no longer
+# drops the urgent goal as hopeless (zero utility at 0.5 s unstretched), which is the scheduler working, not this run
+CLASSES = {"normal": {"ert": 10.0, "alpha": -0.2, "beta": 1.0, "late": "serve"},
+           "urgent": {"ert": 2.0, "alpha": -0.667, "beta": 2.0, "late": "drop"}}
+AGENTS = ("arm_1", "drone_2")
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """One real short run (server, three executors, the workload), as `make demo` runs it; its folder."""
+    """One real short run (server, two executors, the workload), as `make demo` runs it; its folder."""
     folder = tmp_path_factory.mktemp("demo_run")
     (folder / "tasks.yaml").write_text(yaml.safe_dump(TASKS))
+    (folder / "classes.yaml").write_text(yaml.safe_dump(CLASSES))
     (folder / "params.yaml").write_text(yaml.safe_dump({
         "/**/timely_server": {"ros__parameters": {
-            # one generation a step: the urgent request cannot join the batch beside the others, so whichever of them
-            # is generating when it arrives is suspended for it (with room in the batch that depended on timing);
-            # the demo's own model: the embedded planner wrote the arm's whole plan about 0.15 s after the urgent
-            # goal's release, a margin a loaded machine could eat, where SmolLM2 leaves about 1 s
-            "num_threads": 1, "max_batch": 1, "expected_agents": ["arm_1", "drone_1", "drone_2"], "model": "smollm2",
-            "step_trace_csv": str(folder / "steps.csv")}},
+            # one generation a step: the urgent request cannot join the batch beside the arm's, so the arm's is
+            # suspended for it (with room in the batch that depended on timing); the demo's own model: the embedded
+            # planner wrote the arm's whole plan about 0.15 s after the urgent goal's release, a margin a loaded
+            # machine could eat, where SmolLM2's twelve-segment plan leaves seconds
+            "num_threads": 1, "max_batch": 1, "expected_agents": list(AGENTS), "model": "smollm2",
+            "urgency_classes_file": str(folder / "classes.yaml"), "step_trace_csv": str(folder / "steps.csv")}},
         "/**/executor": {"ros__parameters": {"time_scale": 0.1}},
         "/**/fleet_workload": {"ros__parameters": {
-            # tasks dealt in order per robot type: drone_2 (the second drone) takes the second, urgent, one
-            "agents": ["arm_1:arm", "drone_1:drone", "drone_2:drone"], "requests_per_agent": 1,
+            "agents": ["arm_1:arm", "drone_2:drone"], "requests_per_agent": 1,
             "tasks_file": str(folder / "tasks.yaml"), "stagger_s": 0.0, "contention_agent": "drone_2",
             "events_csv": str(folder / "events.csv")}},
     }))
     (folder / "fleet.yaml").write_text(yaml.safe_dump({"bringup": {
         "params_file": "params.yaml", "stop_grace_s": 10.0,
-        "executors": [{"agent": a, "robot_type": a.split("_")[0]} for a in ("arm_1", "drone_1", "drone_2")]}}))
+        "executors": [{"agent": a, "robot_type": a.split("_")[0]} for a in AGENTS]}}))
     done = subprocess.run([sys.executable, "-m", "timely_llm_ros.ros.fleet.bringup", "--fleet", str(folder / "fleet.yaml")],
                           env=ros_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
-    assert "3/3 plans executed" in out, out[-4000:]
+    assert "2/2 plans executed" in out, out[-4000:]
     return folder
 
 
@@ -62,9 +66,8 @@ def test_the_urgent_goal_arrives_while_the_arms_plan_generates(run):
     tracks = demo_timeline.read_events(run / "events.csv")
     urgent, arm = tracks["drone_2#1"], tracks["arm_1#1"]
     assert urgent.urgency == "urgent (held)"
-    # held until the others were generating (their Plan feedback), and sent before the arm's plan was complete
-    for other in (arm, tracks["drone_1#1"]):
-        assert any(s == "generating" and t < urgent.sent for t, s in other.states), other.states
+    # held until the arm's plan was generating (its Plan feedback), and sent before the arm's plan was complete
+    assert any(s == "generating" and t < urgent.sent for t, s in arm.states), arm.states
     assert urgent.sent < arm.segments[-1][0]
     # the robots ran what was generated, by their executors' own status matched by request id (a status is latched
     # with depth 1, so a segment shorter than the status's delivery, such as a return, may never show as busy)
