@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from timely_llm_ros.core.models import model_spec
 from timely_llm_ros.core.skills import SkillSet, load_skill_sets
 from timely_llm_ros.core.skills.context import (fixed_places, grounded_objects, hazard_sides, scene_objects,
-                                                task_hazards)
+                                                task_hazards, task_phrases)
 from timely_llm_ros.core.skills.grammar import loop_reservation, max_statements, plan_grammar
 from timely_llm_ros.core.skills.interpreter import Interpreter, PlanError, PlanState
 from timely_llm_ros.core.skills.minispec import parse
@@ -198,6 +198,21 @@ def test_a_task_phrase_that_is_part_of_a_listed_name_names_no_object():
     objects = grounded_objects(scene, "sort the fruit into the fruit basket")
     assert "fruit" not in objects and "basket" not in objects and {"mango", "fruit basket"} <= set(objects)
     assert "sort" in objects    # what is part of no listed name stays: the task may name what is not in view
+
+
+def test_no_task_phrase_ends_in_a_verbs_past_form():
+    """"the dog leash slid below the recliner": the leash is what to look for, and the grammar admits it, but not a
+    'dog leash slid' (a plan once searched for that); a past form before a noun stays part of the name, and names
+    that merely end in -ed stay names."""
+    scene = "room: music room; objects: recliner, treadmill"
+    objects = grounded_objects(scene, "the dog leash slid below the recliner, is it there?")
+    assert {"dog leash", "leash", "recliner"} <= set(objects)
+    assert not {"dog leash slid", "leash slid", "slid"} & set(objects)
+    rolled = task_phrases("my keys rolled under the sofa")
+    assert "keys" in rolled and not [p for p in rolled if p.endswith("rolled")]
+    assert {"folded towel", "towel"} <= set(task_phrases("find the folded towel"))
+    assert {"flower bed", "tool shed", "sled", "seed"} <= set(task_phrases(
+        "look at the flower bed by the tool shed, the sled and the seed"))
 
 
 def test_a_movable_skill_never_takes_a_fixed_place(accepts):

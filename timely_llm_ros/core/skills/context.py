@@ -50,6 +50,18 @@ is are was were be been being am do does did done has have had having can could 
 may might must not no yes please there here all any each every some both either neither one once
 very just only also too again still now more most less least as such own same other else
 """.split())
+# a verb's past form, which ends a clause and never an object's name: "the dog leash slid below the recliner" names the
+# dog leash, not a "dog leash slid" (task_phrases). Regular forms end in -ed (past_form); these are the irregular
+# ones a task about where things went, fell or were left may use (not those that are also things: a saw, a rose, a
+# drill bit, a tea set, felt)
+IRREGULAR_PAST = frozenset("""
+ate bent blew broke brought built caught came crept drew drove dug fell fled flew flung forgot found froze gave got
+grew hid hung held kept knelt knew laid lay leapt left lent lost made meant met paid ran rang rode sank sat shook
+shone slept slid slung sold sent spilt spun sprang stood stuck stung swam swept swung took taught threw told tore
+understood went woke wore won wove wrote
+""".split())
+# -ed words that are names, not past forms (a flower bed, a tool shed, a sled, a seed)
+_ED_NAMES = ("bed", "shed", "sled", "eed")
 
 # A task keeps the robot away from what it names when it says so in one of these ways (task_hazards). The list is
 # about meaning, not about any evaluation set: keeping away, collisions and contact, danger.
@@ -199,11 +211,19 @@ def fixed_places(context: str, labels: ContextLabels = NO_LABELS) -> tuple[str, 
     return parse_context(context, labels).fixed_places
 
 
+def past_form(word: str) -> bool:
+    """``word`` is a verb's past form ("rolled", "slid"), which no object's name ends in (IRREGULAR_PAST, or a
+    regular -ed form of five letters or more that is no -bed, -shed, -sled or -eed name)."""
+    return word in IRREGULAR_PAST or (len(word) >= 5 and word.endswith("ed") and not word.endswith(_ED_NAMES))
+
+
 def task_phrases(task: str, max_words: int = 3) -> tuple[str, ...]:
     """Phrases of the task that may name an object: each run of words between function words (STOPWORDS), and the
-    run's endings of up to ``max_words`` words (an English noun phrase ends in its noun: "coin purse", "purse").
-    "where did I leave my coin purse?" gives leave, coin purse, purse (and coin). Numbers and one-letter words
-    (coordinates, axis names: "at x 10, y 55") separate runs as function words do: they name no object."""
+    run's endings of up to ``max_words`` words (an English noun phrase ends in its noun: "coin purse", "purse"),
+    except those that end in a verb's past form (past_form: "the dog leash slid under the sofa" gives dog leash,
+    leash and dog, no "dog leash slid"; a past form before a noun stays: "folded towel"). "where did I leave my coin
+    purse?" gives leave, coin purse, purse (and coin). Numbers and one-letter words (coordinates, axis names: "at x
+    10, y 55") separate runs as function words do: they name no object."""
     words = _WORD.findall(task.lower())
     runs: list[list[str]] = [[]]
     for w in words:
@@ -214,6 +234,8 @@ def task_phrases(task: str, max_words: int = 3) -> tuple[str, ...]:
     out: dict[str, None] = {}
     for run in runs:
         for end in range(len(run), 0, -1):
+            if past_form(run[end - 1]):
+                continue
             for start in range(max(0, end - max_words), end):
                 out[" ".join(run[start:end])] = None
     return tuple(out)
