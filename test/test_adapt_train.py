@@ -12,8 +12,8 @@ import torch
 from transformers import GenerationConfig, LlamaForCausalLM
 
 from timely_llm_ros.adapt.adapter import AdapterMismatch, merged_folder
-from timely_llm_ros.adapt.corpus import build_corpus
-from timely_llm_ros.adapt.train import TrainConfig, encode_examples, steps_in_budget, train_adapter
+from timely_llm_ros.adapt.corpus import build_corpus, read_jsonl
+from timely_llm_ros.adapt.train import CORPUS_FILE, TrainConfig, encode_examples, steps_in_budget, train_adapter
 from timely_llm_ros.core.models import ModelSpec
 from timely_llm_ros.core.skills import load_skill_sets
 from timely_llm_ros.engine.factory import make_engine
@@ -86,6 +86,12 @@ def test_training_continues_from_an_adapter_and_a_checkpoint_is_a_loadable_adapt
                          warmup_steps=0, check_examples=0, save_every_min=1e-6, init_adapter=adapter)
     more = train_adapter(spec, config)
     assert more.training["continued_from"] == str(adapter) and more.training["steps"] == 2
+    # its record keeps the run its weights started from, and the corpus holds both runs' examples
+    (first_run,) = more.training["earlier_runs"]
+    assert first_run["training"]["steps"] == info.training["steps"] and first_run["corpus"]["seed"] == info.corpus["seed"]
+    assert "earlier_runs" not in first_run["training"] and "earlier_runs" not in info.training
+    both, first = read_jsonl(config.out / CORPUS_FILE), read_jsonl(adapter / CORPUS_FILE)
+    assert both[:len(first)] == first and len(both) == len(first) + more.corpus["examples"]
     assert more.lora["rank"] == info.lora["rank"]
     ids = torch.tensor([[5, 17, 99, 3]])
     with torch.no_grad():

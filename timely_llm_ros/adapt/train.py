@@ -235,6 +235,15 @@ def _clock(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+def earlier_runs(adapter: Path) -> list[dict]:
+    """The runs an adapter's weights already hold, oldest first (each its corpus's size and seed, and its training
+    record), so that a continued adapter's timely_adapter.json tells its whole training."""
+    before = AdapterInfo.read(adapter)
+    own = {k: v for k, v in before.training.items() if k != "earlier_runs"}
+    corpus = {k: before.corpus.get(k) for k in ("examples", "seed", "skills_dir")}
+    return list(before.training.get("earlier_runs", [])) + [{"corpus": corpus, "training": own}]
+
+
 def train_adapter(spec: ModelSpec, config: TrainConfig) -> AdapterInfo:
     """Train and save an adapter for the model entry ``spec`` (see the module docstring); returns its metadata."""
     import torch
@@ -432,6 +441,8 @@ def save_adapter(model, spec: ModelSpec, folder: Path, config: TrainConfig, prom
         before = read_jsonl(config.init_adapter / CORPUS_FILE) \
             if config.init_adapter and (config.init_adapter / CORPUS_FILE).is_file() else []
         write_jsonl(list(before) + list(examples), out / CORPUS_FILE)     # every run's examples, in order
+    if config.init_adapter:
+        training = {**training, "earlier_runs": earlier_runs(config.init_adapter)}
     info = AdapterInfo(
         base=base_identity(folder), model_entry=spec.name,
         robot_types={r: robot_prompt_digest(skill_sets[r], prompts) for r in config.robot_types},
