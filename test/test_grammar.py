@@ -122,6 +122,9 @@ def test_a_skill_that_approaches_never_takes_what_the_task_says_to_keep_away_fro
     for escape in ("break away from the wasp", "the wasp is diving at you, swerve away", "dart away, wasp!"):
         assert task_hazards(escape, objects) == ("wasp",), escape          # verbs of escape, with "away"
     assert task_hazards("throw away the wasp trap", ("wasp trap", "bin")) == ()     # a thing thrown away is no hazard
+    for coming in ("a wasp is swooping at you", "the wasp is heading straight for the drone", "wasp diving toward you"):
+        assert task_hazards(coming, objects) == ("wasp",), coming           # something moving at the robot
+    assert task_hazards("photograph the wasp looking at you", objects) == ()       # looking at it is no threat
 
 
 def test_a_skill_that_approaches_goes_to_an_unlisted_object_only_inside_a_block_that_saw_it_in_view(accepts):

@@ -73,6 +73,8 @@ AVOID_CUES = re.compile(r"""\b(?:
   | keep\s+off | keep\s+out | stay\s+out | out\s+of\s+the\s+way | move\s+aside | step\s+aside | wide\s+berth
   | distance | collision\w* | collid\w* | crash\w* | hit | hitting | bump\w* | touch\w* | run\s+into | fly\s+into
   | too\s+close | getting\s+close | coming\s+at | coming\s+for | watch\s+out | look\s+out | mind | careful
+  | (?:swoop|div|charg|rush|runn|fly|head|mov|speed|rac|zoom|dart|lung|barrel|hurtl|bear)ing\s+(?:straight\s+)?
+    (?:at|toward|towards|for|down\s+on)\s+(?:you|us|me|the\s+(?:drone|robot|arm))
   | danger\w* | hazard\w* | threat\w* | attack\w* | aggressive | unsafe | protect\s+yourself
   | some\s+room | give\s+it\s+(?:some\s+)?(?:room|space)
   | (?:don't|do\s+not|never)\s+(?:go|get|come|fly|move|drive)\s+(?:near|close)
