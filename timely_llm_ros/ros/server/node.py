@@ -173,7 +173,25 @@ class PlanServerNode(LifecycleNode):
         self._release(timeout_s)
         self.intake.wait_answered(timeout_s)
         if had_goals:
-            time.sleep(0.3)  # the result responses leave on the executor's thread
+            self._drain_executor(timeout_s)
+            time.sleep(0.3)  # the responses are written; give the transport a moment before the participant goes
+
+    def _drain_executor(self, timeout_s: float) -> None:
+        """Wait until the executor has run the result responses of the goals just answered. rclpy sends each as a
+        task it queues when the goal's result is set, on the executor's one thread; a marker task queued after a
+        first marker has run is behind every such task (the first ran after the goal's execute callback, which
+        queued them, had returned), so once the second has run they have all been sent. A sleep alone could end
+        before a starved executor thread sent them."""
+        executor = self.executor
+        if executor is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        for _ in range(2):
+            marker = executor.create_task(lambda: None)
+            while not marker.done():
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.005)
 
     def shutdown(self) -> None:
         """Free ROS entities that rclpy's destroy_node does not destroy (after the executor stopped; idempotent, and
