@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import tracemalloc
 
@@ -187,11 +188,10 @@ class PlanServerNode(LifecycleNode):
             return
         deadline = time.monotonic() + timeout_s
         for _ in range(2):
-            marker = executor.create_task(lambda: None)
-            while not marker.done():
-                if time.monotonic() > deadline:
-                    return
-                time.sleep(0.005)
+            ran = threading.Event()
+            executor.create_task(ran.set)
+            if not ran.wait(max(0.0, deadline - time.monotonic())):
+                return
 
     def shutdown(self) -> None:
         """Free ROS entities that rclpy's destroy_node does not destroy (after the executor stopped; idempotent, and
