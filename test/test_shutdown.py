@@ -149,3 +149,41 @@ def test_sigterm_while_the_model_loads_for_a_configure_call_ends_the_server_0_wi
         node.destroy_node()
         rclpy.shutdown(context=context)
         server.stop()
+
+
+def test_a_stop_waits_for_a_callback_that_outlives_the_spin_join_before_it_destroys_the_node():
+    """A configure callback loading a model can run past the stop's join of the spin thread (on a loaded machine
+    the load took 10 s). Destroying the node under it crashed the server in rcl (SIGSEGV) when configure went on to
+    make its entities. Here the join is cut to 0.2 s and a callback sleeps 2 s, then makes a publisher on its node:
+    the stop must wait for it, and the process must end 0 with the publisher made on a live node."""
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import os, signal, threading, time
+        import rclpy
+        from rclpy.node import Node
+        from std_msgs.msg import String
+        from timely_llm_ros.ros import spin
+
+        spin.SPIN_JOIN_S = 0.2
+
+        class Slow(Node):
+            def __init__(self):
+                super().__init__("slow_callback")
+                self.timer = self.create_timer(0.05, self.load)
+
+            def load(self):
+                self.timer.cancel()
+                os.kill(os.getpid(), signal.SIGTERM)        # the stop comes while the callback runs
+                time.sleep(2.0)
+                self.create_publisher(String, "made_after_stop", 1)
+                print("publisher made", flush=True)
+
+        from rclpy.executors import SingleThreadedExecutor   # as the server: callbacks run on the spin thread
+        raise SystemExit(spin.spin_node(Slow, make_executor=SingleThreadedExecutor))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "publisher made" in done.stdout, done.stdout + done.stderr
+    assert "waiting for a callback that is still running" in done.stderr
+    assert "Traceback" not in done.stderr and "a callback raised" not in done.stderr, done.stderr

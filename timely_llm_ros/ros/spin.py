@@ -7,7 +7,8 @@ SIGTERM only set a stop event; the main thread then
 
 1. calls ``node.finish(timeout)`` if the node has it, WHILE the executor still spins (the server ends
    its accepted goals as SERVER_SHUTDOWN and lets their results go out),
-2. stops the spin thread and joins it, then shuts the executor down (joining its worker threads),
+2. stops the spin thread and joins it (waiting, with a line every 10 s, for a callback still running: a
+   configure loading a model), then shuts the executor down (joining its worker threads),
 3. calls ``node.shutdown()`` (entities rclpy does not destroy with the node), ``destroy_node()`` and
    shuts the context down.
 
@@ -34,6 +35,8 @@ from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedEx
 from timely_llm_ros.ros.process_signals import SignalLatch, enable_thread_dump, stop_with_parent
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SPIN_JOIN_S = 10.0             # how long a stop joins the spin thread before it says it waits for a callback
+CALLBACK_WAIT_LIMIT_S = 300.0   # past this a stop gives up on a running callback and ends the process (exit 1)
 GIL_SWITCH_INTERVAL_S = 0.001
 
 
@@ -153,6 +156,19 @@ class Spinner:
         if self._thread.is_alive():
             self._thread.join(timeout)
 
+    def wait_for_callback(self, limit_s: float = CALLBACK_WAIT_LIMIT_S, every_s: float = 10.0) -> bool:
+        """After stop(): wait for a callback that outlived its join (a configure still loading a model) to
+        return, saying so every ``every_s``, for up to ``limit_s``. True when the spin thread has ended: only then
+        may the executor and the node be destroyed, since a callback that goes on to create or use entities of a
+        destroyed node crashes the process in rcl (SIGSEGV), not in Python."""
+        waited = 0.0
+        while self._thread.is_alive() and waited < limit_s:
+            print(f"[spin] stopping: waiting for a callback that is still running (a model load, say) before the "
+                  f"node is destroyed ({waited:.0f} s so far)", file=sys.stderr, flush=True)
+            self._thread.join(every_s)
+            waited += every_s
+        return not self._thread.is_alive()
+
 
 def start_node_process(args: list[str] | None, refused_prefix: str = "error") -> StopFlag | None:
     """What every node process does first (spin_node, run_executor): SIGINT/SIGTERM set the returned stop flag
@@ -220,7 +236,11 @@ def spin_node(make_node: Callable[[], object], num_threads: int = 2, args: list[
         if node is not None and hasattr(node, "finish") and spinner is not None:
             node.finish(finish_timeout_s)
         if spinner is not None:
-            spinner.stop()
+            spinner.stop(SPIN_JOIN_S)
+            if not spinner.wait_for_callback():   # destroying under a running callback crashes in rcl
+                print(f"[spin] a callback still runs after {CALLBACK_WAIT_LIMIT_S:.0f} s: the process ends without "
+                      "destroying the node", file=sys.stderr, flush=True)
+                os._exit(1)
         if executor is not None:
             executor.shutdown(timeout_sec=finish_timeout_s)
         if node is not None:
