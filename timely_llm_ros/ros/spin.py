@@ -145,8 +145,8 @@ class Spinner:
             try:
                 self._executor.spin_once(timeout_sec=0.05)
             except (ExternalShutdownException, InvalidHandle):
-                if self._halt.is_set() or not self._context.ok():   # a callback that outlived stop()'s wait (a
-                    break      # configure loading a model at Ctrl-C) answered into a node already destroyed: over
+                if self._halt.is_set() or not self._context.ok():   # the context was shut down, or stop() was
+                    break      # asked, while a callback ran: the loop is over, not a callback's error
                 print("[spin] a callback raised:\n" + traceback.format_exc(), file=sys.stderr, flush=True)
             except Exception:  # a failing callback is reported; it must not stop the node from spinning
                 print("[spin] a callback raised:\n" + traceback.format_exc(), file=sys.stderr, flush=True)
